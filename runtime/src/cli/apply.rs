@@ -1,0 +1,40 @@
+//! `cronrun apply -f jobs.toml`: every job is checked before any is written.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use super::Ctx;
+use crate::spec::parse_jobs_file;
+
+#[derive(Args)]
+pub struct ApplyArgs {
+    /// A TOML file of [[job]] tables
+    #[arg(short = 'f', long = "file")]
+    pub file: std::path::PathBuf,
+}
+
+pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
+    let origin = a.file.display().to_string();
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
+    let jobs = parse_jobs_file(&text, &origin)?;
+    let store = ctx.store().await?;
+    let mut results = Vec::new();
+    for spec in &jobs {
+        let (revision, changed) = store
+            .put_job(spec)
+            .await
+            .with_context(|| format!("writing job {}", spec.name))?;
+        results.push(json!({ "name": spec.name, "revision": revision, "changed": changed }));
+    }
+    ctx.print(&results, || {
+        results
+            .iter()
+            .map(|r| {
+                let what = if r["changed"] == true { "applied" } else { "unchanged" };
+                format!("{what} {} (revision {})", r["name"].as_str().unwrap_or(""), r["revision"])
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}

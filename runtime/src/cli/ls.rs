@@ -1,0 +1,51 @@
+//! `cronrun ls`: every job with its next fire; invalid stored specs show why.
+
+use anyhow::Result;
+use chrono::Utc;
+use serde_json::json;
+
+use super::{Ctx, fmt_time, table};
+
+pub async fn run(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let jobs = store.list_jobs().await?;
+    let now = Utc::now();
+    let rows: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|job| match &job.spec {
+            Ok(spec) => {
+                let next = spec
+                    .parsed_schedule()
+                    .ok()
+                    .and_then(|(s, tz)| if spec.paused { None } else { s.next_after(now, tz) });
+                json!({
+                    "name": job.name, "revision": job.revision, "schedule": spec.schedule,
+                    "timezone": spec.timezone, "kind": if spec.wasm.is_some() { "wasm" } else { "shell" },
+                    "pool": spec.pool, "paused": spec.paused, "next": next.map(|t| fmt_time(&t)),
+                })
+            }
+            Err(e) => json!({ "name": job.name, "revision": job.revision, "error": e.to_string() }),
+        })
+        .collect();
+    ctx.print(&rows, || {
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+                match r.get("error") {
+                    Some(e) => vec![s("name"), format!("INVALID: {}", e.as_str().unwrap_or(""))],
+                    None => vec![
+                        s("name"),
+                        s("schedule"),
+                        s("timezone"),
+                        s("kind"),
+                        s("pool"),
+                        if r["paused"] == true { "paused".into() } else { "active".into() },
+                        r["next"].as_str().unwrap_or("-").into(),
+                    ],
+                }
+            })
+            .collect();
+        table(&["NAME", "SCHEDULE", "TZ", "KIND", "POOL", "STATE", "NEXT"], &cells)
+    })
+}

@@ -1,0 +1,187 @@
+//! The `cronrun` command line: one file per command, this one for what they share.
+
+mod add;
+mod agent;
+mod apply;
+mod bench;
+mod get;
+mod kill;
+mod logs;
+mod ls;
+mod next;
+mod pause;
+mod rm;
+mod runs;
+mod status;
+mod trigger;
+mod up;
+mod validate;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::names::Names;
+use crate::store::{LayoutOptions, Store};
+
+#[derive(Parser)]
+#[command(name = "cronrun", version, about = "Distributed cron on NATS JetStream")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Clone)]
+pub struct Global {
+    /// NATS server URL(s), comma-separated [default: nats://127.0.0.1:4222]
+    #[arg(long, global = true, env = "CRONRUN_NATS")]
+    pub nats: Option<String>,
+    /// NATS credentials file
+    #[arg(long, global = true, env = "CRONRUN_CREDS")]
+    pub creds: Option<String>,
+    /// Prefix of every bucket, stream and subject
+    #[arg(long, global = true, env = "CRONRUN_NAMESPACE", default_value = "cronrun")]
+    pub namespace: String,
+    /// Output format
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Everything on this machine: a local nats-server (unless --nats), scheduler and runner
+    Up(up::UpArgs),
+    /// The daemon for one host: scheduler and/or runner
+    Agent(agent::AgentArgs),
+    /// Add a shell job: cronrun add NAME --schedule EXPR -- CMD...
+    Add(add::AddArgs),
+    /// Create or update the jobs of a TOML file
+    Apply(apply::ApplyArgs),
+    /// List jobs
+    Ls,
+    /// Show one job's spec
+    Get(get::GetArgs),
+    /// Remove a job (its run history stays until pruned)
+    Rm(rm::RmArgs),
+    /// Pause a job (or --all): it stops firing
+    Pause(pause::PauseArgs),
+    /// Resume a paused job (or --all)
+    Resume(pause::PauseArgs),
+    /// Run a job now; its schedule is untouched
+    Trigger(trigger::TriggerArgs),
+    /// List a job's runs
+    Runs(runs::RunsArgs),
+    /// Print a run's output; -f follows it until the run ends
+    Logs(logs::LogsArgs),
+    /// Stop a running run
+    Kill(kill::KillArgs),
+    /// Print the next fire times of a schedule
+    Next(next::NextArgs),
+    /// Check a jobs file, a schedule, or a stored job
+    Validate(validate::ValidateArgs),
+    /// Runners and scheduler leases
+    Status,
+    /// Measure lateness, dispatch throughput and scheduler load on this machine
+    Bench(bench::BenchArgs),
+}
+
+impl Command {
+    /// Daemons log at info; one-shot commands only warn.
+    pub fn is_daemon(&self) -> bool {
+        matches!(self, Command::Up(_) | Command::Agent(_) | Command::Bench(_))
+    }
+}
+
+/// What commands share: the global flags and, once asked for, the store.
+pub struct Ctx {
+    pub global: Global,
+}
+
+impl Ctx {
+    pub fn nats_url(&self) -> String {
+        self.global.nats.clone().unwrap_or_else(|| "nats://127.0.0.1:4222".into())
+    }
+
+    pub fn names(&self) -> Result<Names> {
+        Ok(Names::new(&self.global.namespace)?)
+    }
+
+    pub async fn store(&self) -> Result<Store> {
+        let names = self.names()?;
+        let client = crate::connect::connect(&self.nats_url(), self.global.creds.as_deref(), "cronrun-cli").await?;
+        Store::open(client, names, &LayoutOptions::default())
+            .await
+            .context("opening the cronrun layout in NATS")
+    }
+
+    pub fn json(&self) -> bool {
+        self.global.output == Output::Json
+    }
+
+    /// Prints `value` as JSON, or `text()` as text.
+    pub fn print<T: Serialize>(&self, value: &T, text: impl FnOnce() -> String) -> Result<()> {
+        if self.json() {
+            println!("{}", serde_json::to_string_pretty(value)?);
+        } else {
+            let t = text();
+            if !t.is_empty() {
+                println!("{}", t.trim_end());
+            }
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
+    let ctx = Ctx { global: cli.global };
+    match cli.command {
+        Command::Up(a) => up::run(&ctx, a).await,
+        Command::Agent(a) => agent::run(&ctx, a).await,
+        Command::Add(a) => add::run(&ctx, a).await,
+        Command::Apply(a) => apply::run(&ctx, a).await,
+        Command::Ls => ls::run(&ctx).await,
+        Command::Get(a) => get::run(&ctx, a).await,
+        Command::Rm(a) => rm::run(&ctx, a).await,
+        Command::Pause(a) => pause::run(&ctx, a, true).await,
+        Command::Resume(a) => pause::run(&ctx, a, false).await,
+        Command::Trigger(a) => trigger::run(&ctx, a).await,
+        Command::Runs(a) => runs::run(&ctx, a).await,
+        Command::Logs(a) => logs::run(&ctx, a).await,
+        Command::Kill(a) => kill::run(&ctx, a).await,
+        Command::Next(a) => next::run(&ctx, a),
+        Command::Validate(a) => validate::run(&ctx, a).await,
+        Command::Status => status::run(&ctx).await,
+        Command::Bench(a) => bench::run(&ctx, a).await,
+    }?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `2026-11-21T19:30:00Z`, with milliseconds only when there are some.
+pub fn fmt_time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// Left-aligned columns, two spaces apart.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        padded.join("  ").trim_end().to_string()
+    };
+    let mut out = vec![line(header.iter().map(|h| h.to_string()).collect())];
+    out.extend(rows.iter().map(|r| line(r.clone())));
+    out.join("\n")
+}

@@ -1,0 +1,61 @@
+//! `cronrun trigger NAME [--wait]`: a manual run now, through the same dispatch path as a
+//! scheduled one. `--wait` follows the record and exits non-zero unless it succeeded.
+
+use anyhow::{Result, bail};
+use chrono::Utc;
+use clap::Args;
+use serde_json::json;
+
+use super::Ctx;
+use crate::dispatch::{DispatchMsg, dispatch};
+use crate::record::{RunRecord, Trigger, manual_run_id, run_key};
+use crate::store::Store;
+
+#[derive(Args)]
+pub struct TriggerArgs {
+    pub name: String,
+    /// Wait for the run to end; exit non-zero unless it succeeded
+    #[arg(long)]
+    pub wait: bool,
+}
+
+pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
+    let store = ctx.store().await?;
+    let job = store.get_job(&a.name).await?;
+    let spec = job.spec?;
+    let now = Utc::now();
+    let msg = DispatchMsg {
+        job: spec.name.clone(),
+        run_id: manual_run_id(now),
+        attempt: 1,
+        trigger: Trigger::Manual,
+        scheduled_at: now,
+        spec_revision: job.revision,
+    };
+    dispatch(&store, &spec.pool, &msg, now).await?;
+    let key = run_key(&msg.job, &msg.run_id);
+    if !a.wait {
+        return ctx.print(&json!({ "run": key }), || format!("triggered {key}"));
+    }
+    let record = wait_final(&store, &key).await?;
+    let status = record.status.as_str();
+    ctx.print(&record, || format!("{key} {status}"))?;
+    if record.status != crate::record::Status::Succeeded {
+        bail!("run {key} {status}: {}", record.error.unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Follows a run record until it reaches a final status.
+pub async fn wait_final(store: &Store, key: &str) -> Result<RunRecord> {
+    let mut watch = store.runs.watch(key).await?;
+    while let Some(change) = watch.next().await {
+        if let Some(value) = change?.value {
+            let record = RunRecord::from_json(&value)?;
+            if record.status.is_final() {
+                return Ok(record);
+            }
+        }
+    }
+    bail!("lost the watch on run {key}")
+}

@@ -1,0 +1,96 @@
+//! `cronrun up`: everything on one machine. Without --nats it starts a local nats-server
+//! (JetStream in the data directory), then runs scheduler and runner in this process and,
+//! on first start, adds the example jobs. Ctrl-C or SIGTERM stops it all cleanly.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::Ctx;
+use super::agent::AgentArgs;
+use crate::embedded::{EmbeddedNats, ServerOptions};
+use crate::names::Names;
+use crate::spec::parse_jobs_file;
+use crate::store::Store;
+
+/// The jobs a first start adds, so there is something to watch.
+const EXAMPLE_JOBS: &str = include_str!("../../../deploy/examples/jobs.toml");
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Where the local nats-server keeps its data [default: ~/.local/share/cronrun]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Client port of the local nats-server
+    #[arg(long, default_value_t = 4222)]
+    pub port: u16,
+    /// Do not add the example jobs on first start
+    #[arg(long)]
+    pub no_examples: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+fn default_data_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("cronrun")
+}
+
+pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
+    let mut config = a.agent.config(ctx)?;
+    let cancel = CancellationToken::new();
+    crate::shutdown::cancel_on_signals(cancel.clone()).context("installing signal handlers")?;
+    let server = match &ctx.global.nats {
+        Some(_) => None,
+        None => {
+            let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
+            if std::net::TcpListener::bind(("127.0.0.1", a.port)).is_err() {
+                anyhow::bail!(
+                    "port {} is in use: pass --nats nats://127.0.0.1:{} to use the server there, or --port N",
+                    a.port,
+                    a.port
+                );
+            }
+            let opts = ServerOptions { port: a.port, ..Default::default() };
+            let server = EmbeddedNats::start(&dir.join("nats"), &opts).await?;
+            info!(url = %server.url, data = %dir.display(), "local nats-server started");
+            config.nats = server.url.clone();
+            Some(server)
+        }
+    };
+    let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
+    if !a.no_examples {
+        add_examples(&client, &config).await?;
+    }
+    println!(
+        "cronrun is up: NATS at {}. Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, \
+         `nats --server {} kv ls {}_jobs`. Ctrl-C stops.",
+        config.nats,
+        config.nats,
+        config.namespace
+    );
+    let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
+    if let Some(server) = server {
+        server.stop().await;
+    }
+    Ok(result?)
+}
+
+/// Adds the example jobs if the deployment has no jobs at all.
+async fn add_examples(client: &async_nats::Client, config: &crate::config::AgentConfig) -> Result<()> {
+    let store = Store::open(client.clone(), Names::new(&config.namespace)?, &config.layout).await?;
+    if !store.list_jobs().await?.is_empty() {
+        return Ok(());
+    }
+    for spec in parse_jobs_file(EXAMPLE_JOBS, "examples/jobs.toml")? {
+        store.put_job(&spec).await?;
+        info!(job = %spec.name, schedule = %spec.schedule, "example job added");
+    }
+    Ok(())
+}

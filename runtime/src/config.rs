@@ -1,0 +1,113 @@
+//! `cronrun.toml`: the agent's configuration. Every field has a default; unknown fields
+//! are refused. Command-line flags override the file.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::runner::RunnerConfig;
+use crate::scheduler::SchedulerConfig;
+use crate::store::LayoutOptions;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// NATS server URL(s), comma-separated. Default `nats://127.0.0.1:4222`.
+    pub nats: String,
+    /// A NATS credentials file. Default: none.
+    pub creds: Option<String>,
+    /// Prefix of every NATS name. Default `cronrun`.
+    pub namespace: String,
+    /// This agent's name in leases, records and `status`. Default: the host name.
+    pub name: String,
+    /// `scheduler`, `runner` or both. Default both.
+    pub roles: Vec<Role>,
+    pub layout: LayoutOptions,
+    pub scheduler: SchedulerConfig,
+    pub runner: RunnerConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Scheduler,
+    Runner,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            nats: "nats://127.0.0.1:4222".into(),
+            creds: None,
+            namespace: crate::names::DEFAULT_NAMESPACE.into(),
+            name: default_name(),
+            roles: vec![Role::Scheduler, Role::Runner],
+            layout: LayoutOptions::default(),
+            scheduler: SchedulerConfig::default(),
+            runner: RunnerConfig::default(),
+        }
+    }
+}
+
+/// The host name, made safe for a KV key.
+pub fn default_name() -> String {
+    let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let clean: String = host
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .collect();
+    if clean.is_empty() { "agent".into() } else { clean }
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid("config", format!("{}: cannot read: {e}", path.display())))?;
+        let config: Self = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let at = match line {
+                Some(l) => format!("{}:{l}", path.display()),
+                None => path.display().to_string(),
+            };
+            Error::invalid("config", format!("{at}: {}", e.message().replace('\n', " ")))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), Error> {
+        crate::names::Names::new(&self.namespace)?;
+        crate::names::validate_job_name(&self.name)
+            .map_err(|_| Error::invalid("name", format!("agent name {:?} must be 1 to 128 of A-Z a-z 0-9 _ -", self.name)))?;
+        if self.roles.is_empty() {
+            return Err(Error::invalid("roles", "roles must name scheduler, runner or both"));
+        }
+        if self.runner.pools.is_empty() && self.roles.contains(&Role::Runner) {
+            return Err(Error::invalid("runner.pools", "a runner needs at least one pool"));
+        }
+        if self.scheduler.lease_ttl < std::time::Duration::from_secs(2) {
+            return Err(Error::invalid("scheduler.lease_ttl", "scheduler.lease_ttl must be at least 2s"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_unknown_fields_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cronrun.toml");
+        let example = include_str!("../../deploy/cronrun.toml");
+        std::fs::write(&path, example).unwrap();
+        let cfg = AgentConfig::load(&path).unwrap();
+        assert_eq!(cfg.runner.pools, ["default"]);
+
+        std::fs::write(&path, "namespace = \"x\"\n[runner]\nslotz = 3\n").unwrap();
+        let err = AgentConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("cronrun.toml:3") && err.contains("slotz"), "{err}");
+    }
+}

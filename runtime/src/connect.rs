@@ -1,0 +1,24 @@
+//! Connecting to NATS, with errors that say what to do.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async_nats::Client, Error> {
+    let mut opts = async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(Duration::from_secs(5))
+        .request_timeout(Some(Duration::from_secs(10)));
+    if let Some(path) = creds {
+        opts = opts
+            .credentials_file(path)
+            .await
+            .map_err(|e| Error::invalid("creds", format!("cannot read NATS credentials {path}: {e}")))?;
+    }
+    opts.connect(url).await.map_err(|e| {
+        Error::nats(
+            &format!("cannot reach NATS at {url}"),
+            format!("{e}; start one with `cronrun up` or pass --nats URL"),
+        )
+    })
+}

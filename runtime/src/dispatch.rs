@@ -1,0 +1,67 @@
+//! Handing a run to the runners: the run record is created if absent under its
+//! fire-derived key, then the run is published to `CRONRUN_DISPATCH` with a `Nats-Msg-Id`.
+//! Both steps refuse a second dispatch of the same run; the order makes a crash between
+//! them harmless (the next dispatcher finds the record `queued` and publishes again,
+//! deduplicated by the server if the first publish did land).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind};
+use crate::events::{Event, publish_event};
+use crate::record::{RunRecord, Status, Trigger};
+use crate::store::Store;
+
+/// The body of a dispatch message. The record in `cronrun_runs` is the truth; this says
+/// which record to look at and when to start it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchMsg {
+    pub job: String,
+    pub run_id: String,
+    pub attempt: u32,
+    pub trigger: Trigger,
+    pub scheduled_at: DateTime<Utc>,
+    pub spec_revision: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Dispatched,
+    /// Already dispatched and past `queued`: nothing was sent.
+    Duplicate,
+}
+
+/// Creates the record for `msg` and publishes it to `pool`.
+pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTime<Utc>) -> Result<Outcome, Error> {
+    let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
+    record.attempt = msg.attempt;
+    record.dispatched_at = Some(now);
+    match store.create_run(&record).await {
+        Ok(_) => {}
+        Err(e) if *e.kind() == ErrorKind::AlreadyExists => {
+            let existing = store.get_run(&msg.job, &msg.run_id).await?;
+            if existing.record.status != Status::Queued || existing.record.attempt != msg.attempt {
+                return Ok(Outcome::Duplicate);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    publish(store, pool, msg).await?;
+    publish_event(store, &Event::new(&msg.job, &msg.run_id, "dispatched", msg.attempt, now)).await;
+    Ok(Outcome::Dispatched)
+}
+
+async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Error> {
+    let mut headers = async_nats::HeaderMap::new();
+    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
+    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    let body = serde_json::to_vec(msg).unwrap_or_default();
+    store
+        .js
+        .publish_with_headers(store.names.dispatch_subject(pool), headers, body.into())
+        .await
+        .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?
+        .await
+        .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?;
+    Ok(())
+}

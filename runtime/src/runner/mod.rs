@@ -1,0 +1,243 @@
+//! The runner: pulls due runs of its pools and executes them with bounded concurrency.
+//!
+//! - `run.rs`: one run's life (claim, wait for the instant, start, supervise, finish).
+//! - `shell.rs`: process groups, signals, exit codes.
+//! - `output.rs`: bounded line reading and the kept tail.
+//! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
+
+mod output;
+mod presence;
+mod run;
+pub mod shell;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::catalog::Catalog;
+use crate::clock::SharedClock;
+use crate::error::Error;
+use crate::spec::History;
+use crate::store::Store;
+
+pub use output::{EOF_HEADER, STREAM_HEADER};
+pub use presence::RunnerPresence;
+
+/// Runner settings (`[runner]` in `cronrun.toml`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerConfig {
+    /// Pools this runner takes runs from. Default `["default"]`.
+    pub pools: Vec<String>,
+    /// Runs held at once (waiting for their instant or running). Default 256.
+    pub slots: usize,
+    /// How often a running run's record and message are refreshed. Default 5s.
+    #[serde(with = "crate::store::humantime_serde_compat")]
+    pub heartbeat: Duration,
+    /// Between TERM and KILL on timeout or kill. Default 5s.
+    #[serde(with = "crate::store::humantime_serde_compat")]
+    pub kill_grace: Duration,
+    /// Output lines longer than this are cut. Default 8 KiB.
+    pub max_line_bytes: usize,
+    /// On shutdown, let running jobs finish (true) or stop them at once. Default true.
+    pub drain_on_shutdown: bool,
+    /// How long a draining shutdown waits before stopping what still runs. Default 30s.
+    #[serde(with = "crate::store::humantime_serde_compat")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            pools: vec!["default".into()],
+            slots: 256,
+            heartbeat: Duration::from_secs(5),
+            kill_grace: Duration::from_secs(5),
+            max_line_bytes: 8 * 1024,
+            drain_on_shutdown: true,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every run task of this runner shares.
+pub(crate) struct RunnerCtx {
+    pub store: Store,
+    pub catalog: Catalog,
+    pub config: RunnerConfig,
+    pub clock: SharedClock,
+    pub host: String,
+    pub running: AtomicUsize,
+    last_prune: Mutex<HashMap<String, Instant>>,
+}
+
+impl RunnerCtx {
+    /// Trims the job's finished runs to its history, at most once a second per job.
+    async fn prune(&self, job: &str, history: &History) {
+        {
+            let Ok(mut last) = self.last_prune.lock() else { return };
+            if last.get(job).is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                return;
+            }
+            last.insert(job.to_string(), Instant::now());
+        }
+        if let Err(e) = self.store.prune_runs(job, history).await {
+            warn!(job, "pruning run history: {e}");
+        }
+    }
+}
+
+pub struct Runner {
+    ctx: Arc<RunnerCtx>,
+}
+
+impl Runner {
+    pub fn new(store: Store, catalog: Catalog, config: RunnerConfig, clock: SharedClock, host: String) -> Self {
+        let ctx = RunnerCtx {
+            store,
+            catalog,
+            config,
+            clock,
+            host,
+            running: AtomicUsize::new(0),
+            last_prune: Mutex::new(HashMap::new()),
+        };
+        Self { ctx: Arc::new(ctx) }
+    }
+
+    /// Pulls and runs until `cancel`, then drains: no new runs are taken, and those held
+    /// finish within `drain_timeout` (or are stopped).
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), Error> {
+        let ctx = self.ctx;
+        ctx.catalog.wait_loaded().await;
+        let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
+        let tracker = TaskTracker::new();
+        let stop_runs = CancellationToken::new();
+        let mut pullers = Vec::new();
+        for pool in &ctx.config.pools {
+            let consumer = pool_consumer(&ctx.store, pool).await?;
+            pullers.push(tokio::spawn(pull_loop(
+                ctx.clone(),
+                consumer,
+                slots.clone(),
+                tracker.clone(),
+                cancel.clone(),
+                stop_runs.clone(),
+            )));
+        }
+        let presence = tokio::spawn(presence::publish(ctx.clone(), cancel.clone()));
+        info!(host = %ctx.host, pools = ?ctx.config.pools, slots = ctx.config.slots, "runner ready");
+        cancel.cancelled().await;
+        for p in pullers {
+            let _ = p.await;
+        }
+        tracker.close();
+        let held = ctx.running.load(Ordering::SeqCst);
+        info!(held, "runner draining");
+        if tokio::time::timeout(ctx.config.drain_timeout, tracker.wait()).await.is_err() {
+            warn!("drain timeout: stopping runs still in progress");
+            stop_runs.cancel();
+            tracker.wait().await;
+        }
+        let _ = presence.await;
+        presence::remove(&ctx).await;
+        Ok(())
+    }
+}
+
+/// The durable consumer all runners of `pool` share; created once, used as found.
+async fn pool_consumer(store: &Store, pool: &str) -> Result<PullConsumer, Error> {
+    let stream = store
+        .js
+        .get_stream(store.names.dispatch_stream())
+        .await
+        .map_err(|e| Error::nats("opening the dispatch stream", e))?;
+    let name = store.names.pool_consumer(pool);
+    stream
+        .get_or_create_consumer(
+            &name,
+            pull::Config {
+                durable_name: Some(name.clone()),
+                description: Some(format!("cronrun runners of pool {pool}")),
+                filter_subject: store.names.dispatch_subject(pool),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                max_ack_pending: 100_000,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| Error::nats(&format!("opening consumer {name}"), e))
+}
+
+async fn pull_loop(
+    ctx: Arc<RunnerCtx>,
+    consumer: PullConsumer,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+    stop_runs: CancellationToken,
+) {
+    loop {
+        // Pull only as many runs as there are free slots.
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = slots.clone().try_acquire_owned() {
+            permits.push(p);
+            if permits.len() >= 256 {
+                break;
+            }
+        }
+        let batch = consumer
+            .batch()
+            .max_messages(permits.len())
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                warn!("pulling runs: {e}");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => return,
+                next = batch.next() => next,
+            };
+            let msg = match next {
+                Some(Ok(msg)) => msg,
+                Some(Err(e)) => {
+                    warn!("pulling runs: {e}");
+                    break;
+                }
+                None => break,
+            };
+            let Some(permit) = permits.pop() else { break };
+            let ctx = ctx.clone();
+            let stop = stop_runs.clone();
+            tracker.spawn(async move {
+                ctx.running.fetch_add(1, Ordering::SeqCst);
+                run::execute(ctx.clone(), msg, stop).await;
+                ctx.running.fetch_sub(1, Ordering::SeqCst);
+                drop(permit);
+            });
+        }
+    }
+}

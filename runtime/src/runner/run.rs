@@ -1,0 +1,287 @@
+//! One dispatched run on this runner: claim the record, wait for the fire instant, start,
+//! supervise (heartbeat, output, timeout, kill), finish. Every record write is a
+//! compare-and-set on the revision this runner last wrote; a refused write means the run
+//! was taken from us (fencing), and the child is killed without writing anything more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::StreamExt;
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::RunnerCtx;
+use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail, read_lines};
+use super::shell::{self, RunEnv, ShellProcess};
+use crate::dispatch::DispatchMsg;
+use crate::error::Error;
+use crate::events::{Event, publish_event};
+use crate::record::{RunRecord, Status, Trigger};
+use crate::spec::JobSpec;
+
+/// Runs one dispatch message to its end and acks it.
+pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, cancel: CancellationToken) {
+    let dispatch: DispatchMsg = match serde_json::from_slice(&msg.payload) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("dropping unreadable dispatch message: {e}");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let span = info_span!("run", job = %dispatch.job, run = %dispatch.run_id, attempt = dispatch.attempt);
+    async {
+        match run(&ctx, &msg, &dispatch, &cancel).await {
+            Ok(()) => {}
+            Err(e) if e.is_conflict() => info!("run taken over elsewhere; this runner stops it: {e}"),
+            Err(e) => warn!("run ended with an error: {e}"),
+        }
+        if let Err(e) = msg.ack().await {
+            debug!("ack: {e}");
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// The record as this runner last wrote it.
+struct Held {
+    record: RunRecord,
+    revision: u64,
+}
+
+impl Held {
+    async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
+        self.revision = ctx.store.update_run(&self.record, self.revision).await?;
+        Ok(())
+    }
+}
+
+async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &CancellationToken) -> Result<(), Error> {
+    let stored = match ctx.store.get_run(&d.job, &d.run_id).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || stored.record.host.is_some() {
+        debug!(status = stored.record.status.as_str(), "already handled elsewhere");
+        return Ok(());
+    }
+    // Claim it ahead of its instant, so starting on time costs one write, not two.
+    let mut held = Held { record: stored.record, revision: stored.revision };
+    held.record.host = Some(ctx.host.clone());
+    held.write(ctx).await?;
+
+    if !wait_until(ctx, msg, d.scheduled_at, cancel).await {
+        return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
+    }
+    let spec = match ctx.catalog.get(&d.job).map(|j| j.spec.clone()) {
+        None => return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await,
+        Some(Err(e)) => return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await,
+        Some(Ok(spec)) => spec,
+    };
+    if spec.paused && d.trigger != Trigger::Manual {
+        return finish_without_start(ctx, &mut held, Status::Skipped, "job is paused").await;
+    }
+    let Some(shell_spec) = spec.shell.as_ref() else {
+        return finish_without_start(ctx, &mut held, Status::Failed, "this runner does not run wasm jobs yet").await;
+    };
+    let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
+    let process = match shell::spawn(shell_spec, &env) {
+        Ok(p) => p,
+        Err(e) => return finish_without_start(ctx, &mut held, Status::Failed, &format!("could not start: {e}")).await,
+    };
+    let started = ctx.clock.now();
+    held.record.status = Status::Running;
+    held.record.started_at = Some(started);
+    held.record.heartbeat_at = Some(started);
+    if let Err(e) = held.write(ctx).await {
+        process.signal(Signal::SIGKILL);
+        return Err(e);
+    }
+    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, "started", d.attempt, started)).await;
+    supervise(ctx, msg, &spec, held, process, cancel).await
+}
+
+/// Sleeps until `at`, telling JetStream we are alive meanwhile. False when shut down.
+async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, cancel: &CancellationToken) -> bool {
+    loop {
+        let left = (at - ctx.clock.now()).to_std().unwrap_or_default();
+        if left.is_zero() {
+            return true;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(left.min(ctx.config.heartbeat)) => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+        }
+    }
+}
+
+async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<(), Error> {
+    info!("run {}: {why}", status.as_str());
+    held.record.status = status;
+    held.record.error = Some(why.to_string());
+    held.record.finished_at = Some(ctx.clock.now());
+    held.write(ctx).await?;
+    let r = &held.record;
+    let event = Event::new(&r.job, &r.run_id, status.as_str(), r.attempt, ctx.clock.now()).with_detail(why);
+    publish_event(&ctx.store, &event).await;
+    Ok(())
+}
+
+/// Why a running process ended, beyond its exit status.
+enum Ending {
+    Exited,
+    TimedOut,
+    Killed(Signal),
+    ShutDown,
+}
+
+async fn supervise(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    spec: &JobSpec,
+    mut held: Held,
+    mut process: ShellProcess,
+    cancel: &CancellationToken,
+) -> Result<(), Error> {
+    let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
+    let logs_subject = ctx.store.names.logs_subject(&job, &run_id);
+    let (line_tx, mut line_rx) = mpsc::channel::<Line>(1024);
+    let mut readers = Vec::new();
+    if let Some(out) = process.child.stdout.take() {
+        readers.push(tokio::spawn(read_lines(out, Source::Stdout, ctx.config.max_line_bytes, line_tx.clone())));
+    }
+    if let Some(err) = process.child.stderr.take() {
+        readers.push(tokio::spawn(read_lines(err, Source::Stderr, ctx.config.max_line_bytes, line_tx.clone())));
+    }
+    drop(line_tx);
+    let mut kills = ctx
+        .store
+        .client
+        .subscribe(ctx.store.names.kill_subject(&job, &run_id))
+        .await
+        .map_err(|e| Error::nats("subscribing to kill requests", e))?;
+    let mut tail = Tail::new(spec.output_lines as usize);
+    let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
+    heartbeat.tick().await;
+    let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(timeout);
+
+    let (ending, status) = loop {
+        tokio::select! {
+            status = process.child.wait() => break (Ending::Exited, status.ok()),
+            _ = &mut timeout => break (Ending::TimedOut, process.terminate(ctx.config.kill_grace).await),
+            Some(req) = kills.next() => {
+                let signal = shell::parse_signal(&String::from_utf8_lossy(&req.payload)).unwrap_or(Signal::SIGTERM);
+                if let Some(reply) = req.reply {
+                    let _ = ctx.store.client.publish(reply, "ok".into()).await;
+                }
+                info!("kill requested ({signal})");
+                let status = if signal == Signal::SIGKILL {
+                    process.signal(Signal::SIGKILL);
+                    process.child.wait().await.ok()
+                } else {
+                    process.signal(signal);
+                    process.terminate(ctx.config.kill_grace).await
+                };
+                break (Ending::Killed(signal), status);
+            }
+            Some(line) = line_rx.recv() => publish_line(ctx, &logs_subject, line, &mut tail).await,
+            _ = heartbeat.tick() => {
+                held.record.heartbeat_at = Some(ctx.clock.now());
+                held.record.output = tail.to_vec();
+                if let Err(e) = held.write(ctx).await {
+                    if e.is_conflict() {
+                        process.signal(Signal::SIGKILL);
+                        return Err(e);
+                    }
+                    warn!("heartbeat not recorded: {e}");
+                }
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+            _ = cancel.cancelled(), if !ctx.config.drain_on_shutdown => {
+                break (Ending::ShutDown, process.terminate(ctx.config.kill_grace).await);
+            }
+        }
+    };
+    // The run ends with its main process; what it left in its group goes with it.
+    process.signal(Signal::SIGKILL);
+    let drain = async {
+        while let Some(line) = line_rx.recv().await {
+            publish_line(ctx, &logs_subject, line, &mut tail).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(2), drain).await.is_err() {
+        readers.iter().for_each(|r| r.abort());
+    }
+
+    let finished = ctx.clock.now();
+    let r = &mut held.record;
+    r.finished_at = Some(finished);
+    r.duration_ms = r.started_at.map(|s| (finished - s).num_milliseconds().max(0) as u64);
+    r.output = tail.to_vec();
+    r.exit_code = status.as_ref().map(shell::exit_code);
+    (r.status, r.error) = match (&ending, &status) {
+        (Ending::Exited, Some(s)) if s.success() => (Status::Succeeded, None),
+        (Ending::Exited, Some(s)) => (Status::Failed, Some(format!("exited with code {}", shell::exit_code(s)))),
+        (Ending::Exited, None) => (Status::Failed, Some("lost track of the process".into())),
+        (Ending::TimedOut, _) => (Status::TimedOut, Some(format!("timed out after {}", humantime::format_duration(spec.timeout.unwrap_or_default())))),
+        (Ending::Killed(sig), _) => (Status::Cancelled, Some(format!("killed on request ({sig})"))),
+        (Ending::ShutDown, _) => (Status::Cancelled, Some("runner shut down".into())),
+    };
+    let status = r.status;
+    let detail = r.error.clone().unwrap_or_default();
+    write_final(ctx, &mut held).await?;
+    publish_eof(ctx, &logs_subject, status).await;
+    let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
+    publish_event(&ctx.store, &event).await;
+    info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
+    ctx.prune(&job, &spec.history).await;
+    Ok(())
+}
+
+/// The final write is retried while NATS is away; a conflict is final.
+async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match held.write(ctx).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() || backoff > Duration::from_secs(60) => return Err(e),
+            Err(e) => {
+                warn!("final record not written yet, retrying in {backoff:?}: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+    }
+}
+
+async fn publish_line(ctx: &RunnerCtx, subject: &str, line: Line, tail: &mut Tail) {
+    let payload = bytes::Bytes::from(line.text.clone().into_bytes());
+    let sent = match line.source {
+        Source::Stdout => ctx.store.client.publish(subject.to_string(), payload).await,
+        Source::Stderr => {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(STREAM_HEADER, "stderr");
+            ctx.store.client.publish_with_headers(subject.to_string(), headers, payload).await
+        }
+    };
+    if let Err(e) = sent {
+        debug!("output line not published: {e}");
+    }
+    tail.push(line.text);
+}
+
+async fn publish_eof(ctx: &RunnerCtx, subject: &str, status: Status) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(EOF_HEADER, status.as_str());
+    let _ = ctx.store.client.publish_with_headers(subject.to_string(), headers, bytes::Bytes::new()).await;
+}

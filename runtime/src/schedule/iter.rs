@@ -1,0 +1,318 @@
+//! Forward search for the next fire: a port of cronsim 2.8's `__next__`
+//! (`tick`, `advance`, `advance_month/day/hour/minute/second`, the
+//! `fixup_tz` mode and its `is_imaginary` loop, the 50-year give-up).
+//!
+//! The state mirrors cronsim's `self.dt`: a wall-clock time plus its `fold`,
+//! in one of three clocks:
+//!
+//! * `Utc`: naive arithmetic (cronsim's `tzinfo in (None, UTC)`; for UTC the
+//!   other modes give identical results, this one is just faster);
+//! * `Fixup`: 5-field expressions whose minute and hour do not start with `*`,
+//!   in any other zone: naive wall-clock arithmetic, then the result is moved
+//!   forward minute by minute while it is imaginary and read with `fold=0`;
+//! * `Zoned`: aware arithmetic: `tick` goes through UTC, `replace` keeps the
+//!   fold, `combine` sets fold 0 (see `zone.rs` for what fold means).
+//!
+//! Speed: cronsim's tick loops (second by second, minute by minute, hour by
+//! hour until a member or the wrap to 0) are replaced by one jump to where the
+//! loop would stop, computed from the bitsets. In the naive clocks that is
+//! exact. In `Zoned` the jump is taken only when the UTC offset at its target
+//! equals the offset at its start; otherwise one literal tick is made and the
+//! jump retried, so transitions are stepped through exactly as cronsim does.
+//! Equal offsets at both ends imply no transition in between because no zone
+//! in chrono-tz's table (2025b) has two offset changes that cancel out within
+//! 48 hours (checked over the whole table when this was written; jumps span
+//! at most 24 hours). Offset lookups are cached with the state, and `fold` is
+//! only computed when a `replace` lands on a repeated or skipped wall time.
+
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike, Utc};
+use chrono_tz::Tz;
+
+use super::cron::CronSpec;
+use super::zone::{self, Wall, naive, secs};
+
+#[derive(Clone, Copy)]
+enum Clock {
+    Utc,
+    Fixup(Tz),
+    Zoned(Tz),
+}
+
+/// Where the current `fold` comes from: set explicitly, or "whatever Python
+/// would set converting this UTC instant" (computed lazily; `replace` keeps it).
+#[derive(Clone, Copy)]
+enum Fold {
+    Fixed(bool),
+    OfInstant(i64),
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    Second,
+    Minute,
+    Hour,
+}
+
+struct Cursor<'a> {
+    spec: &'a CronSpec,
+    clock: Clock,
+    dt: NaiveDateTime,
+    fold: Fold,
+    /// UTC instant and its offset when `dt` came from converting an instant.
+    known: Option<(i64, i32)>,
+}
+
+/// Safety bound for loops that cronsim bounds only implicitly.
+const GUARD: u32 = 100_000;
+
+/// First cron fire strictly after `after`, as cronsim would yield it.
+pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+    let start = after.timestamp();
+    let clock = if matches!(tz, Tz::UTC | Tz::Etc__UTC) {
+        Clock::Utc
+    } else if spec.debian() {
+        Clock::Fixup(tz)
+    } else {
+        Clock::Zoned(tz)
+    };
+    let mut c = Cursor { spec, clock, dt: naive(start)?, fold: Fold::Fixed(false), known: None };
+    match clock {
+        Clock::Utc => {}
+        Clock::Fixup(tz) => c.dt = naive(start + i64::from(zone::offset_at(tz, start)?))?,
+        Clock::Zoned(tz) => c.set_instant(start, zone::offset_at(tz, start)?)?,
+    }
+    // cronsim can yield a fire at or before the start when the start is in
+    // the second pass of a repeated hour (Fixup mode reads wall times with
+    // fold=0); those are skipped by continuing the same iteration.
+    for _ in 0..GUARD {
+        c.tick(1)?;
+        c.advance()?;
+        let fire = c.finish()?;
+        if fire > start {
+            return DateTime::from_timestamp(fire, 0);
+        }
+    }
+    None
+}
+
+impl Cursor<'_> {
+    fn set_instant(&mut self, utc: i64, off: i32) -> Option<()> {
+        self.dt = naive(utc + i64::from(off))?;
+        self.known = Some((utc, off));
+        self.fold = Fold::OfInstant(utc);
+        Some(())
+    }
+
+    /// `self.dt.astimezone(UTC)` in `Zoned` mode.
+    fn instant(&self, tz: Tz) -> i64 {
+        if let Some((u, _)) = self.known {
+            return u;
+        }
+        let fold = self.fold;
+        zone::to_utc(tz, self.dt, || match fold {
+            Fold::Fixed(f) => f,
+            Fold::OfInstant(u) => zone::fold_at(tz, u),
+        })
+    }
+
+    /// cronsim's `tick(seconds)`.
+    fn tick(&mut self, n: i64) -> Option<()> {
+        match self.clock {
+            Clock::Utc | Clock::Fixup(_) => {
+                self.dt = self.dt.checked_add_signed(TimeDelta::seconds(n))?;
+                self.fold = Fold::Fixed(false);
+            }
+            Clock::Zoned(tz) => {
+                let u = self.instant(tz) + n;
+                self.set_instant(u, zone::offset_at(tz, u)?)?;
+            }
+        }
+        Some(())
+    }
+
+    /// `self.dt.replace(hour=h, minute=m, second=s)`: keeps the fold.
+    fn set_time(&mut self, h: u32, m: u32, s: u32) -> Option<()> {
+        self.dt = self.dt.date().and_hms_opt(h, m, s)?;
+        self.known = None;
+        Some(())
+    }
+
+    /// `datetime.combine(d, time(), tzinfo=...)`: fold 0.
+    fn combine(&mut self, d: NaiveDate) {
+        self.dt = d.and_time(NaiveTime::MIN);
+        self.known = None;
+        self.fold = Fold::Fixed(false);
+    }
+
+    fn unit(&self, u: Unit) -> (u32, u64, u32, i64) {
+        let s = self.spec;
+        match u {
+            Unit::Second => (self.dt.second(), s.seconds, 60, 1),
+            Unit::Minute => (self.dt.minute(), s.minutes, 60, 60),
+            Unit::Hour => (self.dt.hour(), u64::from(s.hours), 24, 3600),
+        }
+    }
+
+    /// cronsim's `while v not in set: tick(step); if v == 0: break` for a
+    /// `v` known not to be in the set.
+    fn tick_until(&mut self, u: Unit) -> Option<()> {
+        let (_, _, _, step) = self.unit(u);
+        // Ticks from the current value until the loop would stop, assuming
+        // the wall clock advances exactly `step` per tick.
+        let ahead = |c: &Self| -> i64 {
+            let (v, set, len, _) = c.unit(u);
+            let above = set & !((2u64 << v) - 1) & ((1u64 << len) - 1);
+            let stop = if above != 0 { above.trailing_zeros() } else { len };
+            i64::from(stop - v)
+        };
+        let stops = |c: &Self| {
+            let (v, set, _, _) = c.unit(u);
+            set >> v & 1 == 1 || v == 0
+        };
+        let tz = match self.clock {
+            Clock::Utc | Clock::Fixup(_) => {
+                let n = ahead(self) * step;
+                self.dt = self.dt.checked_add_signed(TimeDelta::seconds(n))?;
+                self.fold = Fold::Fixed(false);
+                return Some(());
+            }
+            Clock::Zoned(tz) => tz,
+        };
+        for _ in 0..GUARD {
+            if let Some((utc, off)) = self.known {
+                let target = utc + ahead(self) * step;
+                if zone::offset_at(tz, target) == Some(off) {
+                    return self.set_instant(target, off);
+                }
+            }
+            self.tick(step)?;
+            if stops(self) {
+                return Some(());
+            }
+        }
+        None
+    }
+
+    /// cronsim's `advance`; `None` when it gives up (50 years) or the year
+    /// field is exhausted.
+    fn advance(&mut self) -> Option<()> {
+        let start_year = self.dt.year();
+        for _ in 0..GUARD {
+            self.advance_month()?;
+            if self.dt.year() > start_year + 50 {
+                return None;
+            }
+            if self.advance_day()? || self.advance_hour()? || self.advance_minute()? || self.advance_second()? {
+                continue;
+            }
+            return Some(());
+        }
+        None
+    }
+
+    fn advance_month(&mut self) -> Option<()> {
+        loop {
+            if !self.spec.has_year(self.dt.year()) {
+                let y = self.spec.next_year(self.dt.year())?;
+                self.combine(NaiveDate::from_ymd_opt(y, 1, 1)?);
+            }
+            if self.spec.has_month(self.dt.month()) {
+                return Some(());
+            }
+            let mut needle = self.dt.date().with_day(1)?;
+            loop {
+                needle = needle.checked_add_months(chrono::Months::new(1))?;
+                if self.spec.has_month(needle.month()) {
+                    break;
+                }
+            }
+            self.combine(needle);
+            if !self.spec.restricts_years() {
+                return Some(());
+            }
+        }
+    }
+
+    fn advance_day(&mut self) -> Option<bool> {
+        let mut needle = self.dt.date();
+        if self.spec.match_day(needle) {
+            return Some(false);
+        }
+        loop {
+            needle = needle.succ_opt()?;
+            if needle.day() == 1 || self.spec.match_day(needle) {
+                break;
+            }
+        }
+        self.combine(needle);
+        Some(true)
+    }
+
+    fn advance_hour(&mut self) -> Option<bool> {
+        let h = self.dt.hour();
+        if self.spec.hours >> h & 1 == 1 {
+            return Some(false);
+        }
+        self.set_time(h, 0, 0)?;
+        self.tick_until(Unit::Hour)?;
+        Some(true)
+    }
+
+    fn advance_minute(&mut self) -> Option<bool> {
+        let m = self.dt.minute();
+        let set = self.spec.minutes;
+        if set >> m & 1 == 1 {
+            return Some(false);
+        }
+        self.set_time(self.dt.hour(), m, 0)?;
+        if set.count_ones() == 1 {
+            let delta = (set.trailing_zeros() + 60 - m) % 60;
+            self.tick(i64::from(delta) * 60)?;
+        }
+        if set >> self.dt.minute() & 1 == 0 {
+            self.tick_until(Unit::Minute)?;
+        }
+        Some(true)
+    }
+
+    fn advance_second(&mut self) -> Option<bool> {
+        let s = self.dt.second();
+        let set = self.spec.seconds;
+        if set >> s & 1 == 1 {
+            return Some(false);
+        }
+        if set.count_ones() == 1 {
+            let delta = (set.trailing_zeros() + 60 - s) % 60;
+            self.tick(i64::from(delta))?;
+        }
+        if set >> self.dt.second() & 1 == 0 {
+            self.tick_until(Unit::Second)?;
+        }
+        Some(true)
+    }
+
+    /// The end of cronsim's `__next__`: the fire instant in UTC seconds.
+    fn finish(&mut self) -> Option<i64> {
+        match self.clock {
+            Clock::Utc => Some(secs(self.dt)),
+            Clock::Zoned(tz) => Some(self.instant(tz)),
+            Clock::Fixup(tz) => {
+                for _ in 0..GUARD {
+                    match zone::classify(tz, self.dt) {
+                        // `while is_imaginary(result): self.dt += 1 minute`,
+                        // jumping straight to the first minute past the gap.
+                        Wall::Skipped { .. } => {
+                            let minutes = match zone::gap_end(tz, self.dt) {
+                                Some(end) if end > self.dt => (secs(end) - secs(self.dt) + 59) / 60,
+                                _ => 1,
+                            };
+                            self.dt = self.dt.checked_add_signed(TimeDelta::minutes(minutes))?;
+                        }
+                        wall => return Some(secs(self.dt) - i64::from(wall.offset(false))),
+                    }
+                }
+                None
+            }
+        }
+    }
+}

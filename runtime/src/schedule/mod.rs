@@ -1,0 +1,205 @@
+//! The time engine: schedule expressions and their next fire instants.
+//!
+//! What lives where, and why:
+//!
+//! * `mod.rs` (this file): the public API ([`Schedule`], [`ScheduleError`],
+//!   [`parse_timezone`]), the macros (`@daily` ...), `@every` and `@at`.
+//! * `fields.rs`: one cron field's text into a bitset plus its `L`, `W`, `#`
+//!   items, with cronsim's syntax quirks.
+//! * `cron.rs`: the compiled expression (`CronSpec`), cronsim's whole
+//!   expression checks, and the day-of-month / day-of-week matcher.
+//! * `iter.rs`: the forward search, a port of cronsim 2.8's iterator.
+//! * `zone.rs`: wall-clock/UTC conversion with Python `zoneinfo` semantics
+//!   (`fold`, imaginary times) on top of chrono-tz.
+//!
+//! We implement rather than use the `cron` or `croner` crates because the
+//! contract (DESIGN.md) is "fire times equal cronsim's for every expression
+//! both accept", including Debian cron's DST behaviour; that needs cronsim's
+//! exact algorithm, quirks included.
+//!
+//! # Grammar
+//!
+//! 5 fields `minute hour day-of-month month day-of-week`, 6 (`second` first)
+//! or 7 (`second` first, `year` 1970-2199 last). Each field: `*`, values,
+//! ranges `a-b`, steps `*/n`, `a/n` (from `a` to the field maximum),
+//! `a-b/n`, lists; `JAN`-`DEC` and `SUN`-`SAT` (any case); day-of-week 0-7
+//! (0 and 7 are Sunday); day-of-month `L`, `LW`, `NW` (Quartz: the weekday
+//! nearest day N, never leaving the month; no fire in months without day N);
+//! day-of-week `5L`/`FRIL` (last Friday) and `FRI#3` (third Friday, 1-5);
+//! `?` as a whole day field means `*`. If either day field starts with `*` or
+//! `?`, both must match, otherwise either may (Debian cron).
+//! Macros: `@yearly`/`@annually` `0 0 1 1 *`, `@monthly` `0 0 1 * *`,
+//! `@weekly` `0 0 * * 0`, `@daily`/`@midnight` `0 0 * * *`, `@hourly`
+//! `0 * * * *` (so they get the 5-field DST handling); `@every <duration>`
+//! (humantime, >= 1 s, whole milliseconds) fires at `UNIX_EPOCH + k * d`
+//! whatever the zone and whatever the last run; `@at <RFC 3339>` fires once.
+//!
+//! # Semantics and deliberate choices
+//!
+//! * Cron fires are exactly cronsim 2.8's (`CronSim(expr, start)` with `start`
+//!   an aware datetime in `ZoneInfo(tz)`), compared as UTC instants; the
+//!   differential test `tests/time_vs_cronsim.rs` checks this. That includes
+//!   Debian cron's DST rules: for 5-field expressions with fixed minute and
+//!   hour, a time in a skipped hour fires once at the end of the gap and a
+//!   time in a repeated hour fires once (first pass); wildcard hours and all
+//!   6/7-field expressions follow the instant, i.e. the wall clock.
+//! * `next_after` is strictly after `after`. cronsim itself can yield a fire
+//!   at or before its start when the start is in the second pass of a
+//!   repeated hour (it reads wall times with fold=0); we skip such fires by
+//!   continuing cronsim's iteration, which is what Debian cron does too (it
+//!   does not rerun jobs when the clock goes back).
+//! * Like cronsim, `next_after` gives up (`None`) when nothing matches within
+//!   50 years of the search start, also for year fields beyond that.
+//! * chrono-tz's table ends in 2099; after that each zone keeps its last
+//!   offset, while Python's zoneinfo keeps applying the DST rule.
+//! * Accepted by cronsim but refused here: `L/n` and `LW/n` (cronsim ignores
+//!   the step), non-ASCII letters that Python upper-cases to ASCII ones.
+//!   Accepted here but not by cronsim: `?`, `NW`, `FRIL`, 7 fields, macros.
+//! * cronsim's refusal of a day-of-month that no selected month has when
+//!   both day fields must match (`0 0 30 2 *`) is ported, counting `NW` too.
+
+mod cron;
+mod fields;
+mod iter;
+mod zone;
+#[cfg(test)]
+mod tests;
+
+use chrono::{DateTime, Utc};
+pub use chrono_tz::Tz;
+
+use cron::CronSpec;
+
+/// A parsed schedule expression.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    expr: Box<str>,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Cron(Box<CronSpec>),
+    /// Period in milliseconds (>= 1000).
+    Every(u64),
+    At(DateTime<Utc>),
+}
+
+/// Why an expression or time zone was refused. `field` names the part
+/// (`minute`, `day-of-month`, ..., `expression`, `timezone`, `@every`, `@at`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}{} {reason}", if is_cron_field(.field) { " field" } else { "" })]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn is_cron_field(f: &str) -> bool {
+    matches!(f, "second" | "minute" | "hour" | "day-of-month" | "month" | "day-of-week" | "year")
+}
+
+fn expr_err(reason: String) -> ScheduleError {
+    ScheduleError { field: "expression", reason }
+}
+
+const MACROS: &str = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, \
+                      @every <duration> or @at <RFC 3339 time>";
+
+impl Schedule {
+    /// Parses a cron expression, a macro, `@every <duration>` or `@at <time>`.
+    pub fn parse(expr: &str) -> Result<Schedule, ScheduleError> {
+        let text = expr.trim();
+        let kind = if text.is_empty() {
+            return Err(expr_err(format!(
+                "is empty; expected 5-7 cron fields like \"*/5 * * * *\" or one of {MACROS}"
+            )));
+        } else if let Some(rest) = text.strip_prefix('@') {
+            let (word, arg) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let arg = arg.trim();
+            let word = word.to_ascii_lowercase();
+            let fixed = match word.as_str() {
+                "yearly" | "annually" => Some("0 0 1 1 *"),
+                "monthly" => Some("0 0 1 * *"),
+                "weekly" => Some("0 0 * * 0"),
+                "daily" | "midnight" => Some("0 0 * * *"),
+                "hourly" => Some("0 * * * *"),
+                _ => None,
+            };
+            match (fixed, word.as_str()) {
+                (Some(_), _) if !arg.is_empty() => {
+                    return Err(expr_err(format!("{text:?}: @{word} takes no argument")));
+                }
+                (Some(cron), _) => Kind::Cron(Box::new(CronSpec::parse(&split(cron))?)),
+                (None, "every") => Kind::Every(parse_every(arg)?),
+                (None, "at") => Kind::At(parse_at(arg)?),
+                _ => return Err(expr_err(format!("{text:?}: unknown macro; use one of {MACROS}"))),
+            }
+        } else {
+            Kind::Cron(Box::new(CronSpec::parse(&split(text))?))
+        };
+        Ok(Schedule { expr: expr.into(), kind })
+    }
+
+    /// First fire strictly after `after`, evaluated in `tz` (ignored by
+    /// `@every` and `@at`). Cron fires are whole seconds, `@every` fires
+    /// whole milliseconds. `None` when it never fires again.
+    pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+        match &self.kind {
+            Kind::Cron(spec) => iter::next_after(spec, after, tz),
+            Kind::Every(period) => {
+                let period = i64::try_from(*period).ok()?;
+                let k = after.timestamp_millis().div_euclid(period).checked_add(1)?;
+                DateTime::from_timestamp_millis(k.checked_mul(period)?)
+            }
+            Kind::At(at) => (*at > after).then_some(*at),
+        }
+    }
+
+    /// The fires after `after`, in order (at most one for `@at`).
+    pub fn fires_after(&self, after: DateTime<Utc>, tz: Tz) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        std::iter::successors(self.next_after(after, tz), move |t| self.next_after(*t, tz))
+    }
+
+    /// The original text.
+    pub fn expr(&self) -> &str {
+        &self.expr
+    }
+}
+
+fn split(text: &str) -> Vec<&str> {
+    text.split_whitespace().collect()
+}
+
+fn parse_every(arg: &str) -> Result<u64, ScheduleError> {
+    let err = |msg: String| ScheduleError { field: "@every", reason: format!("{arg:?}: {msg}") };
+    if arg.is_empty() {
+        return Err(err("missing duration; write e.g. @every 30s, @every 5m or @every 1h30m".into()));
+    }
+    let d = humantime::parse_duration(arg)
+        .map_err(|e| err(format!("{e}; write a duration like 30s, 5m, 1h30m or 1500ms")))?;
+    if d.as_secs() < 1 {
+        return Err(err("must be at least 1s".into()));
+    }
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(err("must be a whole number of milliseconds".into()));
+    }
+    u64::try_from(d.as_millis())
+        .ok()
+        .filter(|ms| *ms <= i64::MAX as u64)
+        .ok_or_else(|| err("is too long".into()))
+}
+
+fn parse_at(arg: &str) -> Result<DateTime<Utc>, ScheduleError> {
+    DateTime::parse_from_rfc3339(arg).map(|t| t.with_timezone(&Utc)).map_err(|e| ScheduleError {
+        field: "@at",
+        reason: format!("{arg:?}: {e}; write an RFC 3339 time like 2030-01-31T09:00:00Z"),
+    })
+}
+
+/// Parses an IANA time zone name such as `Europe/Berlin`.
+pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+    name.parse::<Tz>().map_err(|_| ScheduleError {
+        field: "timezone",
+        reason: format!("{name:?}: unknown time zone; use an IANA name like Europe/Berlin or UTC"),
+    })
+}

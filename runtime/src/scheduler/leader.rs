@@ -1,0 +1,187 @@
+//! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
+//! instant, renew the lease and move the watermark.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, error, info_span, warn};
+
+use super::{Due, FireQueue, Scheduler};
+use crate::dispatch::{DispatchMsg, dispatch};
+use crate::error::Error;
+use crate::events::{Event, publish_event};
+use crate::names::lease_keys;
+use crate::record::{Trigger, fire_run_id};
+use crate::store::Store;
+use crate::store::lease::Lease;
+
+/// Where the watermark was read or last written: (instant, revision; 0 = absent).
+struct Watermark {
+    at: DateTime<Utc>,
+    revision: u64,
+}
+
+/// Leads until cancelled (Ok) or until the lease is lost (Err).
+pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+    let mut watermark = read_watermark(s).await?;
+    let now = s.clock.now();
+    // Resume after the last dispatched fire, unless the shard was never led before.
+    let from = if watermark.revision == 0 { now } else { watermark.at };
+    let mut queue = FireQueue::default();
+    for job in s.catalog.snapshot() {
+        queue.upsert(job, from);
+    }
+    debug!(jobs = queue.len(), from = %from, "fire queue built");
+
+    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight_fires = InFlight::default();
+    let mut renew = tokio::time::interval(s.config.lease_ttl / 3);
+    renew.tick().await;
+    let lead = TimeDelta::from_std(s.config.lead).unwrap_or_default();
+
+    loop {
+        let now = s.clock.now();
+        // Dispatch everything due within the lead time, up to the in-flight limit.
+        while in_flight.len() < s.config.max_in_flight {
+            let Some(due) = queue.pop_due(now + lead) else { break };
+            in_flight_fires.add(due.fire);
+            in_flight.push(fire(s.store.clone(), s.config.default_deadline, due, now));
+        }
+        let wake = match queue.peek() {
+            Some(next) if in_flight.len() < s.config.max_in_flight => (next - lead - now).to_std().unwrap_or_default(),
+            _ => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                while let Some(done) = in_flight.next().await {
+                    in_flight_fires.remove(done);
+                }
+                let low = low_water(&mut queue, &in_flight_fires, now + lead);
+                write_watermark(s, &mut watermark, low).await.ok();
+                if let Err(e) = lease.release().await {
+                    warn!("releasing scheduler lease: {e}");
+                }
+                return Ok(());
+            }
+            _ = tokio::time::sleep(wake) => {}
+            Some(ev) = s.events.recv() => match ev.job {
+                Some(job) => queue.upsert(job, s.clock.now()),
+                None => queue.remove(&ev.name),
+            },
+            Some(done) = in_flight.next() => in_flight_fires.remove(done),
+            _ = renew.tick() => {
+                lease.renew().await?;
+                let low = low_water(&mut queue, &in_flight_fires, now + lead);
+                write_watermark(s, &mut watermark, low).await?;
+            }
+        }
+    }
+}
+
+/// Fire instants of dispatches not finished yet.
+#[derive(Default)]
+struct InFlight(BTreeMap<DateTime<Utc>, usize>);
+
+impl InFlight {
+    fn add(&mut self, at: DateTime<Utc>) {
+        *self.0.entry(at).or_default() += 1;
+    }
+    fn remove(&mut self, at: DateTime<Utc>) {
+        if let Some(n) = self.0.get_mut(&at) {
+            *n -= 1;
+            if *n == 0 {
+                self.0.remove(&at);
+            }
+        }
+    }
+}
+
+/// Everything before the earliest fire not yet dispatched (queued or in flight) is done;
+/// nothing after `ceiling` (now + lead) has been looked at.
+fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>) -> DateTime<Utc> {
+    let pending = [queue.peek(), in_flight.0.keys().next().copied(), Some(ceiling)];
+    let next = pending.into_iter().flatten().min().unwrap_or(ceiling);
+    next - TimeDelta::milliseconds(1)
+}
+
+async fn read_watermark(s: &Scheduler) -> Result<Watermark, Error> {
+    let key = lease_keys::watermark(s.shard);
+    Ok(match s.store.leases.get(&key).await? {
+        Some(v) => Watermark {
+            at: serde_json::from_slice(&v.value).unwrap_or_else(|_| s.clock.now()),
+            revision: v.revision,
+        },
+        None => Watermark { at: s.clock.now(), revision: 0 },
+    })
+}
+
+/// Moves the watermark forward by compare-and-set: a conflict means another scheduler
+/// holds the shard now.
+async fn write_watermark(s: &Scheduler, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
+    if at <= w.at && w.revision != 0 {
+        return Ok(());
+    }
+    let key = lease_keys::watermark(s.shard);
+    let body = serde_json::to_vec(&at).unwrap_or_default().into();
+    w.revision = s.store.leases.update(&key, body, w.revision, None).await?;
+    w.at = at;
+    Ok(())
+}
+
+/// Dispatches one due fire, or records it missed when it is past its deadline. Returns
+/// the fire instant for the watermark.
+async fn fire(store: Store, default_deadline: Duration, due: Due, now: DateTime<Utc>) -> DateTime<Utc> {
+    let Some(spec) = due.spec() else { return due.fire };
+    let run_id = fire_run_id(due.fire);
+    let span = info_span!("fire", job = %spec.name, run = %run_id);
+    let deadline = spec.starting_deadline.unwrap_or(default_deadline);
+    async {
+        if (now - due.fire).to_std().is_ok_and(|late| late > deadline) {
+            warn!(fire = %due.fire, "fire missed: found {}s late", (now - due.fire).num_seconds());
+            let event = Event::new(&spec.name, &run_id, "missed", 1, now)
+                .with_detail(format!("not dispatched within {}s of its fire", deadline.as_secs()));
+            publish_event(&store, &event).await;
+            return;
+        }
+        let msg = DispatchMsg {
+            job: spec.name.clone(),
+            run_id: run_id.clone(),
+            attempt: 1,
+            trigger: Trigger::Schedule,
+            scheduled_at: due.fire + jitter(&spec.name, due.fire, spec.jitter),
+            spec_revision: due.job.revision,
+        };
+        // NATS may be briefly away (a leader election): retry within the deadline.
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match dispatch(&store, &spec.pool, &msg, now).await {
+                Ok(outcome) => return debug!(?outcome, "dispatch"),
+                Err(e) if backoff < deadline.min(Duration::from_secs(30)) => {
+                    warn!("dispatch failed, retrying in {backoff:?}: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => return error!("dispatch failed, fire lost: {e}"),
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    due.fire
+}
+
+/// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one.
+fn jitter(job: &str, fire: DateTime<Utc>, max: Duration) -> TimeDelta {
+    use std::hash::{Hash, Hasher};
+    let max_ms = max.as_millis() as u64;
+    if max_ms == 0 {
+        return TimeDelta::zero();
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (job, fire.timestamp_millis()).hash(&mut h);
+    TimeDelta::milliseconds((h.finish() % max_ms) as i64)
+}

@@ -1,0 +1,172 @@
+//! The fire queue: every scheduled job's next fire in a binary heap, O(log n) per fire,
+//! built for a million schedules. Edits and removals bump a job's generation; heap
+//! entries of an older generation are dropped when they surface (lazy invalidation).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use crate::catalog::CatalogJob;
+use crate::schedule::Schedule;
+use crate::spec::JobSpec;
+
+struct Slot {
+    generation: u32,
+    schedule: Schedule,
+    tz: Tz,
+    job: Arc<CatalogJob>,
+}
+
+/// A fire that is due.
+#[derive(Debug, Clone)]
+pub struct Due {
+    pub job: Arc<CatalogJob>,
+    pub fire: DateTime<Utc>,
+}
+
+impl Due {
+    pub fn spec(&self) -> Option<&JobSpec> {
+        self.job.spec.as_ref().ok().map(|s| s.as_ref())
+    }
+}
+
+#[derive(Default)]
+pub struct FireQueue {
+    heap: BinaryHeap<Reverse<(i64, u32, u32)>>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    by_name: HashMap<Arc<str>, u32>,
+    generation: u32,
+}
+
+impl FireQueue {
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Adds or replaces a job; its first fire is the first after `from`. Invalid and
+    /// paused jobs are removed.
+    pub fn upsert(&mut self, job: Arc<CatalogJob>, from: DateTime<Utc>) {
+        let parsed = match &job.spec {
+            Ok(spec) if !spec.paused => spec.parsed_schedule().ok(),
+            _ => None,
+        };
+        let Some((schedule, tz)) = parsed else {
+            self.remove(&job.name);
+            return;
+        };
+        self.generation = self.generation.wrapping_add(1);
+        let slot = Slot {
+            generation: self.generation,
+            schedule,
+            tz,
+            job: job.clone(),
+        };
+        let index = match self.by_name.get(job.name.as_str()) {
+            Some(&i) => i,
+            None => {
+                let i = self.free.pop().unwrap_or_else(|| {
+                    self.slots.push(None);
+                    (self.slots.len() - 1) as u32
+                });
+                self.by_name.insert(Arc::from(job.name.as_str()), i);
+                i
+            }
+        };
+        if let Some(next) = slot.schedule.next_after(from, slot.tz) {
+            self.heap.push(Reverse((next.timestamp_millis(), index, slot.generation)));
+        }
+        self.slots[index as usize] = Some(slot);
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        if let Some(i) = self.by_name.remove(name) {
+            self.slots[i as usize] = None;
+            self.free.push(i);
+        }
+    }
+
+    /// The earliest pending fire (stale entries are dropped on the way).
+    pub fn peek(&mut self) -> Option<DateTime<Utc>> {
+        while let Some(&Reverse((at, index, generation))) = self.heap.peek() {
+            if self.is_current(index, generation) {
+                return DateTime::from_timestamp_millis(at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// The next fire at or before `until`; the job's following fire is queued.
+    pub fn pop_due(&mut self, until: DateTime<Utc>) -> Option<Due> {
+        let at = self.peek()?;
+        if at > until {
+            return None;
+        }
+        let Reverse((_, index, generation)) = self.heap.pop()?;
+        let slot = self.slots[index as usize].as_ref()?;
+        if let Some(next) = slot.schedule.next_after(at, slot.tz) {
+            self.heap.push(Reverse((next.timestamp_millis(), index, generation)));
+        }
+        Some(Due {
+            job: slot.job.clone(),
+            fire: at,
+        })
+    }
+
+    fn is_current(&self, index: u32, generation: u32) -> bool {
+        matches!(&self.slots[index as usize], Some(s) if s.generation == generation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{JobSpec, ShellSpec};
+    use chrono::TimeZone;
+
+    fn job(name: &str, schedule: &str, paused: bool) -> Arc<CatalogJob> {
+        let mut spec = JobSpec::shell(name, schedule, ShellSpec { command: Some("true".into()), ..Default::default() });
+        spec.paused = paused;
+        Arc::new(CatalogJob { name: name.into(), revision: 1, spec: Ok(Arc::new(spec)) })
+    }
+
+    fn t(s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, s).unwrap()
+    }
+
+    #[test]
+    fn fires_come_in_time_order() {
+        let mut q = FireQueue::default();
+        q.upsert(job("a", "*/2 * * * * *", false), t(0));
+        q.upsert(job("b", "*/3 * * * * *", false), t(0));
+        let mut got = Vec::new();
+        while let Some(due) = q.pop_due(t(6)) {
+            got.push((due.job.name.clone(), due.fire));
+        }
+        let names: Vec<_> = got.iter().map(|(n, f)| format!("{n}@{}", f.timestamp() % 60)).collect();
+        assert_eq!(names, ["a@2", "b@3", "a@4", "a@6", "b@6"]);
+        assert_eq!(q.peek(), Some(t(8)));
+    }
+
+    #[test]
+    fn edits_and_removals_replace_pending_fires() {
+        let mut q = FireQueue::default();
+        q.upsert(job("a", "*/10 * * * * *", false), t(0));
+        q.upsert(job("a", "*/4 * * * * *", false), t(0));
+        assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(4)));
+        q.upsert(job("a", "* * * * * *", true), t(4));
+        assert_eq!(q.peek(), None);
+        assert!(q.is_empty());
+        q.upsert(job("b", "* * * * * *", false), t(4));
+        q.remove("b");
+        assert_eq!(q.pop_due(t(60)).map(|d| d.fire), None);
+    }
+}

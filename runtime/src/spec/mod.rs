@@ -1,0 +1,247 @@
+//! The job spec: what a job is, as stored in KV (JSON) and written in files (TOML).
+//!
+//! - `mod.rs`: the structs and their documented defaults.
+//! - `codec.rs`: serde helpers for durations, `lock` and the `shell` shorthand.
+//! - `validate.rs`: checks serde cannot express; every error names its field.
+//! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
+
+mod codec;
+mod file;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+pub use file::parse_jobs_file;
+
+/// One job. Unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// 1 to 128 of `A-Z a-z 0-9 _ -`; also the KV key.
+    pub name: String,
+    /// A cron expression, macro, `@every` or `@at` (see `schedule`).
+    pub schedule: String,
+    /// IANA zone the schedule is read in. Default `UTC`.
+    #[serde(default = "defaults::timezone")]
+    pub timezone: String,
+    /// A shell job: exactly one of `shell` and `wasm` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ShellSpec>,
+    /// A WebAssembly job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmSpec>,
+    /// Longest a run may take before TERM, grace, KILL. Default: none.
+    #[serde(default, with = "codec::opt_duration", skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// What to do when a fire comes while the previous run still runs. Default `skip`.
+    #[serde(default)]
+    pub overlap: Overlap,
+    /// `false`, `true` (a lock named after the job) or a lock name shared by jobs.
+    #[serde(default, with = "codec::lock")]
+    pub lock: Option<String>,
+    /// Which fires missed while no scheduler ran are run late. Default `none`.
+    #[serde(default)]
+    pub catchup: Catchup,
+    /// How far back catch-up looks. Default 1h.
+    #[serde(default = "defaults::catchup_window", with = "codec::duration")]
+    pub catchup_window: Duration,
+    /// A run not started this long after its fire is recorded as missed. Default: none.
+    #[serde(default, with = "codec::opt_duration", skip_serializing_if = "Option::is_none")]
+    pub starting_deadline: Option<Duration>,
+    /// Retry policy for failed runs. Default: no retries.
+    #[serde(default)]
+    pub retries: Retries,
+    /// Random delay up to this much added to each fire. Default 0.
+    #[serde(default, with = "codec::duration")]
+    pub jitter: Duration,
+    /// Which runners may take the job. Default `default`.
+    #[serde(default = "defaults::pool")]
+    pub pool: String,
+    /// A paused job does not fire; `trigger` still runs it.
+    #[serde(default)]
+    pub paused: bool,
+    /// How many finished runs are kept in `cronrun_runs`.
+    #[serde(default)]
+    pub history: History,
+    /// Output lines kept in the run record (the last N). Default 100.
+    #[serde(default = "defaults::output_lines")]
+    pub output_lines: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A command for `/bin/sh -c`, or an argv run directly. In files `shell = "cmd"` is short
+/// for `shell = { command = "cmd" }`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ShellSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// A Wasm component by digest, its config and what it is allowed to reach.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasmSpec {
+    /// `sha256-<hex>`, a key of the plugins object store.
+    pub plugin: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+    /// Subjects the job may publish to (NATS wildcards allowed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_publish: Vec<String>,
+    /// Hosts the job may reach over HTTP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_http: Vec<String>,
+    /// Whether the job may use its own KV store.
+    #[serde(default)]
+    pub allow_kv: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overlap {
+    #[default]
+    Skip,
+    Allow,
+    Queue,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Catchup {
+    #[default]
+    None,
+    Latest,
+    All,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retries {
+    /// Retries after the first attempt. Default 0.
+    #[serde(default)]
+    pub max: u32,
+    /// Delay before the first retry, doubled each time. Default 10s.
+    #[serde(default = "defaults::backoff", with = "codec::duration")]
+    pub backoff: Duration,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self {
+            max: 0,
+            backoff: defaults::backoff(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    /// Succeeded runs kept. Default 10.
+    #[serde(default = "defaults::history")]
+    pub succeeded: u32,
+    /// Runs that did not succeed kept. Default 10.
+    #[serde(default = "defaults::history")]
+    pub failed: u32,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            succeeded: defaults::history(),
+            failed: defaults::history(),
+        }
+    }
+}
+
+mod defaults {
+    use std::time::Duration;
+    pub fn timezone() -> String {
+        "UTC".into()
+    }
+    pub fn pool() -> String {
+        "default".into()
+    }
+    pub fn catchup_window() -> Duration {
+        Duration::from_secs(3600)
+    }
+    pub fn backoff() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn history() -> u32 {
+        10
+    }
+    pub fn output_lines() -> u32 {
+        100
+    }
+}
+
+impl JobSpec {
+    /// A shell job with every default, as `cronrun add` starts from.
+    pub fn shell(name: &str, schedule: &str, shell: ShellSpec) -> Self {
+        Self {
+            name: name.into(),
+            schedule: schedule.into(),
+            timezone: defaults::timezone(),
+            shell: Some(shell),
+            wasm: None,
+            timeout: None,
+            overlap: Overlap::default(),
+            lock: None,
+            catchup: Catchup::default(),
+            catchup_window: defaults::catchup_window(),
+            starting_deadline: None,
+            retries: Retries::default(),
+            jitter: Duration::ZERO,
+            pool: defaults::pool(),
+            paused: false,
+            history: History::default(),
+            output_lines: defaults::output_lines(),
+            description: String::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Parses and validates a spec as stored in KV.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, Error> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let spec: Self = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "spec".to_string() } else { path };
+            // serde_json appends "at line 1 column 79": noise for a field-named message.
+            let inner = e.inner().to_string();
+            let reason = inner.split(" at line ").next().unwrap_or(&inner);
+            Error::invalid(field.clone(), format!("{field}: {reason}"))
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    pub fn to_json(&self) -> bytes::Bytes {
+        // Serializing plain structs of strings and numbers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+
+    /// The parsed schedule and zone; `validate` has checked both.
+    pub fn parsed_schedule(&self) -> Result<(crate::schedule::Schedule, chrono_tz::Tz), Error> {
+        let schedule = crate::schedule::Schedule::parse(&self.schedule)
+            .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?;
+        let tz = crate::schedule::parse_timezone(&self.timezone)
+            .map_err(|e| Error::invalid("timezone", format!("timezone: {e}")))?;
+        Ok((schedule, tz))
+    }
+}

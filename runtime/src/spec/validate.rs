@@ -1,0 +1,159 @@
+//! Checks that serde cannot express. Each error names the field and says what is accepted.
+
+use std::time::Duration;
+
+use super::{JobSpec, codec};
+use crate::error::Error;
+use crate::names::validate_job_name;
+
+const MAX_HISTORY: u32 = 1000;
+const MAX_OUTPUT_LINES: u32 = 10_000;
+const MAX_RETRIES: u32 = 100;
+
+fn token_ok(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl JobSpec {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), Error> {
+        validate_job_name(&self.name)?;
+        self.parsed_schedule()?;
+        match (&self.shell, &self.wasm) {
+            (Some(shell), None) => {
+                match (&shell.command, &shell.argv) {
+                    (Some(c), None) if !c.trim().is_empty() => {}
+                    (None, Some(argv)) if argv.first().is_some_and(|a| !a.is_empty()) => {}
+                    (Some(_), Some(_)) => {
+                        return Err(invalid("shell", "set either shell.command or shell.argv, not both"));
+                    }
+                    _ => return Err(invalid("shell", "shell needs a non-empty command or argv")),
+                }
+                for key in shell.env.keys() {
+                    if key.is_empty() || key.contains('=') || key.contains('\0') {
+                        return Err(invalid("shell.env", format!("environment name {key:?} must be non-empty without = or NUL")));
+                    }
+                }
+                if let Some(cwd) = &shell.cwd
+                    && !cwd.starts_with('/')
+                {
+                    return Err(invalid("shell.cwd", format!("cwd {cwd:?} must be an absolute path")));
+                }
+            }
+            (None, Some(wasm)) => {
+                let hex = wasm.plugin.strip_prefix("sha256-").unwrap_or("");
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(invalid("wasm.plugin", format!("plugin {:?} must be sha256-<64 hex digits>, as printed by cronrun deploy", wasm.plugin)));
+                }
+            }
+            (Some(_), Some(_)) => return Err(invalid("shell", "a job has either shell or wasm, not both")),
+            (None, None) => return Err(invalid("shell", "a job needs shell (a command) or wasm (a plugin)")),
+        }
+        if self.timeout.is_some_and(|t| t < Duration::from_millis(1)) {
+            return Err(invalid("timeout", "timeout must be positive, e.g. 30s"));
+        }
+        if let Some(lock) = &self.lock
+            && lock != codec::lock::OWN_NAME
+            && !token_ok(lock)
+        {
+            return Err(invalid("lock", format!("lock name {lock:?} must be 1 to 64 of A-Z a-z 0-9 _ -")));
+        }
+        if !token_ok(&self.pool) {
+            return Err(invalid("pool", format!("pool {:?} must be 1 to 64 of A-Z a-z 0-9 _ -", self.pool)));
+        }
+        if self.retries.max > MAX_RETRIES {
+            return Err(invalid("retries.max", format!("retries.max is at most {MAX_RETRIES}")));
+        }
+        if self.history.succeeded > MAX_HISTORY || self.history.failed > MAX_HISTORY {
+            return Err(invalid("history", format!("history keeps at most {MAX_HISTORY} runs of each kind")));
+        }
+        if self.output_lines > MAX_OUTPUT_LINES {
+            return Err(invalid("output_lines", format!("output_lines is at most {MAX_OUTPUT_LINES}")));
+        }
+        if let Some(key) = self.labels.keys().find(|k| k.is_empty()) {
+            return Err(invalid("labels", format!("label name {key:?} must not be empty")));
+        }
+        Ok(())
+    }
+
+    /// The lock this job takes, if any (`lock = true` means the job's own name).
+    pub fn lock_name(&self) -> Option<&str> {
+        match self.lock.as_deref() {
+            Some(codec::lock::OWN_NAME) => Some(&self.name),
+            other => other,
+        }
+    }
+}
+
+fn invalid(field: &str, reason: impl std::fmt::Display) -> Error {
+    Error::invalid(field, format!("{field}: {reason}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn field_of(json: &str) -> String {
+        match JobSpec::from_json(json.as_bytes()).unwrap_err().kind() {
+            ErrorKind::Invalid { field } => field.clone(),
+            other => panic!("not an invalid-input error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_spec_gets_defaults() {
+        let spec = JobSpec::from_json(br#"{"name":"a","schedule":"* * * * *","shell":"true"}"#).unwrap();
+        assert_eq!(spec.timezone, "UTC");
+        assert_eq!(spec.pool, "default");
+        assert_eq!(spec.output_lines, 100);
+        assert_eq!(spec.shell.unwrap().command.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let json = br#"{"name":"a","schedule":"*/5 * * * *","timezone":"Europe/Berlin",
+            "shell":{"argv":["echo","hi"],"env":{"A":"1"},"cwd":"/tmp"},"timeout":"1m30s",
+            "overlap":"queue","lock":"db","catchup":"latest","retries":{"max":2,"backoff":"5s"},
+            "labels":{"team":"ops"}}"#;
+        let spec = JobSpec::from_json(json).unwrap();
+        let again = JobSpec::from_json(&spec.to_json()).unwrap();
+        assert_eq!(spec, again);
+        assert_eq!(spec.timeout, Some(Duration::from_secs(90)));
+        assert_eq!(spec.lock_name(), Some("db"));
+    }
+
+    #[test]
+    fn lock_true_means_own_name() {
+        let spec = JobSpec::from_json(br#"{"name":"a","schedule":"@hourly","shell":"x","lock":true}"#).unwrap();
+        assert_eq!(spec.lock_name(), Some("a"));
+        assert!(spec.to_json().windows(11).any(|w| w == b"\"lock\":true"));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let base = r#""name":"a","schedule":"* * * * *","shell":"true""#;
+        assert_eq!(field_of(&format!("{{{base},\"colour\":1}}")), "spec");
+        assert_eq!(field_of(&format!("{{{base},\"timeout\":\"soon\"}}")), "timeout");
+        assert_eq!(field_of(&format!("{{{base},\"overlap\":\"never\"}}")), "overlap");
+        assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":1,\"x\":2}}}}")), "retries");
+        assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":-1}}}}")), "retries.max");
+        assert_eq!(field_of(&format!("{{{base},\"timezone\":\"Mars/Olympus\"}}")), "timezone");
+        assert_eq!(field_of(&format!("{{{base},\"pool\":\"a.b\"}}")), "pool");
+        assert_eq!(field_of(r#"{"name":"a b","schedule":"* * * * *","shell":"x"}"#), "name");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"61 * * * *","shell":"x"}"#), "schedule");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *"}"#), "shell");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","argv":["y"]}}"#), "shell");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
+        assert_eq!(field_of("not json"), "spec");
+    }
+
+    #[test]
+    fn unknown_field_message_lists_the_field() {
+        let err = JobSpec::from_json(br#"{"name":"a","schedule":"* * * * *","shell":"x","colour":1}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `colour`"), "{err}");
+    }
+}

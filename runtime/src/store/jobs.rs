@@ -1,0 +1,103 @@
+//! Job specs in `cronrun_jobs`. A stored value that fails validation is kept as an error,
+//! so `get` and `validate` can show why and nothing else trips over it.
+
+use super::Store;
+use super::kv::Versioned;
+use crate::error::{Error, ErrorKind};
+use crate::names::validate_job_name;
+use crate::spec::JobSpec;
+
+/// A job as stored: its revision and its spec, or why the stored JSON is refused.
+#[derive(Debug, Clone)]
+pub struct StoredJob {
+    pub name: String,
+    pub revision: u64,
+    pub spec: Result<JobSpec, Error>,
+}
+
+impl StoredJob {
+    pub fn decode(name: &str, v: &Versioned) -> Self {
+        let spec = JobSpec::from_json(&v.value).and_then(|spec| {
+            if spec.name == name {
+                Ok(spec)
+            } else {
+                Err(Error::invalid("name", format!("name: spec says {:?} but is stored under {name:?}", spec.name)))
+            }
+        });
+        Self {
+            name: name.to_string(),
+            revision: v.revision,
+            spec,
+        }
+    }
+}
+
+impl Store {
+    pub async fn get_job(&self, name: &str) -> Result<StoredJob, Error> {
+        validate_job_name(name)?;
+        match self.jobs.get(name).await? {
+            Some(v) => Ok(StoredJob::decode(name, &v)),
+            None => Err(Error::not_found(format!("job {name:?} not found; `cronrun ls` lists jobs"))),
+        }
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<StoredJob>, Error> {
+        let mut jobs: Vec<_> = self.jobs.scan(">")
+            .await?
+            .iter()
+            .map(|(k, v)| StoredJob::decode(k, v))
+            .collect();
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(jobs)
+    }
+
+    /// Creates a job that must not exist yet.
+    pub async fn create_job(&self, spec: &JobSpec) -> Result<u64, Error> {
+        spec.validate()?;
+        self.jobs.create(&spec.name, spec.to_json(), None)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::AlreadyExists => Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("job {:?} already exists; use `cronrun apply` or `cronrun rm` first", spec.name),
+                ),
+                _ => e,
+            })
+    }
+
+    /// Creates or replaces a job; unchanged specs are not rewritten.
+    pub async fn put_job(&self, spec: &JobSpec) -> Result<(u64, bool), Error> {
+        spec.validate()?;
+        if let Some(current) = self.jobs.get(&spec.name).await? {
+            if JobSpec::from_json(&current.value).is_ok_and(|c| &c == spec) {
+                return Ok((current.revision, false));
+            }
+            let rev = self.jobs.update(&spec.name, spec.to_json(), current.revision, None).await?;
+            return Ok((rev, true));
+        }
+        Ok((self.create_job(spec).await?, true))
+    }
+
+    /// Applies `change` to the current spec by compare-and-set, retrying a lost race.
+    pub async fn modify_job(&self, name: &str, change: impl Fn(&mut JobSpec)) -> Result<(u64, bool), Error> {
+        loop {
+            let job = self.get_job(name).await?;
+            let mut spec = job.spec?;
+            let before = spec.clone();
+            change(&mut spec);
+            if spec == before {
+                return Ok((job.revision, false));
+            }
+            match self.jobs.update(name, spec.to_json(), job.revision, None).await {
+                Ok(rev) => return Ok((rev, true)),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub async fn delete_job(&self, name: &str) -> Result<(), Error> {
+        let job = self.get_job(name).await?;
+        self.jobs.delete_at(name, job.revision).await
+    }
+}

@@ -1,0 +1,228 @@
+//! Key-value writes with the guarantees cronrun relies on.
+//!
+//! async-nats' `create_with_ttl` re-creates a deleted key without its TTL, and `update`
+//! cannot carry one; a lease written that way would never expire. `Bucket` publishes to
+//! the bucket's subjects with the expected-revision and TTL headers itself.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::kv::{Operation, Store as Kv};
+use async_nats::jetstream::{self};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::error::{Error, ErrorKind};
+
+const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+const MESSAGE_TTL: &str = "Nats-TTL";
+
+/// A KV bucket with the JetStream context its writes go through.
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    pub kv: Kv,
+    js: jetstream::Context,
+}
+
+/// A live value and its revision (the fencing token of compare-and-set).
+#[derive(Debug, Clone)]
+pub struct Versioned {
+    pub value: Bytes,
+    pub revision: u64,
+}
+
+/// One key's latest state as seen by a watch.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub key: String,
+    /// None: deleted, purged or expired.
+    pub value: Option<Bytes>,
+    pub revision: u64,
+    /// True once every entry that existed when the watch began has been delivered.
+    pub caught_up: bool,
+}
+
+impl Bucket {
+    pub fn new(kv: Kv, js: jetstream::Context) -> Self {
+        Self { kv, js }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.kv.name
+    }
+
+    /// The value of `key`, or None if absent, deleted or expired.
+    pub async fn get(&self, key: &str) -> Result<Option<Versioned>, Error> {
+        let entry = self
+            .kv
+            .entry(key)
+            .await
+            .map_err(|e| Error::nats(&format!("reading {key} from {}", self.name()), e))?;
+        Ok(entry.and_then(|e| match e.operation {
+            Operation::Put => Some(Versioned {
+                value: e.value,
+                revision: e.revision,
+            }),
+            Operation::Delete | Operation::Purge => None,
+        }))
+    }
+
+    /// Writes `value` only if `key` is still at `revision` (0: absent). A lost race is
+    /// `ErrorKind::Conflict`. With `ttl` the key expires unless written again.
+    pub async fn update(&self, key: &str, value: Bytes, revision: u64, ttl: Option<Duration>) -> Result<u64, Error> {
+        self.write(key, value, Some(revision), ttl).await
+    }
+
+    /// Writes `value` whatever is there, with an optional TTL.
+    pub async fn put(&self, key: &str, value: Bytes, ttl: Option<Duration>) -> Result<u64, Error> {
+        self.write(key, value, None, ttl).await
+    }
+
+    async fn write(&self, key: &str, value: Bytes, expect: Option<u64>, ttl: Option<Duration>) -> Result<u64, Error> {
+        let mut headers = HeaderMap::new();
+        if let Some(revision) = expect {
+            headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, revision.to_string().as_str());
+        }
+        if let Some(ttl) = ttl {
+            headers.insert(MESSAGE_TTL, format!("{}s", ttl.as_secs().max(1)).as_str());
+        }
+        let subject = format!("$KV.{}.{key}", self.name());
+        let ack = self
+            .js
+            .publish_with_headers(subject, headers, value)
+            .await
+            .map_err(|e| Error::nats(&format!("writing {key}"), e))?
+            .await;
+        match ack {
+            Ok(ack) => Ok(ack.sequence),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Err(Error::conflict(format!("{key} changed since revision {}", expect.unwrap_or(0))))
+            }
+            Err(e) => Err(Error::nats(&format!("writing {key}"), e)),
+        }
+    }
+
+    /// Creates `key` if it is absent, deleted or expired. A live key is
+    /// `ErrorKind::AlreadyExists`.
+    pub async fn create(&self, key: &str, value: Bytes, ttl: Option<Duration>) -> Result<u64, Error> {
+        match self.update(key, value.clone(), 0, ttl).await {
+            Err(e) if e.is_conflict() => {}
+            other => return other,
+        }
+        // The key has history: a delete or expiry marker may be overwritten, by
+        // compare-and-set on the marker's revision; a live value means taken.
+        let entry = self
+            .kv
+            .entry(key)
+            .await
+            .map_err(|e| Error::nats(&format!("reading {key}"), e))?;
+        let already_exists = || Error::new(ErrorKind::AlreadyExists, format!("{key} already exists"));
+        match entry {
+            Some(e) if e.operation != Operation::Put => self
+                .update(key, value, e.revision, ttl)
+                .await
+                .map_err(|err| if err.is_conflict() { already_exists() } else { err }),
+            _ => Err(already_exists()),
+        }
+    }
+
+    /// Deletes `key` if it is still at `revision`.
+    pub async fn delete_at(&self, key: &str, revision: u64) -> Result<(), Error> {
+        self.kv
+            .delete_expect_revision(key, Some(revision))
+            .await
+            .map_err(|e| Error::nats(&format!("deleting {key}"), e))
+    }
+
+    /// Removes `key` and its history; the marker left behind expires after `ttl`.
+    pub async fn purge(&self, key: &str, ttl: Duration) -> Result<(), Error> {
+        self.kv
+            .purge_with_ttl(key, ttl)
+            .await
+            .map_err(|e| Error::nats(&format!("purging {key}"), e))
+    }
+
+    /// Changes of keys matching `filter` (NATS wildcards), starting with each key's
+    /// latest value.
+    pub async fn watch(&self, filter: &str) -> Result<Watch, Error> {
+        let prefix = format!("$KV.{}.", self.name());
+        let consumer = self
+            .kv
+            .stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: self.js.client().new_inbox(),
+                filter_subject: format!("{prefix}{filter}"),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                replay_policy: ReplayPolicy::Instant,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
+        let initially_empty = consumer.cached_info().num_pending == 0;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
+        Ok(Watch {
+            initially_empty,
+            messages,
+            prefix,
+        })
+    }
+
+    /// The latest live value of every key matching `filter`.
+    pub async fn scan(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
+        let mut w = self.watch(filter).await?;
+        let mut out = Vec::new();
+        if w.initially_empty {
+            return Ok(out);
+        }
+        while let Some(change) = w.next().await {
+            let change = change?;
+            if let Some(value) = change.value {
+                out.push((change.key, Versioned { value, revision: change.revision }));
+            }
+            if change.caught_up {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A running watch. `initially_empty`: there was nothing to catch up on.
+pub struct Watch {
+    pub initially_empty: bool,
+    messages: push::Ordered,
+    prefix: String,
+}
+
+impl Watch {
+    /// The next change; None when the watch ended for good.
+    pub async fn next(&mut self) -> Option<Result<Change, Error>> {
+        let message = match self.messages.next().await? {
+            Ok(m) => m,
+            Err(e) => return Some(Err(Error::nats("watch", e))),
+        };
+        let (revision, pending) = match message.info() {
+            Ok(info) => (info.stream_sequence, info.pending),
+            Err(e) => return Some(Err(Error::nats("watch", e))),
+        };
+        let key = message
+            .subject
+            .strip_prefix(self.prefix.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let deleted = message.headers.as_ref().is_some_and(|h| {
+            h.get("KV-Operation").is_some_and(|op| op.as_str() != "PUT") || h.get("Nats-Marker-Reason").is_some()
+        });
+        Some(Ok(Change {
+            key,
+            value: (!deleted).then(|| message.payload.clone()),
+            revision,
+            caught_up: pending == 0,
+        }))
+    }
+}

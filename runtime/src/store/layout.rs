@@ -1,0 +1,160 @@
+//! Creates the layout of DESIGN.md idempotently. What exists is used as it is: a second
+//! agent, or ten starting at once, never reconfigures or recreates anything.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, object_store, stream};
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::names::Names;
+
+/// Settings for creating the layout. Existing buckets and streams keep their own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LayoutOptions {
+    /// Replicas of every bucket and stream: 1 on one server, 3 on a cluster. Default 1.
+    pub replicas: usize,
+    /// How long live output is kept. Default 24h.
+    #[serde(with = "humantime_serde_compat")]
+    pub logs_max_age: Duration,
+    /// Bytes of live output kept at most, oldest dropped first. Default 1 GiB.
+    pub logs_max_bytes: i64,
+    /// Events kept at most. Default 1,000,000.
+    pub events_max_msgs: i64,
+    /// Window in which a second dispatch of one run is dropped by `Nats-Msg-Id`. Default 10m.
+    #[serde(with = "humantime_serde_compat")]
+    pub dedup_window: Duration,
+}
+
+impl Default for LayoutOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            logs_max_age: Duration::from_secs(24 * 3600),
+            logs_max_bytes: 1 << 30,
+            events_max_msgs: 1_000_000,
+            dedup_window: Duration::from_secs(600),
+        }
+    }
+}
+
+pub(crate) mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?}: write it like 30s or 5m")))
+    }
+}
+
+/// Markers left when a lease's TTL expires are themselves removed after this long.
+const LEASE_MARKER_TTL: Duration = Duration::from_secs(60);
+
+pub(super) async fn ensure(
+    js: &jetstream::Context,
+    names: &Names,
+    opts: &LayoutOptions,
+) -> Result<(kv::Store, kv::Store, kv::Store), Error> {
+    let jobs = ensure_kv(js, kv::Config {
+        bucket: names.jobs_bucket(),
+        description: "cronrun job specs".into(),
+        history: 5,
+        num_replicas: opts.replicas,
+        ..Default::default()
+    })
+    .await?;
+    let runs = ensure_kv(js, kv::Config {
+        bucket: names.runs_bucket(),
+        description: "cronrun run records".into(),
+        history: 1,
+        num_replicas: opts.replicas,
+        // Run records are pruned by purging; the purge markers carry a TTL.
+        limit_markers: Some(LEASE_MARKER_TTL),
+        ..Default::default()
+    })
+    .await?;
+    let leases = ensure_kv(js, kv::Config {
+        bucket: names.leases_bucket(),
+        description: "cronrun leases, locks and runner presence".into(),
+        history: 1,
+        num_replicas: opts.replicas,
+        limit_markers: Some(LEASE_MARKER_TTL),
+        ..Default::default()
+    })
+    .await?;
+    if js.get_object_store(names.plugins_store()).await.is_err() {
+        js.create_object_store(object_store::Config {
+            bucket: names.plugins_store(),
+            description: Some("cronrun Wasm components by digest".into()),
+            num_replicas: opts.replicas,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::nats(&format!("creating object store {}", names.plugins_store()), e))?;
+    }
+    ensure_stream(js, stream::Config {
+        name: names.dispatch_stream(),
+        description: Some("cronrun due runs, pulled by runners".into()),
+        subjects: vec![names.wildcard("dispatch")],
+        retention: stream::RetentionPolicy::WorkQueue,
+        duplicate_window: opts.dedup_window,
+        num_replicas: opts.replicas,
+        ..Default::default()
+    })
+    .await?;
+    ensure_stream(js, stream::Config {
+        name: names.logs_stream(),
+        description: Some("cronrun live output lines".into()),
+        subjects: vec![names.wildcard("logs")],
+        max_age: opts.logs_max_age,
+        max_bytes: opts.logs_max_bytes,
+        discard: stream::DiscardPolicy::Old,
+        num_replicas: opts.replicas,
+        ..Default::default()
+    })
+    .await?;
+    ensure_stream(js, stream::Config {
+        name: names.events_stream(),
+        description: Some("cronrun run events".into()),
+        subjects: vec![names.wildcard("events")],
+        max_messages: opts.events_max_msgs,
+        discard: stream::DiscardPolicy::Old,
+        num_replicas: opts.replicas,
+        ..Default::default()
+    })
+    .await?;
+    Ok((jobs, runs, leases))
+}
+
+async fn ensure_kv(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store, Error> {
+    let bucket = config.bucket.clone();
+    if let Ok(store) = js.get_key_value(&bucket).await {
+        return Ok(store);
+    }
+    // Several agents may race here; the server accepts identical creates, and a loser of
+    // a differing one finds the winner's bucket on the second look.
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        Err(create_err) => js
+            .get_key_value(&bucket)
+            .await
+            .map_err(|_| Error::nats(&format!("creating bucket {bucket}"), create_err)),
+    }
+}
+
+async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), Error> {
+    let name = config.name.clone();
+    if js.get_stream(&name).await.is_ok() {
+        return Ok(());
+    }
+    match js.create_stream(config).await {
+        Ok(_) => Ok(()),
+        Err(create_err) => js
+            .get_stream(&name)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::nats(&format!("creating stream {name}"), create_err)),
+    }
+}

@@ -1,0 +1,50 @@
+//! Everything cronrun keeps in NATS, behind typed operations.
+//!
+//! - `layout.rs`: creates the buckets and streams once, never reconfigures existing ones.
+//! - `kv.rs`: create-if-absent and compare-and-set with an optional per-key TTL.
+//! - `jobs.rs`, `runs.rs`: job specs and run records.
+//! - `lease.rs`: a lease held through a TTL key, renewed by compare-and-set.
+
+mod jobs;
+pub mod kv;
+mod layout;
+pub mod lease;
+mod runs;
+
+use async_nats::jetstream;
+
+use crate::error::Error;
+use crate::names::Names;
+
+pub use jobs::StoredJob;
+pub use kv::Bucket;
+pub use layout::LayoutOptions;
+pub(crate) use layout::humantime_serde_compat;
+pub use runs::StoredRun;
+
+/// Handles to one deployment's buckets and streams.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub names: Names,
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub jobs: Bucket,
+    pub runs: Bucket,
+    pub leases: Bucket,
+}
+
+impl Store {
+    /// Opens the layout, creating what is missing.
+    pub async fn open(client: async_nats::Client, names: Names, opts: &LayoutOptions) -> Result<Self, Error> {
+        let js = jetstream::new(client.clone());
+        let (jobs, runs, leases) = layout::ensure(&js, &names, opts).await?;
+        Ok(Self {
+            names,
+            client,
+            jobs: Bucket::new(jobs, js.clone()),
+            runs: Bucket::new(runs, js.clone()),
+            leases: Bucket::new(leases, js.clone()),
+            js,
+        })
+    }
+}
