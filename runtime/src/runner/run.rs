@@ -67,7 +67,11 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(e),
     };
-    if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || stored.record.host.is_some() {
+    // A redelivered run still queued was claimed by a runner that died before starting it;
+    // taking it over is safe, as that runner's start would be a refused compare-and-set.
+    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+    let claimable = stored.record.host.is_none() || redelivered;
+    if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || !claimable {
         debug!(status = stored.record.status.as_str(), "already handled elsewhere");
         return Ok(());
     }
@@ -131,6 +135,7 @@ async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, 
     held.record.finished_at = Some(ctx.clock.now());
     held.write(ctx).await?;
     let r = &held.record;
+    publish_eof(ctx, &ctx.store.names.logs_subject(&r.job, &r.run_id), status).await;
     let event = Event::new(&r.job, &r.run_id, status.as_str(), r.attempt, ctx.clock.now()).with_detail(why);
     publish_event(&ctx.store, &event).await;
     Ok(())

