@@ -1,0 +1,133 @@
+//! The shell runner against a real nats-server: kill reaches the whole process group,
+//! timeouts, bounded memory and records whatever a job prints, live logs.
+
+mod support;
+
+use std::time::Duration;
+
+use cronrun::record::Status;
+use support::*;
+
+/// Processes whose process group is `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+async fn run_status(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    let store = nats.store().await;
+    eventually(Duration::from_secs(30), &format!("{key} to finish"), || async {
+        store.get_run(job, run).await.ok().map(|r| r.record).filter(|r| r.status.is_final())
+    })
+    .await
+}
+
+fn trigger(nats: &Nats, job: &str) -> String {
+    let out = nats.ok(&["trigger", job, "--output", "json"]);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_reaches_every_process_of_the_group() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let pidfile = nats.dir.path().join("pid");
+    let cmd = format!("echo $$ > {}; sleep 600 & sleep 601 & sh -c 'sleep 602' & wait", pidfile.display());
+    nats.ok(&["add", "sleeper", "--schedule", "@yearly", "--", &cmd]);
+    let key = trigger(&nats, "sleeper");
+    let pgid: i32 = eventually(Duration::from_secs(10), "the job's shell to start", || async {
+        std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "four processes in the group", || async {
+        (group_members(pgid).len() >= 4).then_some(())
+    })
+    .await;
+    let out = nats.ok(&["kill", &key]);
+    assert!(out.contains("sent SIGTERM"), "{out}");
+    let record = run_status(&nats, &key).await;
+    assert_eq!(record.status, Status::Cancelled);
+    assert!(record.error.unwrap().contains("killed on request"));
+    eventually(Duration::from_secs(5), "the whole group to be gone", || async {
+        group_members(pgid).is_empty().then_some(())
+    })
+    .await;
+    let err = nats.fails(&["kill", &key]);
+    assert!(err.contains("is not running"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_gives_timed_out_and_kills_the_group() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    // The shell ignores TERM, so only the KILL after the grace period ends it.
+    nats.ok(&["add", "slow", "--schedule", "@yearly", "--timeout", "1s", "--", "trap '' TERM; sleep 30; sleep 30"]);
+    let key = trigger(&nats, "slow");
+    let record = run_status(&nats, &key).await;
+    assert_eq!(record.status, Status::TimedOut, "{record:?}");
+    assert!(record.error.as_deref().unwrap().contains("timed out after 1s"));
+    assert_eq!(record.exit_code, Some(137), "killed by SIGKILL after the grace period");
+    assert!(record.duration_ms.unwrap() < 30_000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn huge_output_keeps_memory_and_record_bounded() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(
+        &nats,
+        r#"
+[[job]]
+name = "flood"
+schedule = "@yearly"
+output_lines = 20
+# 100 MiB in 1 KiB lines, then 100 MiB without a single newline.
+shell = "yes $(printf '%01023d' 7) | head -c 104857600; head -c 104857600 /dev/zero | tr '\\0' x; echo; echo the end"
+"#,
+    );
+    let before = agent.peak_rss_kib();
+    let key = trigger(&nats, "flood");
+    let record = run_status(&nats, &key).await;
+    assert_eq!(record.status, Status::Succeeded, "{record:?}");
+    assert_eq!(record.output.len(), 20);
+    assert_eq!(record.output.last().unwrap(), "the end");
+    let cut = &record.output[18];
+    assert!(cut.ends_with("[line cut]") && cut.len() < 9000, "long line kept as {} bytes", cut.len());
+    assert!(record.to_json().len() < 64 * 1024, "record is {} bytes", record.to_json().len());
+    let peak = agent.peak_rss_kib();
+    println!("agent peak RSS {before} KiB before, {peak} KiB after 200 MiB of output");
+    assert!(peak < 200 * 1024, "agent peak RSS {peak} KiB for 200 MiB of output");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_show_output_and_follow_ends_with_the_run() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    nats.ok(&["add", "talk", "--schedule", "@yearly", "--", "for i in 1 2 3; do echo line $i; sleep 0.3; done; echo oops >&2; exit 3"]);
+    let key = trigger(&nats, "talk");
+    // Follows from the start of the run and returns on its own when the run ends.
+    let out = nats.cli(&["logs", &key, "-f"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "line 1\nline 2\nline 3\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+    let record = run_status(&nats, &key).await;
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(record.exit_code, Some(3));
+    assert_eq!(record.output, ["line 1", "line 2", "line 3", "oops"]);
+    assert!(nats.ok(&["runs", "talk"]).contains("exited with code 3"));
+}
