@@ -89,7 +89,7 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Runners and scheduler leases
     Status,
-    /// Measure lateness, dispatch throughput and scheduler load on this machine
+    /// Measure lateness, dispatch throughput and scheduler load on this machine (results in the README)
     Bench(bench::BenchArgs),
 }
 

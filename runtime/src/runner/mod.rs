@@ -13,7 +13,7 @@ pub mod shell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use futures::StreamExt;
@@ -38,7 +38,8 @@ pub use presence::RunnerPresence;
 pub struct RunnerConfig {
     /// Pools this runner takes runs from. Default `["default"]`.
     pub pools: Vec<String>,
-    /// Runs held at once (waiting for their instant or running). Default 256.
+    /// Runs held at once, waiting for their instant (at most the scheduler's lead) or
+    /// running. Default 1024.
     pub slots: usize,
     /// How often a running run's record and message are refreshed. Default 5s.
     #[serde(with = "crate::store::humantime_serde_compat")]
@@ -59,7 +60,7 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
             pools: vec!["default".into()],
-            slots: 256,
+            slots: 1024,
             heartbeat: Duration::from_secs(5),
             kill_grace: Duration::from_secs(5),
             max_line_bytes: 8 * 1024,
@@ -77,18 +78,23 @@ pub(crate) struct RunnerCtx {
     pub clock: SharedClock,
     pub host: String,
     pub running: AtomicUsize,
-    last_prune: Mutex<HashMap<String, Instant>>,
+    finished_since_prune: Mutex<HashMap<String, u32>>,
 }
 
 impl RunnerCtx {
-    /// Trims the job's finished runs to its history, at most once a second per job.
+    /// Trims the job's finished runs to its history. A prune scans the job's records, so
+    /// it runs after every K runs finished here (K = half the history, at least 5): the
+    /// bucket holds at most history + K per runner of each job.
     async fn prune(&self, job: &str, history: &History) {
+        let every = ((history.succeeded + history.failed) / 2).max(5);
         {
-            let Ok(mut last) = self.last_prune.lock() else { return };
-            if last.get(job).is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            let Ok(mut counts) = self.finished_since_prune.lock() else { return };
+            let n = counts.entry(job.to_string()).or_default();
+            *n += 1;
+            if *n < every {
                 return;
             }
-            last.insert(job.to_string(), Instant::now());
+            *n = 0;
         }
         if let Err(e) = self.store.prune_runs(job, history).await {
             warn!(job, "pruning run history: {e}");
@@ -109,7 +115,7 @@ impl Runner {
             clock,
             host,
             running: AtomicUsize::new(0),
-            last_prune: Mutex::new(HashMap::new()),
+            finished_since_prune: Mutex::new(HashMap::new()),
         };
         Self { ctx: Arc::new(ctx) }
     }

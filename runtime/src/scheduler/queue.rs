@@ -138,8 +138,8 @@ mod tests {
         Arc::new(CatalogJob { name: name.into(), revision: 1, spec: Ok(Arc::new(spec)) })
     }
 
-    fn t(s: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, s).unwrap()
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(s)
     }
 
     #[test]

@@ -135,10 +135,10 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let base = r#""name":"a","schedule":"* * * * *","shell":"true""#;
-        assert_eq!(field_of(&format!("{{{base},\"colour\":1}}")), "spec");
+        assert_eq!(field_of(&format!("{{{base},\"colour\":1}}")), "colour");
         assert_eq!(field_of(&format!("{{{base},\"timeout\":\"soon\"}}")), "timeout");
         assert_eq!(field_of(&format!("{{{base},\"overlap\":\"never\"}}")), "overlap");
-        assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":1,\"x\":2}}}}")), "retries");
+        assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":1,\"x\":2}}}}")), "retries.x");
         assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":-1}}}}")), "retries.max");
         assert_eq!(field_of(&format!("{{{base},\"timezone\":\"Mars/Olympus\"}}")), "timezone");
         assert_eq!(field_of(&format!("{{{base},\"pool\":\"a.b\"}}")), "pool");
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"61 * * * *","shell":"x"}"#), "schedule");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *"}"#), "shell");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","argv":["y"]}}"#), "shell");
-        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell.cmd");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
         assert_eq!(field_of("not json"), "spec");
     }

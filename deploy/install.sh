@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs cronrun on this host: the binary, /etc/cronrun/cronrun.toml (kept if present),
+# a `cronrun` system user and the systemd unit. Run from a checkout as root:
+#   cargo build --release && sudo deploy/install.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=target/release/cronrun
+[ -x "$bin" ] || { echo "install.sh: $bin not found; run cargo build --release first" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "install.sh: run as root (sudo deploy/install.sh)" >&2; exit 1; }
+
+install -m 0755 "$bin" /usr/local/bin/cronrun
+id cronrun >/dev/null 2>&1 || useradd --system --home-dir /var/lib/cronrun --create-home --shell /usr/sbin/nologin cronrun
+install -d -m 0755 /etc/cronrun
+[ -f /etc/cronrun/cronrun.toml ] || install -m 0644 deploy/cronrun.toml /etc/cronrun/cronrun.toml
+install -m 0644 deploy/cronrun-agent.service /etc/systemd/system/cronrun-agent.service
+if command -v systemctl >/dev/null 2>&1; then
+  systemctl daemon-reload
+  echo "installed; edit /etc/cronrun/cronrun.toml, then: systemctl enable --now cronrun-agent"
+else
+  echo "installed; no systemd here: run /usr/local/bin/cronrun agent --config /etc/cronrun/cronrun.toml"
+fi
