@@ -131,3 +131,38 @@ async fn logs_show_output_and_follow_ends_with_the_run() {
     assert_eq!(record.output, ["line 1", "line 2", "line 3", "oops"]);
     assert!(nats.ok(&["runs", "talk"]).contains("exited with code 3"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_history_stays_bounded() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    // Alternating success and failure, every second; keep 2 of each.
+    apply(
+        &nats,
+        r#"
+[[job]]
+name = "flip"
+schedule = "* * * * * *"
+shell = "test $(( $(date +%s) % 2 )) = 0"
+history = { succeeded = 2, failed = 2 }
+"#,
+    );
+    let store = nats.store().await;
+    // Pruning runs after every 5 runs finished on a runner (half the history, at least 5).
+    let bound = 2 + 2 + 5;
+    let mut most = 0;
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(14) {
+        let runs = runs(&store, "flip").await;
+        let finished: Vec<_> = runs.iter().filter(|r| r.status.is_final()).collect();
+        most = most.max(finished.len());
+        assert!(finished.len() <= bound, "{} finished records kept, bound {bound}", finished.len());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let events = events(&store, "flip", "started").await.len();
+    println!("{events} runs started, at most {most} finished records kept (bound {bound})");
+    assert!(events >= 12, "only {events} runs");
+    let runs = runs(&store, "flip").await;
+    assert!(runs.iter().any(|r| r.status == Status::Succeeded) && runs.iter().any(|r| r.status == Status::Failed));
+}

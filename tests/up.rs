@@ -1,0 +1,127 @@
+//! `cronrun up` as a user runs it: its own nats-server, the example jobs, and a clean
+//! stop on SIGTERM or SIGINT that takes the server child along.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn nats_server_children(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-P", &parent.to_string(), "nats-server"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+async fn up_runs_examples_and_stops_on(signal: Signal) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut up = Command::new(BIN)
+        .args(["up", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .env_remove("CRONRUN_NATS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("nats://127.0.0.1:{port}");
+    let cli = |args: &[&str]| Command::new(BIN).args(args).env("CRONRUN_NATS", &url).output().unwrap();
+    let listed = eventually(Duration::from_secs(20), "cronrun up to list its example jobs", || async {
+        let out = cli(&["ls"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success() && text.contains("hello")).then_some(text)
+    })
+    .await;
+    assert!(listed.contains("disk-usage"), "{listed}");
+    let server = nats_server_children(up.id());
+    assert_eq!(server.len(), 1, "one nats-server child");
+    eventually(Duration::from_secs(20), "the hello example to succeed", || async {
+        let out = cli(&["runs", "hello"]);
+        String::from_utf8_lossy(&out.stdout).contains("succeeded").then_some(())
+    })
+    .await;
+    let out = cli(&["logs", &format!("hello.{}", first_run_id(&cli(&["runs", "hello", "--output", "json"]).stdout))]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello from"));
+
+    kill(Pid::from_raw(up.id() as i32), signal).unwrap();
+    let status = wait_exit(&mut up, Duration::from_secs(20)).await;
+    assert!(status.success(), "cronrun up exited with {status} after {signal}");
+    let gone = std::path::Path::new(&format!("/proc/{}", server[0])).exists();
+    assert!(!gone, "nats-server child still running after cronrun up stopped");
+
+    // A second start finds its data and does not add the examples again.
+    let again = Command::new(BIN)
+        .args(["up", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .env_remove("CRONRUN_NATS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut again = scopeguard(again);
+    let jobs = eventually(Duration::from_secs(20), "the restarted server", || async {
+        let out = cli(&["ls", "--output", "json"]);
+        out.status.success().then(|| serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap())
+    })
+    .await;
+    assert_eq!(jobs.len(), 2);
+    kill(Pid::from_raw(again.0.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(again.0.wait().unwrap().success());
+}
+
+async fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < timeout, "cronrun up did not exit within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn first_run_id(json: &[u8]) -> String {
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(json).unwrap();
+    runs.iter().find(|r| r["status"] == "succeeded").unwrap()["run_id"].as_str().unwrap().to_string()
+}
+
+/// Kills the child if the test fails before it is stopped.
+struct Guard(std::process::Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+fn scopeguard(child: std::process::Child) -> Guard {
+    Guard(child)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_stops_cleanly_on_sigterm() {
+    up_runs_examples_and_stops_on(Signal::SIGTERM).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_stops_cleanly_on_sigint() {
+    up_runs_examples_and_stops_on(Signal::SIGINT).await;
+}
+
+#[test]
+fn up_says_how_to_get_nats_server_when_missing() {
+    let out = Command::new(BIN)
+        .args(["up", "--port", &free_port().to_string(), "--data-dir", "/tmp/cronrun-never"])
+        .env("CRONRUN_NATS_SERVER", "/nonexistent/nats-server")
+        .env_remove("CRONRUN_NATS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/nats-server"), "{err}");
+}
