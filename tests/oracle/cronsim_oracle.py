@@ -16,6 +16,15 @@ order) is printed, a JSON object with either
       fewer than n when cronsim stops (its 50-year give-up);
   {"error": "..."}   cronsim refused the expression (CronSimError);
   {"crash": "..."}   any other exception inside cronsim.
+
+A "fires" answer may also carry "loop": "...": cronsim never returns the
+next fire. Its search is deterministic in its state `self.dt` (wall time,
+fold, zone), so a state seen twice at the top of one `advance()` loop, or
+after yielding the same non-increasing fire twice, means an endless loop (this happens around some DST changes, e.g.
+`27-46 59 3 * * *` in Pacific/Chatham from 2027-04-03T13:55Z: the minute jump
+crosses the transition and `replace(minute=0)` jumps back before it). The
+subclass below only observes the state and stops such a loop; it does not
+change any result cronsim returns.
 """
 
 import json
@@ -28,6 +37,23 @@ from cronsim import CronSim, CronSimError
 UTC = timezone.utc
 
 
+class Loop(Exception):
+    pass
+
+
+class ObservedCronSim(CronSim):
+    def advance(self) -> None:
+        self._seen = set()
+        super().advance()
+
+    def advance_month(self) -> None:
+        key = (self.dt.replace(tzinfo=None), self.dt.fold)
+        if key in self._seen:
+            raise Loop(f"state {self.dt.isoformat()} fold={self.dt.fold} repeats")
+        self._seen.add(key)
+        super().advance_month()
+
+
 def fmt(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -37,7 +63,7 @@ def run(case: dict) -> dict:
     start = datetime.fromisoformat(case["start"].replace("Z", "+00:00"))
     local = start.astimezone(tz)
     try:
-        it = CronSim(case["expr"], local)
+        it = ObservedCronSim(case["expr"], local)
     except CronSimError as e:
         return {"error": str(e)}
     except Exception as e:  # noqa: BLE001 - reported, not hidden
@@ -45,17 +71,26 @@ def run(case: dict) -> dict:
     fires = []
     skipped = 0
     last = start
+    seen = set()
     try:
         while len(fires) < case["n"]:
             try:
                 fire = next(it)
             except StopIteration:
                 break
+            except Loop as e:
+                return {"fires": fires, "skipped": skipped, "loop": str(e)}
             if fire.astimezone(UTC) <= last:
+                # Also a loop when the iterator's state after yielding a
+                # non-increasing fire repeats (it would yield it forever).
+                key = (it.dt.replace(tzinfo=None), it.dt.fold)
+                if key in seen:
+                    msg = f"yields {fire.isoformat()} again and again"
+                    return {"fires": fires, "skipped": skipped, "loop": msg}
+                seen.add(key)
                 skipped += 1
-                if skipped > 100_000:
-                    return {"crash": "too many non-increasing fires"}
                 continue
+            seen.clear()
             last = fire.astimezone(UTC)
             fires.append(fmt(fire))
     except Exception as e:  # noqa: BLE001

@@ -1,6 +1,7 @@
 //! The runner: pulls due runs of its pools and executes them with bounded concurrency.
 //!
 //! - `run.rs`: one run's life (claim, wait for the instant, start, supervise, finish).
+//! - `starter.rs`: releases every run of one instant with a single write.
 //! - `shell.rs`: process groups, signals, exit codes.
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
@@ -9,6 +10,7 @@ mod output;
 mod presence;
 mod run;
 pub mod shell;
+mod starter;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,6 +79,7 @@ pub(crate) struct RunnerCtx {
     pub config: RunnerConfig,
     pub clock: SharedClock,
     pub host: String,
+    pub starter: starter::Starter,
     pub running: AtomicUsize,
     finished_since_prune: Mutex<HashMap<String, u32>>,
 }
@@ -112,6 +115,7 @@ impl Runner {
             store,
             catalog,
             config,
+            starter: starter::Starter::new(clock.clone()),
             clock,
             host,
             running: AtomicUsize::new(0),

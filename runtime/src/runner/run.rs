@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::RunnerCtx;
 use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail, read_lines};
 use super::shell::{self, RunEnv, ShellProcess};
+use super::starter::{Starter, Ticket};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, publish_event};
@@ -80,27 +81,70 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     held.record.host = Some(ctx.host.clone());
     held.write(ctx).await?;
 
-    if !wait_until(ctx, msg, d.scheduled_at, cancel).await {
+    // Prepare the process now; it is released at the instant (see `starter`).
+    let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
+    let mut prepared = ctx.catalog.get(&d.job).and_then(|job| {
+        let shell_spec = job.spec.as_ref().ok()?.shell.clone()?;
+        let ticket = ctx.starter.ticket(d.scheduled_at);
+        let (stdin, ticket) = match ticket {
+            Some(t) => (Some(t.stdin.try_clone().ok()?), Some(t)),
+            None => (None, None),
+        };
+        let process = shell::prepare(&shell_spec, &env, stdin).ok()?;
+        Some(Ready { revision: job.revision, process, ticket })
+    });
+    // Re-check just before a group release, or at the instant when starting alone.
+    let check_at = match prepared.as_ref().and_then(|p| p.ticket.as_ref()) {
+        Some(_) => d.scheduled_at - Starter::margin(),
+        None => d.scheduled_at,
+    };
+    if !wait_until(ctx, msg, check_at, cancel).await {
+        discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
     }
-    let spec = match ctx.catalog.get(&d.job).map(|j| j.spec.clone()) {
-        None => return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await,
-        Some(Err(e)) => return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await,
-        Some(Ok(spec)) => spec,
+    let (revision, spec) = match ctx.catalog.get(&d.job).map(|j| (j.revision, j.spec.clone())) {
+        None => {
+            discard(prepared).await;
+            return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
+        }
+        Some((_, Err(e))) => {
+            discard(prepared).await;
+            return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await;
+        }
+        Some((revision, Ok(spec))) => (revision, spec),
     };
     if spec.paused && d.trigger != Trigger::Manual {
+        discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Skipped, "job is paused").await;
     }
     let Some(shell_spec) = spec.shell.as_ref() else {
+        discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Failed, "this runner does not run wasm jobs yet").await;
     };
-    let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
-    let process = match shell::spawn(shell_spec, &env) {
+    if prepared.as_ref().is_some_and(|p| p.revision != revision) {
+        // Edited since it was prepared: the new spec starts alone, a little late.
+        discard(prepared.take()).await;
+    }
+    let started = match prepared {
+        Some(Ready { process, ticket: Some(ticket), .. }) => match ticket.released().await {
+            Some(at) => process.start().await.map(|p| (p, at)),
+            None => Err(std::io::Error::other("release of the run's group was lost")),
+        },
+        Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
+        None => {
+            wait_until(ctx, msg, d.scheduled_at, cancel).await;
+            match shell::prepare(shell_spec, &env, None) {
+                Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let (process, started) = match started {
         Ok(p) => p,
         Err(e) => return finish_without_start(ctx, &mut held, Status::Failed, &format!("could not start: {e}")).await,
     };
-    let started = ctx.clock.now();
+    held.record.spec_revision = revision;
     held.record.status = Status::Running;
     held.record.started_at = Some(started);
     held.record.heartbeat_at = Some(started);
@@ -125,6 +169,19 @@ async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, cancel: &
                 let _ = msg.ack_with(AckKind::Progress).await;
             }
         }
+    }
+}
+
+/// A run's process, prepared before its instant.
+struct Ready {
+    revision: u64,
+    process: shell::Prepared,
+    ticket: Option<Ticket>,
+}
+
+async fn discard(prepared: Option<Ready>) {
+    if let Some(p) = prepared {
+        p.process.discard().await;
     }
 }
 

@@ -1,12 +1,14 @@
 //! Shell jobs: a command for `/bin/sh -c` or an argv, in a process group of its own so
 //! that a timeout or a kill reaches every process it started.
 
+use std::os::fd::OwnedFd;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin, Command};
 
 use crate::spec::ShellSpec;
 
@@ -14,6 +16,15 @@ use crate::spec::ShellSpec;
 pub struct ShellProcess {
     pub child: Child,
     pgid: Pid,
+}
+
+/// A job's process created ahead of its fire instant, blocked until `start`. Creating a
+/// process costs about a millisecond here and hundreds of fires at one instant would
+/// queue behind each other; releasing a prepared one costs a one-byte write.
+pub struct Prepared {
+    process: ShellProcess,
+    /// None when released with its group.
+    go: Option<ChildStdin>,
 }
 
 /// Environment every run gets on top of the runner's and the spec's.
@@ -24,18 +35,21 @@ pub struct RunEnv<'a> {
     pub scheduled_at: &'a str,
 }
 
-pub fn spawn(spec: &ShellSpec, env: &RunEnv<'_>) -> std::io::Result<ShellProcess> {
-    let mut cmd = match (&spec.command, &spec.argv) {
-        (Some(command), _) => {
-            let mut c = Command::new("/bin/sh");
-            c.arg("-c").arg(command);
-            c
-        }
-        (None, Some(argv)) if !argv.is_empty() => {
-            let mut c = Command::new(&argv[0]);
-            c.args(&argv[1..]);
-            c
-        }
+/// The trampoline: waits for its line on stdin (EOF: the runner is gone, run nothing),
+/// then becomes the job with stdin from /dev/null. A command string is evaluated by this
+/// same shell (as `sh -c` would, minus one more exec); `shift` drops the command itself
+/// from the positional parameters first.
+const WAIT_THEN_SHELL: &str = "read -r go || exit 125; unset go; exec </dev/null; eval \"shift; $1\"";
+const WAIT_THEN_EXEC: &str = "read -r go || exit 125; unset go; exec </dev/null; exec \"$@\"";
+
+/// Creates the job's process (in a group of its own), blocked until it reads a line from
+/// `shared_stdin` (released with its group, see `starter`) or, without one, until
+/// `Prepared::start`.
+pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>) -> std::io::Result<Prepared> {
+    let mut cmd = Command::new("/bin/sh");
+    match (&spec.command, &spec.argv) {
+        (Some(command), _) => cmd.args(["-c", WAIT_THEN_SHELL, "cronrun-job", command]),
+        (None, Some(argv)) if !argv.is_empty() => cmd.args(["-c", WAIT_THEN_EXEC, "cronrun-job"]).args(argv),
         _ => return Err(std::io::Error::other("shell spec has no command")),
     };
     cmd.envs(&spec.env)
@@ -43,16 +57,33 @@ pub fn spawn(spec: &ShellSpec, env: &RunEnv<'_>) -> std::io::Result<ShellProcess
         .env("CRONRUN_RUN_ID", env.run_id)
         .env("CRONRUN_ATTEMPT", env.attempt.to_string())
         .env("CRONRUN_SCHEDULED_AT", env.scheduled_at)
-        .stdin(Stdio::null())
+        .stdin(shared_stdin.map(Stdio::from).unwrap_or_else(Stdio::piped))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
+    let go = child.stdin.take();
     let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
-    Ok(ShellProcess { child, pgid })
+    Ok(Prepared { process: ShellProcess { child, pgid }, go })
+}
+
+impl Prepared {
+    /// Releases the process: from here on it runs the job.
+    pub async fn start(self) -> std::io::Result<ShellProcess> {
+        if let Some(mut go) = self.go {
+            go.write_all(b"go\n").await?;
+        }
+        Ok(self.process)
+    }
+
+    /// Discards a prepared process that will not run (its job was paused or edited).
+    pub async fn discard(mut self) {
+        self.process.signal(Signal::SIGKILL);
+        let _ = self.process.child.wait().await;
+    }
 }
 
 impl ShellProcess {

@@ -36,8 +36,9 @@ pub(crate) struct CronSpec {
     years: Option<Box<[u64; 4]>>,
 }
 
-const MONTH_NAMES: [&str; 12] =
-    ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+const MONTH_NAMES: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
 /// cronsim's DAYS_IN_MONTH: February counts 29.
 const MAX_DAYS: [u32; 13] = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
@@ -66,7 +67,8 @@ impl CronSpec {
         let years = match rest.get(5) {
             Some(text) => {
                 let y = fields::parse(&YEAR, text)?;
-                let all = (0..=(YEAR.max - YEAR.min)).all(|i| y.bits[(i / 64) as usize] >> (i % 64) & 1 == 1);
+                let all = (0..=(YEAR.max - YEAR.min))
+                    .all(|i| y.bits[(i / 64) as usize] >> (i % 64) & 1 == 1);
                 if all { None } else { Some(Box::new(y.bits)) }
             }
             None => None,
@@ -111,11 +113,16 @@ impl CronSpec {
         }
         let all = self.days | self.weekday_near;
         let min_day = all.trailing_zeros();
-        let max_len = (1..=12).filter(|m| self.months >> m & 1 == 1).map(|m| MAX_DAYS[m]).max();
+        let max_len = (1..=12)
+            .filter(|m| self.months >> m & 1 == 1)
+            .map(|m| MAX_DAYS[m])
+            .max();
         let max_len = max_len.unwrap_or(31);
         if min_day > max_len {
-            let months: Vec<&str> =
-                (1..=12).filter(|m| self.months >> m & 1 == 1).map(|m| MONTH_NAMES[m - 1]).collect();
+            let months: Vec<&str> = (1..=12)
+                .filter(|m| self.months >> m & 1 == 1)
+                .map(|m| MONTH_NAMES[m - 1])
+                .collect();
             return Err(ScheduleError {
                 field: DOM.name,
                 reason: format!(
@@ -142,7 +149,8 @@ impl CronSpec {
             None => true,
             Some(bits) => {
                 let i = i64::from(y) - i64::from(YEAR.min);
-                (0..=i64::from(YEAR.max - YEAR.min)).contains(&i) && bits[(i / 64) as usize] >> (i % 64) & 1 == 1
+                (0..=i64::from(YEAR.max - YEAR.min)).contains(&i)
+                    && bits[(i / 64) as usize] >> (i % 64) & 1 == 1
             }
         }
     }
@@ -180,7 +188,9 @@ impl CronSpec {
         if self.weekday_near != 0 {
             let lo = day.saturating_sub(2).max(1);
             for n in lo..=(day + 2).min(31) {
-                if self.weekday_near >> n & 1 == 1 && nearest_weekday(d.year(), d.month(), n) == Some(day) {
+                if self.weekday_near >> n & 1 == 1
+                    && nearest_weekday(d.year(), d.month(), n) == Some(day)
+                {
                     return true;
                 }
             }
@@ -196,7 +206,7 @@ impl CronSpec {
         if self.dow_last >> wd & 1 == 1 && d.day() + 7 > days_in_month(d.year(), d.month()) {
             return true;
         }
-        let idx = (d.day() + 6) / 7;
+        let idx = d.day().div_ceil(7);
         self.dow_nth >> ((idx - 1) * 7 + wd) & 1 == 1
     }
 }

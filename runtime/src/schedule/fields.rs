@@ -29,15 +29,28 @@ const MONTHS: &[&str] = &[
 const DAYS: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 const fn def(name: &'static str, min: u32, max: u32, accepts: &'static str) -> FieldDef {
-    FieldDef { name, min, max, names: &[], name_base: 0, accepts }
+    FieldDef {
+        name,
+        min,
+        max,
+        names: &[],
+        name_base: 0,
+        accepts,
+    }
 }
 
 pub(crate) const SECOND: FieldDef = def("second", 0, 59, "0-59");
 pub(crate) const MINUTE: FieldDef = def("minute", 0, 59, "0-59");
 pub(crate) const HOUR: FieldDef = def("hour", 0, 23, "0-23");
 pub(crate) const DOM: FieldDef = def("day-of-month", 1, 31, "1-31, L, LW or NW");
-pub(crate) const MONTH: FieldDef =
-    FieldDef { name: "month", min: 1, max: 12, names: MONTHS, name_base: 1, accepts: "1-12 or JAN-DEC" };
+pub(crate) const MONTH: FieldDef = FieldDef {
+    name: "month",
+    min: 1,
+    max: 12,
+    names: MONTHS,
+    name_base: 1,
+    accepts: "1-12 or JAN-DEC",
+};
 pub(crate) const DOW: FieldDef = FieldDef {
     name: "day-of-week",
     min: 0,
@@ -77,11 +90,33 @@ impl Parsed {
 struct Ctx<'a> {
     def: &'a FieldDef,
     text: &'a str,
+    /// `text` ASCII-uppercased: same byte offsets.
+    upper: &'a str,
 }
 
 impl Ctx<'_> {
     fn err(&self, msg: String) -> ScheduleError {
-        ScheduleError { field: self.def.name, reason: format!("{:?}: {msg}", self.text) }
+        ScheduleError {
+            field: self.def.name,
+            reason: format!("{:?}: {msg}", self.text),
+        }
+    }
+
+    /// The user's spelling of a slice of `upper`.
+    fn orig<'s>(&'s self, s: &'s str) -> &'s str {
+        let start = (s.as_ptr() as usize).wrapping_sub(self.upper.as_ptr() as usize);
+        self.text
+            .get(start..start.wrapping_add(s.len()))
+            .unwrap_or(s)
+    }
+
+    /// `"<term>: "` when the term is not the whole field, else nothing.
+    fn at(&self, term: &str) -> String {
+        if term.len() == self.text.len() {
+            String::new()
+        } else {
+            format!("{}: ", self.orig(term))
+        }
     }
 
     /// A single value: digits or (in month / day-of-week) a name.
@@ -93,7 +128,11 @@ impl Ctx<'_> {
             return Err(self.err(format!("missing value; use {}", self.def.accepts)));
         }
         if !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(self.err(format!("{s:?} is not a valid value; use {}", self.def.accepts)));
+            return Err(self.err(format!(
+                "{:?} is not a valid value; use {}",
+                self.orig(s),
+                self.def.accepts
+            )));
         }
         let v = s.parse::<u32>().unwrap_or(u32::MAX);
         if v < self.def.min || v > self.def.max {
@@ -121,10 +160,11 @@ impl Ctx<'_> {
         let (lo, hi) = (self.value(a)?, self.value(b)?);
         if hi < lo {
             let hint = if self.def.name == DOW.name {
-                " (SUN is 0; write e.g. FRI-7 or FRI,SAT,SUN)"
+                "; SUN is 0, write e.g. FRI-7 or FRI,SAT,SUN"
             } else {
                 ""
             };
+            let s = self.orig(s);
             return Err(self.err(format!("range {s} is reversed (end before start){hint}")));
         }
         Ok((lo, hi))
@@ -133,8 +173,12 @@ impl Ctx<'_> {
 
 /// Parses one field; names are matched case-insensitively.
 pub(crate) fn parse(def: &FieldDef, text: &str) -> Result<Parsed, ScheduleError> {
-    let cx = Ctx { def, text };
     let upper = text.to_ascii_uppercase();
+    let cx = Ctx {
+        def,
+        text,
+        upper: &upper,
+    };
     let mut out = Parsed::default();
     let day_field = def.name == DOM.name || def.name == DOW.name;
     if upper == "?" && day_field {
@@ -153,14 +197,19 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
         return Err(cx.err("empty item in list".into()));
     }
     if term == "?" {
-        return Err(cx.err("? is only allowed as the whole day-of-month or day-of-week field".into()));
+        return Err(
+            cx.err("? is only allowed as the whole day-of-month or day-of-week field".into())
+        );
     }
     if def.name == DOW.name {
         if let Some((d, n)) = term.split_once('#') {
             let d = cx.value(d)? % 7;
             let n = cx.count(n, "nth")?;
             if !(1..=5).contains(&n) {
-                return Err(cx.err(format!("{term}: the week number after # must be 1-5")));
+                return Err(cx.err(format!(
+                    "{}the week number after # must be 1-5",
+                    cx.at(term)
+                )));
             }
             out.dow_nth |= 1 << ((n as u32 - 1) * 7 + d);
             return Ok(());
@@ -184,23 +233,34 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
         }
         if let Some(d) = term.strip_suffix('W') {
             if d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(cx.err(format!("{term}: W needs a day number before it, like 15W")));
+                return Err(cx.err(format!(
+                    "{}W needs a day number before it, like 15W",
+                    cx.at(term)
+                )));
             }
             out.weekday_near |= 1 << cx.value(d)?;
             return Ok(());
         }
     }
     if term.contains('L') && (def.name == DOM.name || def.name == DOW.name) && term.contains('/') {
-        return Err(cx.err(format!("{term}: L cannot take a step")));
+        return Err(cx.err(format!("{}L cannot take a step", cx.at(term))));
     }
     let (lo, hi, step) = if let Some((base, step)) = term.split_once('/') {
         let step = cx.count(step, "step")?;
         if step == 0 {
             return Err(cx.err("step must be at least 1".into()));
         }
-        let (lo, hi) = if base == "*" { (def.min, def.max) } else { cx.range(base)? };
+        let (lo, hi) = if base == "*" {
+            (def.min, def.max)
+        } else {
+            cx.range(base)?
+        };
         // cronsim: a base with a single value runs to the field's maximum.
-        if lo == hi { (lo, def.max, step) } else { (lo, hi, step) }
+        if lo == hi {
+            (lo, def.max, step)
+        } else {
+            (lo, hi, step)
+        }
     } else if term == "*" {
         (def.min, def.max, 1)
     } else {
@@ -210,7 +270,11 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
     let mut v = u64::from(lo);
     while v <= u64::from(hi) {
         let x = v as u32;
-        if def.name == DOW.name { out.set(x % 7) } else { out.set(x - def.min) }
+        if def.name == DOW.name {
+            out.set(x % 7)
+        } else {
+            out.set(x - def.min)
+        }
         v = v.saturating_add(step);
     }
     Ok(())

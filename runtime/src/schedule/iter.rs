@@ -24,11 +24,15 @@
 //! 48 hours (checked over the whole table when this was written; jumps span
 //! at most 24 hours). Offset lookups are cached with the state, and `fold` is
 //! only computed when a `replace` lands on a repeated or skipped wall time.
+//!
+//! cronsim can loop forever in `Zoned` mode around a DST change; Brent's
+//! cycle detection over the search state notices that and `wall.rs` answers.
 
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike, Utc};
 use chrono_tz::Tz;
 
 use super::cron::CronSpec;
+use super::wall;
 use super::zone::{self, Wall, naive, secs};
 
 #[derive(Clone, Copy)]
@@ -40,7 +44,7 @@ enum Clock {
 
 /// Where the current `fold` comes from: set explicitly, or "whatever Python
 /// would set converting this UTC instant" (computed lazily; `replace` keeps it).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Fold {
     Fixed(bool),
     OfInstant(i64),
@@ -60,7 +64,15 @@ struct Cursor<'a> {
     fold: Fold,
     /// UTC instant and its offset when `dt` came from converting an instant.
     known: Option<(i64, i32)>,
+    /// Brent's cycle detection over the states at the top of `advance`'s loop.
+    saved: Option<State>,
+    power: u32,
+    lap: u32,
+    /// Set when the state repeated: cronsim would never return.
+    looped: bool,
 }
+
+type State = (NaiveDateTime, Option<(i64, i32)>, Fold);
 
 /// Safety bound for loops that cronsim bounds only implicitly.
 const GUARD: u32 = 100_000;
@@ -75,7 +87,17 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
     } else {
         Clock::Zoned(tz)
     };
-    let mut c = Cursor { spec, clock, dt: naive(start)?, fold: Fold::Fixed(false), known: None };
+    let mut c = Cursor {
+        spec,
+        clock,
+        dt: naive(start)?,
+        fold: Fold::Fixed(false),
+        known: None,
+        saved: None,
+        power: 1,
+        lap: 0,
+        looped: false,
+    };
     match clock {
         Clock::Utc => {}
         Clock::Fixup(tz) => c.dt = naive(start + i64::from(zone::offset_at(tz, start)?))?,
@@ -86,7 +108,12 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
     // fold=0); those are skipped by continuing the same iteration.
     for _ in 0..GUARD {
         c.tick(1)?;
-        c.advance()?;
+        if c.advance().is_none() {
+            if let (true, Clock::Zoned(tz)) = (c.looped, clock) {
+                return DateTime::from_timestamp(wall::search(spec, tz, start)?, 0);
+            }
+            return None;
+        }
         let fire = c.finish()?;
         if fire > start {
             return DateTime::from_timestamp(fire, 0);
@@ -162,7 +189,11 @@ impl Cursor<'_> {
         let ahead = |c: &Self| -> i64 {
             let (v, set, len, _) = c.unit(u);
             let above = set & !((2u64 << v) - 1) & ((1u64 << len) - 1);
-            let stop = if above != 0 { above.trailing_zeros() } else { len };
+            let stop = if above != 0 {
+                above.trailing_zeros()
+            } else {
+                len
+            };
             i64::from(stop - v)
         };
         let stops = |c: &Self| {
@@ -198,16 +229,40 @@ impl Cursor<'_> {
     fn advance(&mut self) -> Option<()> {
         let start_year = self.dt.year();
         for _ in 0..GUARD {
+            if let Clock::Zoned(_) = self.clock {
+                self.check_cycle()?;
+            }
             self.advance_month()?;
             if self.dt.year() > start_year + 50 {
                 return None;
             }
-            if self.advance_day()? || self.advance_hour()? || self.advance_minute()? || self.advance_second()? {
+            if self.advance_day()?
+                || self.advance_hour()?
+                || self.advance_minute()?
+                || self.advance_second()?
+            {
                 continue;
             }
             return Some(());
         }
         None
+    }
+
+    /// Brent's algorithm: `None` (and `looped`) once a state repeats. Only
+    /// `Zoned` can loop (the naive clocks only move forward).
+    fn check_cycle(&mut self) -> Option<()> {
+        let state = (self.dt, self.known, self.fold);
+        if self.saved == Some(state) {
+            self.looped = true;
+            return None;
+        }
+        self.lap += 1;
+        if self.lap == self.power {
+            self.saved = Some(state);
+            self.power = self.power.saturating_mul(2);
+            self.lap = 0;
+        }
+        Some(())
     }
 
     fn advance_month(&mut self) -> Option<()> {

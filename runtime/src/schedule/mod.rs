@@ -8,7 +8,10 @@
 //!   items, with cronsim's syntax quirks.
 //! * `cron.rs`: the compiled expression (`CronSpec`), cronsim's whole
 //!   expression checks, and the day-of-month / day-of-week matcher.
-//! * `iter.rs`: the forward search, a port of cronsim 2.8's iterator.
+//! * `iter.rs`: the forward search, a port of cronsim 2.8's iterator, with
+//!   jumps where they provably equal cronsim's tick loops.
+//! * `wall.rs`: a plain wall-clock search, used only where cronsim would
+//!   loop forever (and as a cross-check in the unit tests).
 //! * `zone.rs`: wall-clock/UTC conversion with Python `zoneinfo` semantics
 //!   (`fold`, imaginary times) on top of chrono-tz.
 //!
@@ -42,12 +45,24 @@
 //!   Debian cron's DST rules: for 5-field expressions with fixed minute and
 //!   hour, a time in a skipped hour fires once at the end of the gap and a
 //!   time in a repeated hour fires once (first pass); wildcard hours and all
-//!   6/7-field expressions follow the instant, i.e. the wall clock.
+//!   6/7-field expressions follow the wall clock (a 6-field `0 30 2 * * *`
+//!   does not fire on a day without 02:30; `*/30 * * * *` fires in both
+//!   passes of a repeated hour).
+//! * Python's `fold` semantics are reproduced in `zone.rs`: a skipped wall
+//!   time with fold=0 converts with the offset in force before the
+//!   transition, taken from chrono-tz's `GapInfo` (exact, from the zone's
+//!   table), falling back to the offset at the UTC instant `local - 15h` at
+//!   the ends of the table.
 //! * `next_after` is strictly after `after`. cronsim itself can yield a fire
 //!   at or before its start when the start is in the second pass of a
 //!   repeated hour (it reads wall times with fold=0); we skip such fires by
 //!   continuing cronsim's iteration, which is what Debian cron does too (it
 //!   does not rerun jobs when the clock goes back).
+//! * Around some DST changes cronsim never returns (its search state
+//!   repeats, e.g. `27-46 59 3 * * *` in Pacific/Chatham from
+//!   2027-04-03T13:55Z, see `wall.rs`). We detect the repeat and answer with
+//!   the first instant whose wall time matches every field, instead of
+//!   hanging or dropping the job.
 //! * Like cronsim, `next_after` gives up (`None`) when nothing matches within
 //!   50 years of the search start, also for year fields beyond that.
 //! * chrono-tz's table ends in 2099; after that each zone keeps its last
@@ -61,9 +76,10 @@
 mod cron;
 mod fields;
 mod iter;
-mod zone;
 #[cfg(test)]
 mod tests;
+mod wall;
+mod zone;
 
 use chrono::{DateTime, Utc};
 pub use chrono_tz::Tz;
@@ -95,11 +111,17 @@ pub struct ScheduleError {
 }
 
 fn is_cron_field(f: &str) -> bool {
-    matches!(f, "second" | "minute" | "hour" | "day-of-month" | "month" | "day-of-week" | "year")
+    matches!(
+        f,
+        "second" | "minute" | "hour" | "day-of-month" | "month" | "day-of-week" | "year"
+    )
 }
 
 fn expr_err(reason: String) -> ScheduleError {
-    ScheduleError { field: "expression", reason }
+    ScheduleError {
+        field: "expression",
+        reason,
+    }
 }
 
 const MACROS: &str = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, \
@@ -132,12 +154,19 @@ impl Schedule {
                 (Some(cron), _) => Kind::Cron(Box::new(CronSpec::parse(&split(cron))?)),
                 (None, "every") => Kind::Every(parse_every(arg)?),
                 (None, "at") => Kind::At(parse_at(arg)?),
-                _ => return Err(expr_err(format!("{text:?}: unknown macro; use one of {MACROS}"))),
+                _ => {
+                    return Err(expr_err(format!(
+                        "{text:?}: unknown macro; use one of {MACROS}"
+                    )));
+                }
             }
         } else {
             Kind::Cron(Box::new(CronSpec::parse(&split(text))?))
         };
-        Ok(Schedule { expr: expr.into(), kind })
+        Ok(Schedule {
+            expr: expr.into(),
+            kind,
+        })
     }
 
     /// First fire strictly after `after`, evaluated in `tz` (ignored by
@@ -156,7 +185,11 @@ impl Schedule {
     }
 
     /// The fires after `after`, in order (at most one for `@at`).
-    pub fn fires_after(&self, after: DateTime<Utc>, tz: Tz) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+    pub fn fires_after(
+        &self,
+        after: DateTime<Utc>,
+        tz: Tz,
+    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
         std::iter::successors(self.next_after(after, tz), move |t| self.next_after(*t, tz))
     }
 
@@ -171,12 +204,20 @@ fn split(text: &str) -> Vec<&str> {
 }
 
 fn parse_every(arg: &str) -> Result<u64, ScheduleError> {
-    let err = |msg: String| ScheduleError { field: "@every", reason: format!("{arg:?}: {msg}") };
+    let err = |msg: String| ScheduleError {
+        field: "@every",
+        reason: format!("{arg:?}: {msg}"),
+    };
     if arg.is_empty() {
-        return Err(err("missing duration; write e.g. @every 30s, @every 5m or @every 1h30m".into()));
+        return Err(err(
+            "missing duration; write e.g. @every 30s, @every 5m or @every 1h30m".into(),
+        ));
     }
-    let d = humantime::parse_duration(arg)
-        .map_err(|e| err(format!("{e}; write a duration like 30s, 5m, 1h30m or 1500ms")))?;
+    let d = humantime::parse_duration(arg).map_err(|e| {
+        err(format!(
+            "{e}; write a duration like 30s, 5m, 1h30m or 1500ms"
+        ))
+    })?;
     if d.as_secs() < 1 {
         return Err(err("must be at least 1s".into()));
     }
@@ -190,10 +231,12 @@ fn parse_every(arg: &str) -> Result<u64, ScheduleError> {
 }
 
 fn parse_at(arg: &str) -> Result<DateTime<Utc>, ScheduleError> {
-    DateTime::parse_from_rfc3339(arg).map(|t| t.with_timezone(&Utc)).map_err(|e| ScheduleError {
-        field: "@at",
-        reason: format!("{arg:?}: {e}; write an RFC 3339 time like 2030-01-31T09:00:00Z"),
-    })
+    DateTime::parse_from_rfc3339(arg)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| ScheduleError {
+            field: "@at",
+            reason: format!("{arg:?}: {e}; write an RFC 3339 time like 2030-01-31T09:00:00Z"),
+        })
 }
 
 /// Parses an IANA time zone name such as `Europe/Berlin`.

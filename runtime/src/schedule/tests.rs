@@ -1,1 +1,407 @@
+//! Unit tests of the time engine. Expected instants were cross-checked with
+//! cronsim 2.8; the exhaustive comparison is `tests/time_vs_cronsim.rs`.
 
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn tz(name: &str) -> Tz {
+    parse_timezone(name).unwrap()
+}
+
+/// The next `n` fires as RFC 3339 UTC strings.
+fn fires(expr: &str, zone: &str, from: &str, n: usize) -> Vec<String> {
+    let s = Schedule::parse(expr).unwrap();
+    s.fires_after(t(from), tz(zone))
+        .take(n)
+        .map(|d| {
+            d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                .replace(".000Z", "Z")
+        })
+        .collect()
+}
+
+fn err(expr: &str) -> ScheduleError {
+    Schedule::parse(expr).unwrap_err()
+}
+
+#[test]
+fn steps_ranges_lists() {
+    let from = "2026-01-01T10:07:00Z";
+    assert_eq!(
+        fires("*/15 * * * *", "UTC", from, 3),
+        [
+            "2026-01-01T10:15:00Z",
+            "2026-01-01T10:30:00Z",
+            "2026-01-01T10:45:00Z"
+        ]
+    );
+    assert_eq!(
+        fires("5/20 10-11 * * *", "UTC", from, 4),
+        [
+            "2026-01-01T10:25:00Z",
+            "2026-01-01T10:45:00Z",
+            "2026-01-01T11:05:00Z",
+            "2026-01-01T11:25:00Z"
+        ]
+    );
+    assert_eq!(
+        fires("0 1-9/4,22 * * *", "UTC", from, 3),
+        [
+            "2026-01-01T22:00:00Z",
+            "2026-01-02T01:00:00Z",
+            "2026-01-02T05:00:00Z"
+        ]
+    );
+    assert_eq!(
+        fires("*/20 * * * * *", "UTC", from, 3),
+        [
+            "2026-01-01T10:07:20Z",
+            "2026-01-01T10:07:40Z",
+            "2026-01-01T10:08:00Z"
+        ]
+    );
+}
+
+#[test]
+fn names_any_case_and_sunday_as_0_or_7() {
+    let from = "2026-01-01T00:00:00Z";
+    let named = fires("0 9 * jan,Jul Mon-fri", "UTC", from, 40);
+    assert_eq!(named, fires("0 9 * 1,7 1-5", "UTC", from, 40));
+    assert_eq!(named[0], "2026-01-01T09:00:00Z"); // a Thursday
+    assert_eq!(
+        fires("0 0 * * 0", "UTC", from, 5),
+        fires("0 0 * * 7", "UTC", from, 5)
+    );
+    assert_eq!(
+        fires("0 0 * * sun", "UTC", from, 1),
+        ["2026-01-04T00:00:00Z"]
+    );
+}
+
+#[test]
+fn last_day_last_weekday_last_friday_nth() {
+    assert_eq!(
+        fires("0 0 L * *", "UTC", "2024-02-01T00:00:00Z", 2),
+        ["2024-02-29T00:00:00Z", "2024-03-31T00:00:00Z"]
+    );
+    // May 31 2026 is a Sunday: the last weekday is Friday the 29th.
+    assert_eq!(
+        fires("0 0 LW * *", "UTC", "2026-05-01T00:00:00Z", 2),
+        ["2026-05-29T00:00:00Z", "2026-06-30T00:00:00Z"]
+    );
+    let last_friday = ["2026-01-30T00:00:00Z", "2026-02-27T00:00:00Z"];
+    assert_eq!(
+        fires("0 0 * * 5L", "UTC", "2026-01-01T00:00:00Z", 2),
+        last_friday
+    );
+    assert_eq!(
+        fires("0 0 * * FRIL", "UTC", "2026-01-01T00:00:00Z", 2),
+        last_friday
+    );
+    assert_eq!(
+        fires("0 0 * * fri#3", "UTC", "2026-01-01T00:00:00Z", 2),
+        ["2026-01-16T00:00:00Z", "2026-02-20T00:00:00Z"]
+    );
+}
+
+#[test]
+fn nearest_weekday_w() {
+    // Feb 15 2026 is a Sunday -> Monday 16th; Mar 15 is a Sunday too.
+    assert_eq!(
+        fires("0 0 15W * *", "UTC", "2026-02-01T00:00:00Z", 2),
+        ["2026-02-16T00:00:00Z", "2026-03-16T00:00:00Z"]
+    );
+    // Aug 1 2026 is a Saturday: 1W never leaves the month -> Monday 3rd.
+    assert_eq!(
+        fires("0 0 1W * *", "UTC", "2026-07-15T00:00:00Z", 1),
+        ["2026-08-03T00:00:00Z"]
+    );
+    // May 31 2026 is a Sunday -> Friday 29th; months without a 31st are skipped.
+    assert_eq!(
+        fires("0 0 31W * *", "UTC", "2026-04-01T00:00:00Z", 2),
+        ["2026-05-29T00:00:00Z", "2026-07-31T00:00:00Z"]
+    );
+    // Refused like cronsim's `0 0 30 2 *` when no selected month has day N.
+    assert_eq!(err("0 0 30W 2 *").field, "day-of-month");
+}
+
+#[test]
+fn question_mark_and_day_field_or_and() {
+    let from = "2026-02-01T00:00:00Z";
+    assert_eq!(
+        fires("0 12 ? * MON", "UTC", from, 5),
+        fires("0 12 * * MON", "UTC", from, 5)
+    );
+    assert_eq!(
+        fires("0 12 1 * ?", "UTC", from, 3),
+        fires("0 12 1 * *", "UTC", from, 3)
+    );
+    // Neither field starts with `*`: either may match (the 13th or Fridays).
+    assert_eq!(
+        fires("0 0 13 * 5", "UTC", from, 3),
+        [
+            "2026-02-06T00:00:00Z",
+            "2026-02-13T00:00:00Z",
+            "2026-02-20T00:00:00Z"
+        ]
+    );
+    // Day-of-month starts with `*`: both must match (odd days that are Fridays).
+    assert_eq!(
+        fires("0 0 */2 * 5", "UTC", from, 2),
+        ["2026-02-13T00:00:00Z", "2026-02-27T00:00:00Z"]
+    );
+}
+
+#[test]
+fn seven_fields_year() {
+    let s = Schedule::parse("0 30 9 1 1 * 2027-2031/2").unwrap();
+    let got: Vec<_> = s.fires_after(t("2025-06-01T00:00:00Z"), Tz::UTC).collect();
+    assert_eq!(
+        got,
+        [
+            t("2027-01-01T09:30:00Z"),
+            t("2029-01-01T09:30:00Z"),
+            t("2031-01-01T09:30:00Z")
+        ]
+    );
+    assert_eq!(
+        Schedule::parse("0 0 0 * * * 2024")
+            .unwrap()
+            .next_after(t("2025-01-01T00:00:00Z"), Tz::UTC),
+        None
+    );
+    assert_eq!(err("0 0 0 * * * 1969").field, "year");
+}
+
+#[test]
+fn macros_are_their_five_field_forms() {
+    let from = "2024-03-30T12:00:00Z";
+    for (m, five) in [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+    ] {
+        for zone in ["Europe/Berlin", "Australia/Lord_Howe", "UTC"] {
+            assert_eq!(
+                fires(m, zone, from, 5),
+                fires(five, zone, from, 5),
+                "{m} in {zone}"
+            );
+        }
+    }
+    assert_eq!(
+        fires("@DAILY", "Europe/Berlin", from, 2),
+        ["2024-03-30T23:00:00Z", "2024-03-31T22:00:00Z"]
+    );
+    assert_eq!(Schedule::parse("@daily").unwrap().expr(), "@daily");
+    assert_eq!(err("@daily 5").field, "expression");
+}
+
+#[test]
+fn every_is_anchored_to_the_epoch() {
+    let s = Schedule::parse("@every 7s").unwrap();
+    let a: Vec<_> = s
+        .fires_after(t("2026-01-01T00:00:00.123Z"), Tz::UTC)
+        .take(50)
+        .collect();
+    let b: Vec<_> = s
+        .fires_after(t("2026-01-01T00:01:03.999Z"), tz("Asia/Kolkata"))
+        .take(10)
+        .collect();
+    assert!(a.iter().chain(&b).all(|f| f.timestamp_millis() % 7000 == 0));
+    // Different starting points land on the same timeline.
+    let pos = a.iter().position(|f| *f == b[0]).unwrap();
+    assert_eq!(a[pos..pos + 10], b[..]);
+    // Strictly after, also exactly on a fire.
+    assert_eq!(s.next_after(b[0], Tz::UTC), Some(b[1]));
+    let ms = Schedule::parse("@every 1500ms").unwrap();
+    assert_eq!(
+        ms.next_after(t("1970-01-01T00:00:02Z"), Tz::UTC),
+        Some(t("1970-01-01T00:00:03Z"))
+    );
+    assert_eq!(
+        ms.next_after(t("1970-01-01T00:00:03Z"), Tz::UTC),
+        Some(t("1970-01-01T00:00:04.500Z"))
+    );
+    let long = Schedule::parse("@every 1h30m").unwrap();
+    assert_eq!(
+        long.next_after(t("2026-01-01T00:00:00Z"), Tz::UTC),
+        Some(t("2026-01-01T01:30:00Z"))
+    );
+}
+
+#[test]
+fn at_fires_once() {
+    let s = Schedule::parse("@at 2030-01-31T10:00:00+01:00").unwrap();
+    let at = t("2030-01-31T09:00:00Z");
+    assert_eq!(
+        s.next_after(t("2026-01-01T00:00:00Z"), tz("Europe/Berlin")),
+        Some(at)
+    );
+    assert_eq!(s.next_after(at, Tz::UTC), None);
+    assert_eq!(s.fires_after(t("2026-01-01T00:00:00Z"), Tz::UTC).count(), 1);
+}
+
+#[test]
+fn dst_fixed_time_in_spring_gap_fires_once_at_gap_end() {
+    // Berlin 2024-03-31: 02:00 CET -> 03:00 CEST. 02:30 fires at 03:00 CEST.
+    let got = fires("30 2 * * *", "Europe/Berlin", "2024-03-30T12:00:00Z", 3);
+    assert_eq!(
+        got,
+        [
+            "2024-03-31T01:00:00Z",
+            "2024-04-01T00:30:00Z",
+            "2024-04-02T00:30:00Z"
+        ]
+    );
+    // New York 2024-03-10 (02:00 EST -> 03:00 EDT).
+    let got = fires("0 2 * * *", "America/New_York", "2024-03-09T12:00:00Z", 2);
+    assert_eq!(got, ["2024-03-10T07:00:00Z", "2024-03-11T06:00:00Z"]);
+    // Six fields are not Debian cron: the skipped time does not fire.
+    let got = fires("0 30 2 * * *", "Europe/Berlin", "2024-03-30T12:00:00Z", 1);
+    assert_eq!(got, ["2024-04-01T00:30:00Z"]);
+}
+
+#[test]
+fn dst_fixed_time_in_repeated_hour_fires_once() {
+    // Berlin 2024-10-27: 03:00 CEST -> 02:00 CET; 02:30 CEST only.
+    let got = fires("30 2 * * *", "Europe/Berlin", "2024-10-26T12:00:00Z", 2);
+    assert_eq!(got, ["2024-10-27T00:30:00Z", "2024-10-28T01:30:00Z"]);
+    // From inside the second pass (02:10 CET) cronsim would answer 02:30 CEST,
+    // which is in the past; next_after is strictly after, like Debian cron.
+    let got = fires("30 2 * * *", "Europe/Berlin", "2024-10-27T01:10:00Z", 1);
+    assert_eq!(got, ["2024-10-28T01:30:00Z"]);
+}
+
+#[test]
+fn dst_wildcard_hours_follow_the_wall_clock() {
+    let got = fires("*/30 * * * *", "Europe/Berlin", "2024-10-26T23:50:00Z", 6);
+    let both_passes = [
+        "2024-10-27T00:00:00Z",
+        "2024-10-27T00:30:00Z",
+        "2024-10-27T01:00:00Z",
+        "2024-10-27T01:30:00Z",
+        "2024-10-27T02:00:00Z",
+        "2024-10-27T02:30:00Z",
+    ];
+    assert_eq!(got, both_passes);
+    let got = fires("*/30 * * * *", "Europe/Berlin", "2024-03-31T00:10:00Z", 3);
+    assert_eq!(
+        got,
+        [
+            "2024-03-31T00:30:00Z",
+            "2024-03-31T01:00:00Z",
+            "2024-03-31T01:30:00Z"
+        ]
+    );
+}
+
+#[test]
+fn cronsim_endless_loop_falls_back_to_wall_clock() {
+    // cronsim never returns here (see wall.rs); 03:59:27 CHAST is 15:14:27Z.
+    let got = fires(
+        "27-46 59 3 * * *",
+        "Pacific/Chatham",
+        "2027-04-03T13:55:00Z",
+        2,
+    );
+    assert_eq!(got, ["2027-04-03T15:14:27Z", "2027-04-03T15:14:28Z"]);
+}
+
+#[test]
+fn jumps_agree_with_the_plain_wall_clock_search() {
+    // Without DST changes cronsim's answer is the plain wall-clock one, so the
+    // jump-optimised search must agree with the simple one everywhere.
+    let exprs = [
+        "*/7 * * * *",
+        "13 */5 * * *",
+        "0 0 L * *",
+        "*/13 5-40 3 * * *",
+        "0 0 29 2 *",
+        "7 7 * * 1#2",
+        "59 23 31 12 *",
+        "0 30 9 15W * ?",
+    ];
+    let mut x: u64 = 88172645463325252;
+    for e in exprs {
+        let Kind::Cron(spec) = &Schedule::parse(e).unwrap().kind else {
+            unreachable!()
+        };
+        for zone in ["UTC", "Asia/Kolkata"] {
+            for _ in 0..200 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let start = 1_700_000_000 + (x % 400_000_000) as i64;
+                let got =
+                    iter::next_after(spec, DateTime::from_timestamp(start, 0).unwrap(), tz(zone));
+                assert_eq!(
+                    got.map(|d| d.timestamp()),
+                    wall::search(spec, tz(zone), start),
+                    "{e} {zone} {start}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn errors_name_the_field() {
+    for (expr, field, needle) in [
+        (
+            "0 0 32 * *",
+            "day-of-month",
+            "day-of-month field \"32\": 32 is out of range 1-31",
+        ),
+        ("60 * * * *", "minute", "out of range 0-59"),
+        ("* 24 * * *", "hour", "out of range 0-23"),
+        ("* * * 13 *", "month", "out of range 1-12"),
+        ("* * * * 8", "day-of-week", "out of range 0-7"),
+        ("61 * * * * *", "second", "out of range 0-59"),
+        ("*/0 * * * *", "minute", "step must be at least 1"),
+        ("5-1 * * * *", "minute", "reversed"),
+        ("* * * * FRI-SUN", "day-of-week", "FRI-7"),
+        ("1,,2 * * * *", "minute", "empty item"),
+        ("abc * * * *", "minute", "not a valid value"),
+        ("* * * FOO *", "month", "JAN-DEC"),
+        ("* * * * MON#6", "day-of-week", "1-5"),
+        ("? * * * *", "minute", "only allowed"),
+        ("0 0 L/2 * *", "day-of-month", "step"),
+        ("0 0 30 2 *", "day-of-month", "never occurs in FEB"),
+        ("0 0 31 4,6 *", "day-of-month", "never occurs"),
+        ("* * * *", "expression", "has 4 fields"),
+        ("", "expression", "empty"),
+        ("@fortnightly", "expression", "unknown macro"),
+        ("@every 500ms", "@every", "at least 1s"),
+        ("@every", "@every", "missing duration"),
+        ("@every soon", "@every", "duration like"),
+        ("@at tomorrow", "@at", "RFC 3339"),
+    ] {
+        let e = err(expr);
+        let msg = e.to_string();
+        assert_eq!(e.field, field, "{expr}: {msg}");
+        assert!(msg.contains(needle), "{expr}: {msg}");
+        assert!(msg.starts_with(field), "{expr}: {msg}");
+        assert!(!msg.contains('\n'), "{expr}: {msg}");
+    }
+    let e = parse_timezone("Mars/Olympus_Mons").unwrap_err();
+    assert_eq!(e.field, "timezone");
+    assert!(e.to_string().contains("Mars/Olympus_Mons") && e.to_string().contains("Europe/Berlin"));
+}
+
+#[test]
+fn schedule_is_small_and_shareable() {
+    fn assert_traits<T: Clone + std::fmt::Debug + Send + Sync>() {}
+    assert_traits::<Schedule>();
+    assert!(std::mem::size_of::<Schedule>() <= 32);
+    assert!(std::mem::size_of::<cron::CronSpec>() <= 64);
+}

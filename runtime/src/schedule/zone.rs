@@ -70,7 +70,10 @@ pub(crate) fn classify(tz: Tz, local: NaiveDateTime) -> Wall {
         LocalResult::Single(o) => Wall::Single(o.fix().local_minus_utc()),
         LocalResult::Ambiguous(a, b) => {
             let (a, b) = (a.fix().local_minus_utc(), b.fix().local_minus_utc());
-            Wall::Repeated { before: a.max(b), after: a.min(b) }
+            Wall::Repeated {
+                before: a.max(b),
+                after: a.min(b),
+            }
         }
         LocalResult::None => {
             let gap = GapInfo::new(&local, &tz);
@@ -112,7 +115,11 @@ pub(crate) fn to_utc(tz: Tz, local: NaiveDateTime, fold: impl FnOnce() -> bool) 
 /// The `fold` Python sets when converting the UTC instant `utc` to `tz`:
 /// 1 exactly when the wall time is repeated and `utc` is its later instant.
 pub(crate) fn fold_at(tz: Tz, utc: i64) -> bool {
-    let Some(off) = offset_at(tz, utc) else { return false };
-    let Some(local) = naive(utc + i64::from(off)) else { return false };
+    let Some(off) = offset_at(tz, utc) else {
+        return false;
+    };
+    let Some(local) = naive(utc + i64::from(off)) else {
+        return false;
+    };
     matches!(classify(tz, local), Wall::Repeated { after, .. } if after == off)
 }
