@@ -10,16 +10,51 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use chrono_tz::Tz;
+
 use crate::error::Error;
+use crate::schedule::Schedule;
 use crate::spec::JobSpec;
 use crate::store::{Store, StoredJob, kv::Versioned};
 
-/// A job as the catalog knows it.
-#[derive(Debug, Clone)]
+/// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
+/// holds a million of them. Runners fetch the full spec of the jobs they run.
+#[derive(Debug)]
 pub struct CatalogJob {
     pub name: String,
     pub revision: u64,
-    pub spec: Result<Arc<JobSpec>, Error>,
+    /// Why the stored spec is refused, if it is.
+    pub summary: Result<JobSummary, Error>,
+}
+
+#[derive(Debug)]
+pub struct JobSummary {
+    pub schedule: Schedule,
+    pub tz: Tz,
+    pub paused: bool,
+    pub pool: Box<str>,
+    pub starting_deadline: Option<Duration>,
+    pub jitter: Duration,
+}
+
+impl JobSummary {
+    pub fn of(spec: &JobSpec) -> Result<Self, Error> {
+        let (schedule, tz) = spec.parsed_schedule()?;
+        Ok(Self {
+            schedule,
+            tz,
+            paused: spec.paused,
+            pool: spec.pool.as_str().into(),
+            starting_deadline: spec.starting_deadline,
+            jitter: spec.jitter,
+        })
+    }
+}
+
+impl CatalogJob {
+    pub fn from_spec(spec: &JobSpec, revision: u64) -> Self {
+        Self { name: spec.name.clone(), revision, summary: JobSummary::of(spec) }
+    }
 }
 
 /// A change for the scheduler: the job's new state, or None when it was removed.
@@ -122,7 +157,7 @@ impl Follower {
                 Arc::new(CatalogJob {
                     name: stored.name,
                     revision: stored.revision,
-                    spec: stored.spec.map(Arc::new),
+                    summary: stored.spec.and_then(|spec| JobSummary::of(&spec)),
                 })
             });
             self.apply(change.key, job);

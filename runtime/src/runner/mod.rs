@@ -28,7 +28,7 @@ use tracing::{info, warn};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
-use crate::spec::History;
+use crate::spec::{History, JobSpec};
 use crate::store::Store;
 
 pub use output::{EOF_HEADER, STREAM_HEADER};
@@ -82,9 +82,32 @@ pub(crate) struct RunnerCtx {
     pub starter: starter::Starter,
     pub running: AtomicUsize,
     finished_since_prune: Mutex<HashMap<String, u32>>,
+    specs: Mutex<HashMap<String, (u64, Arc<JobSpec>)>>,
 }
 
+/// Specs of jobs this runner ran, by revision; cleared when it grows past this.
+const SPEC_CACHE_MAX: usize = 10_000;
+
 impl RunnerCtx {
+    /// The spec of `job` at `revision` (or newer, if it changed meanwhile).
+    async fn spec(&self, job: &str, revision: u64) -> Result<Arc<JobSpec>, Error> {
+        if let Ok(cache) = self.specs.lock()
+            && let Some((r, spec)) = cache.get(job)
+            && *r == revision
+        {
+            return Ok(spec.clone());
+        }
+        let stored = self.store.get_job(job).await?;
+        let spec = Arc::new(stored.spec?);
+        if let Ok(mut cache) = self.specs.lock() {
+            if cache.len() >= SPEC_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(job.to_string(), (stored.revision, spec.clone()));
+        }
+        Ok(spec)
+    }
+
     /// Trims the job's finished runs to its history. A prune scans the job's records, so
     /// it runs after every K runs finished here (K = half the history, at least 5): the
     /// bucket holds at most history + K per runner of each job.
@@ -120,6 +143,7 @@ impl Runner {
             host,
             running: AtomicUsize::new(0),
             finished_since_prune: Mutex::new(HashMap::new()),
+            specs: Mutex::new(HashMap::new()),
         };
         Self { ctx: Arc::new(ctx) }
     }

@@ -84,16 +84,16 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
     let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
-    let mut prepared = ctx.catalog.get(&d.job).and_then(|job| {
-        let shell_spec = job.spec.as_ref().ok()?.shell.clone()?;
-        let ticket = ctx.starter.ticket(d.scheduled_at);
-        let (stdin, ticket) = match ticket {
-            Some(t) => (Some(t.stdin.try_clone().ok()?), Some(t)),
-            None => (None, None),
-        };
-        let process = shell::prepare(&shell_spec, &env, stdin).ok()?;
-        Some(Ready { revision: job.revision, process, ticket })
-    });
+    let mut prepared = match ctx.catalog.get(&d.job) {
+        Some(job) => match ctx.spec(&d.job, job.revision).await {
+            Ok(spec) => prepare(ctx, &spec, job.revision, d.scheduled_at, &env),
+            Err(e) => {
+                debug!("spec not available ahead of the instant: {e}");
+                None
+            }
+        },
+        None => None,
+    };
     // Re-check just before a group release, or at the instant when starting alone.
     let check_at = match prepared.as_ref().and_then(|p| p.ticket.as_ref()) {
         Some(_) => d.scheduled_at - Starter::margin(),
@@ -103,17 +103,22 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
     }
-    let (revision, spec) = match ctx.catalog.get(&d.job).map(|j| (j.revision, j.spec.clone())) {
-        None => {
-            discard(prepared).await;
-            return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
-        }
-        Some((_, Err(e))) => {
+    let Some(job) = ctx.catalog.get(&d.job) else {
+        discard(prepared).await;
+        return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
+    };
+    let spec = match job.summary.as_ref().map_err(Clone::clone) {
+        Ok(_) => ctx.spec(&d.job, job.revision).await,
+        Err(e) => Err(e),
+    };
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(e) => {
             discard(prepared).await;
             return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await;
         }
-        Some((revision, Ok(spec))) => (revision, spec),
     };
+    let revision = job.revision;
     if spec.paused && d.trigger != Trigger::Manual {
         discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Skipped, "job is paused").await;
@@ -177,6 +182,19 @@ struct Ready {
     revision: u64,
     process: shell::Prepared,
     ticket: Option<Ticket>,
+}
+
+/// Creates the run's process ahead of its instant, in the instant's release group when
+/// there is still time to join one.
+fn prepare(ctx: &RunnerCtx, spec: &JobSpec, revision: u64, at: DateTime<Utc>, env: &RunEnv<'_>) -> Option<Ready> {
+    let shell_spec = spec.shell.as_ref()?;
+    let ticket = ctx.starter.ticket(at);
+    let stdin = match &ticket {
+        Some(t) => Some(t.stdin.try_clone().ok()?),
+        None => None,
+    };
+    let process = shell::prepare(shell_spec, env, stdin).ok()?;
+    Some(Ready { revision, process, ticket })
 }
 
 async fn discard(prepared: Option<Ready>) {

@@ -135,30 +135,31 @@ async fn write_watermark(s: &Scheduler, w: &mut Watermark, at: DateTime<Utc>) ->
 /// Dispatches one due fire, or records it missed when it is past its deadline. Returns
 /// the fire instant for the watermark.
 async fn fire(store: Store, default_deadline: Duration, due: Due, now: DateTime<Utc>) -> DateTime<Utc> {
-    let Some(spec) = due.spec() else { return due.fire };
+    let Some(summary) = due.summary() else { return due.fire };
+    let name = &due.job.name;
     let run_id = fire_run_id(due.fire);
-    let span = info_span!("fire", job = %spec.name, run = %run_id);
-    let deadline = spec.starting_deadline.unwrap_or(default_deadline);
+    let span = info_span!("fire", job = %name, run = %run_id);
+    let deadline = summary.starting_deadline.unwrap_or(default_deadline);
     async {
         if (now - due.fire).to_std().is_ok_and(|late| late > deadline) {
             warn!(fire = %due.fire, "fire missed: found {}s late", (now - due.fire).num_seconds());
-            let event = Event::new(&spec.name, &run_id, "missed", 1, now)
+            let event = Event::new(name, &run_id, "missed", 1, now)
                 .with_detail(format!("not dispatched within {}s of its fire", deadline.as_secs()));
             publish_event(&store, &event).await;
             return;
         }
         let msg = DispatchMsg {
-            job: spec.name.clone(),
+            job: name.clone(),
             run_id: run_id.clone(),
             attempt: 1,
             trigger: Trigger::Schedule,
-            scheduled_at: due.fire + jitter(&spec.name, due.fire, spec.jitter),
+            scheduled_at: due.fire + jitter(name, due.fire, summary.jitter),
             spec_revision: due.job.revision,
         };
         // NATS may be briefly away (a leader election): retry within the deadline.
         let mut backoff = Duration::from_millis(100);
         loop {
-            match dispatch(&store, &spec.pool, &msg, now).await {
+            match dispatch(&store, &summary.pool, &msg, now).await {
                 Ok(outcome) => return debug!(?outcome, "dispatch"),
                 Err(e) if backoff < deadline.min(Duration::from_secs(30)) => {
                     warn!("dispatch failed, retrying in {backoff:?}: {e}");

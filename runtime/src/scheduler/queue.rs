@@ -7,17 +7,18 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
-
-use crate::catalog::CatalogJob;
-use crate::schedule::Schedule;
-use crate::spec::JobSpec;
+use crate::catalog::{CatalogJob, JobSummary};
 
 struct Slot {
     generation: u32,
-    schedule: Schedule,
-    tz: Tz,
     job: Arc<CatalogJob>,
+}
+
+impl Slot {
+    fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let s = self.job.summary.as_ref().ok()?;
+        s.schedule.next_after(t, s.tz)
+    }
 }
 
 /// A fire that is due.
@@ -28,8 +29,8 @@ pub struct Due {
 }
 
 impl Due {
-    pub fn spec(&self) -> Option<&JobSpec> {
-        self.job.spec.as_ref().ok().map(|s| s.as_ref())
+    pub fn summary(&self) -> Option<&JobSummary> {
+        self.job.summary.as_ref().ok()
     }
 }
 
@@ -54,19 +55,13 @@ impl FireQueue {
     /// Adds or replaces a job; its first fire is the first after `from`. Invalid and
     /// paused jobs are removed.
     pub fn upsert(&mut self, job: Arc<CatalogJob>, from: DateTime<Utc>) {
-        let parsed = match &job.spec {
-            Ok(spec) if !spec.paused => spec.parsed_schedule().ok(),
-            _ => None,
-        };
-        let Some((schedule, tz)) = parsed else {
+        if !job.summary.as_ref().is_ok_and(|s| !s.paused) {
             self.remove(&job.name);
             return;
-        };
+        }
         self.generation = self.generation.wrapping_add(1);
         let slot = Slot {
             generation: self.generation,
-            schedule,
-            tz,
             job: job.clone(),
         };
         let index = match self.by_name.get(job.name.as_str()) {
@@ -80,7 +75,7 @@ impl FireQueue {
                 i
             }
         };
-        if let Some(next) = slot.schedule.next_after(from, slot.tz) {
+        if let Some(next) = slot.next_after(from) {
             self.heap.push(Reverse((next.timestamp_millis(), index, slot.generation)));
         }
         self.slots[index as usize] = Some(slot);
@@ -112,7 +107,7 @@ impl FireQueue {
         }
         let Reverse((_, index, generation)) = self.heap.pop()?;
         let slot = self.slots[index as usize].as_ref()?;
-        if let Some(next) = slot.schedule.next_after(at, slot.tz) {
+        if let Some(next) = slot.next_after(at) {
             self.heap.push(Reverse((next.timestamp_millis(), index, generation)));
         }
         Some(Due {
@@ -135,7 +130,7 @@ mod tests {
     fn job(name: &str, schedule: &str, paused: bool) -> Arc<CatalogJob> {
         let mut spec = JobSpec::shell(name, schedule, ShellSpec { command: Some("true".into()), ..Default::default() });
         spec.paused = paused;
-        Arc::new(CatalogJob { name: name.into(), revision: 1, spec: Ok(Arc::new(spec)) })
+        Arc::new(CatalogJob::from_spec(&spec, 1))
     }
 
     fn t(s: i64) -> DateTime<Utc> {
