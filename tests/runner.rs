@@ -1,5 +1,6 @@
 //! The shell runner against a real nats-server: kill reaches the whole process group,
 //! timeouts, bounded memory and records whatever a job prints, live logs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! Scheduling against a real nats-server: exactly-once per fire across agents and
 //! failover, and live edits (pause, resume, rm, schedule change) without reload.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod support;
 
@@ -36,7 +37,7 @@ async fn two_agents_run_every_second_exactly_once() {
 async fn scheduler_failover_loses_and_doubles_nothing() {
     let nats = Nats::start().await;
     // Two schedulers and a separate runner: the test kills the lease holder only.
-    let mut schedulers = vec![
+    let mut schedulers = [
         nats.agent("s1", "roles = [\"scheduler\"]"),
         nats.agent("s2", "roles = [\"scheduler\"]"),
     ];

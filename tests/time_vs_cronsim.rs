@@ -11,6 +11,7 @@
 //!
 //! `CRONRUN_DIFF_SEED` and `CRONRUN_DIFF_EXPRS` override the defaults;
 //! `CRONRUN_DIFF_KEEP=<path>` keeps a copy of the case file.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::io::Write;
 use std::process::Command;

@@ -1,5 +1,6 @@
 //! `cronrun up` as a user runs it: its own nats-server, the example jobs, and a clean
 //! stop on SIGTERM or SIGINT that takes the server child along.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod support;
 

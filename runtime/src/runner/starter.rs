@@ -7,6 +7,7 @@
 //! is dropped with its group.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
@@ -61,13 +62,15 @@ impl Starter {
         }
         let key = instant.timestamp_millis();
         let mut groups = self.groups.lock().ok()?;
-        if !groups.contains_key(&key) {
-            let (read, write) = nix::unistd::pipe().ok()?;
-            let (released, _) = watch::channel(None);
-            groups.insert(key, Group { write: write.into(), read, members: 0, released });
-            tokio::spawn(self.clone().release_at(instant));
-        }
-        let group = groups.get_mut(&key)?;
+        let group = match groups.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let (read, write) = nix::unistd::pipe().ok()?;
+                let (released, _) = watch::channel(None);
+                tokio::spawn(self.clone().release_at(instant));
+                e.insert(Group { write: write.into(), read, members: 0, released })
+            }
+        };
         let stdin = group.read.try_clone().ok()?;
         group.members += 1;
         Some(Ticket { stdin, released: group.released.subscribe() })
