@@ -64,14 +64,8 @@ impl AgentConfig {
     pub fn load(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::invalid("config", format!("{}: cannot read: {e}", path.display())))?;
-        let config: Self = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            let at = match line {
-                Some(l) => format!("{}:{l}", path.display()),
-                None => path.display().to_string(),
-            };
-            Error::invalid("config", format!("{at}: {}", e.message().replace('\n', " ")))
-        })?;
+        let config: Self = toml::from_str(&text)
+            .map_err(|e| Error::invalid("config", crate::spec::toml_error(&text, &path.display().to_string(), &e)))?;
         config.validate()?;
         Ok(config)
     }

@@ -44,17 +44,17 @@ pub struct RunnerConfig {
     /// running. Default 1024.
     pub slots: usize,
     /// How often a running run's record and message are refreshed. Default 5s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub heartbeat: Duration,
     /// Between TERM and KILL on timeout or kill. Default 5s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub kill_grace: Duration,
     /// Output lines longer than this are cut. Default 8 KiB.
     pub max_line_bytes: usize,
     /// On shutdown, let running jobs finish (true) or stop them at once. Default true.
     pub drain_on_shutdown: bool,
     /// How long a draining shutdown waits before stopping what still runs. Default 30s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub drain_timeout: Duration,
 }
 
@@ -89,6 +89,28 @@ pub(crate) struct RunnerCtx {
 const SPEC_CACHE_MAX: usize = 10_000;
 
 impl RunnerCtx {
+    /// The job's current revision and spec, at least `at_least` (the revision it was
+    /// dispatched with): from the catalog, or from KV when the catalog has not seen it
+    /// yet (a `trigger` right after `add`). None: the job was removed.
+    async fn current(&self, job: &str, at_least: u64) -> Result<Option<(u64, Arc<JobSpec>)>, Error> {
+        match self.catalog.get(job) {
+            Some(known) if known.revision >= at_least => {
+                if let Err(e) = &known.summary {
+                    return Err(e.clone());
+                }
+                Ok(Some((known.revision, self.spec(job, known.revision).await?)))
+            }
+            _ => match self.store.get_job(job).await {
+                Ok(stored) => {
+                    let revision = stored.revision;
+                    Ok(Some((revision, self.spec(job, revision).await?)))
+                }
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
     /// The spec of `job` at `revision` (or newer, if it changed meanwhile).
     async fn spec(&self, job: &str, revision: u64) -> Result<Arc<JobSpec>, Error> {
         if let Ok(cache) = self.specs.lock()

@@ -84,15 +84,13 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
     let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
-    let mut prepared = match ctx.catalog.get(&d.job) {
-        Some(job) => match ctx.spec(&d.job, job.revision).await {
-            Ok(spec) => prepare(ctx, &spec, job.revision, d.scheduled_at, &env),
-            Err(e) => {
-                debug!("spec not available ahead of the instant: {e}");
-                None
-            }
-        },
-        None => None,
+    let mut prepared = match ctx.current(&d.job, d.spec_revision).await {
+        Ok(Some((revision, spec))) => prepare(ctx, &spec, revision, d.scheduled_at, &env),
+        Ok(None) => None,
+        Err(e) => {
+            debug!("spec not available ahead of the instant: {e}");
+            None
+        }
     };
     // Re-check just before a group release, or at the instant when starting alone.
     let check_at = match prepared.as_ref().and_then(|p| p.ticket.as_ref()) {
@@ -103,22 +101,17 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
     }
-    let Some(job) = ctx.catalog.get(&d.job) else {
-        discard(prepared).await;
-        return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
-    };
-    let spec = match job.summary.as_ref().map_err(Clone::clone) {
-        Ok(_) => ctx.spec(&d.job, job.revision).await,
-        Err(e) => Err(e),
-    };
-    let spec = match spec {
-        Ok(spec) => spec,
+    let (revision, spec) = match ctx.current(&d.job, d.spec_revision).await {
+        Ok(Some(current)) => current,
+        Ok(None) => {
+            discard(prepared).await;
+            return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
+        }
         Err(e) => {
             discard(prepared).await;
             return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await;
         }
     };
-    let revision = job.revision;
     if spec.paused && d.trigger != Trigger::Manual {
         discard(prepared).await;
         return finish_without_start(ctx, &mut held, Status::Skipped, "job is paused").await;
@@ -138,7 +131,9 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         },
         Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
         None => {
-            wait_until(ctx, msg, d.scheduled_at, cancel).await;
+            if !wait_until(ctx, msg, d.scheduled_at, cancel).await {
+                return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
+            }
             match shell::prepare(shell_spec, &env, None) {
                 Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
                 Err(e) => Err(e),

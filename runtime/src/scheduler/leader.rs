@@ -31,6 +31,9 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
     let now = s.clock.now();
     // Resume after the last dispatched fire, unless the shard was never led before.
     let from = if watermark.revision == 0 { now } else { watermark.at };
+    // Changes seen while standing by are in the snapshot; applied again after it they
+    // would move their jobs' next fires from the watermark to now.
+    while s.events.try_recv().is_ok() {}
     let mut queue = FireQueue::default();
     for job in s.catalog.snapshot() {
         queue.upsert(job, from);

@@ -32,16 +32,16 @@ pub use queue::{Due, FireQueue};
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
     /// Lease TTL: how long a dead scheduler holds up its successor. Default 10s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub lease_ttl: Duration,
     /// Runs are handed to runners this long before their fire instant, and started on
     /// the runner's own timer, so lateness does not grow with the number of fires at
     /// one instant. Default 1s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub lead: Duration,
     /// A fire found later than this (e.g. after an outage) is recorded as missed instead
     /// of run, unless its job sets `starting_deadline`. Default 60s.
-    #[serde(with = "crate::store::humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub default_deadline: Duration,
     /// Dispatches in flight at once. Default 256.
     pub max_in_flight: usize,

@@ -16,14 +16,7 @@ struct JobsFile {
 /// line where TOML can tell it. All jobs are checked before any is returned, so a caller
 /// writes all or nothing.
 pub fn parse_jobs_file(text: &str, origin: &str) -> Result<Vec<JobSpec>, Error> {
-    let file: JobsFile = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let at = line.map(|l| format!("{origin}:{l}")).unwrap_or(origin.to_string());
-        let msg = e.message().replace('\n', " ");
-        Error::invalid("file", format!("{at}: {msg}"))
-    })?;
+    let file: JobsFile = toml::from_str(text).map_err(|e| Error::invalid("file", toml_error(text, origin, &e)))?;
     if file.job.is_empty() {
         return Err(Error::invalid("file", format!("{origin}: no [[job]] tables found")));
     }
@@ -37,6 +30,13 @@ pub fn parse_jobs_file(text: &str, origin: &str) -> Result<Vec<JobSpec>, Error> 
         }
     }
     Ok(file.job)
+}
+
+/// `origin:line: message` on one line, for a TOML error in `text`.
+pub(crate) fn toml_error(text: &str, origin: &str, e: &toml::de::Error) -> String {
+    let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let at = line.map(|l| format!("{origin}:{l}")).unwrap_or(origin.to_string());
+    format!("{at}: {}", e.message().replace('\n', " "))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! - `validate.rs`: checks serde cannot express; every error names its field.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
 
-mod codec;
+pub(crate) mod codec;
 mod file;
 mod validate;
 
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 pub use file::parse_jobs_file;
+pub(crate) use file::toml_error;
 
 /// One job. Unknown fields are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

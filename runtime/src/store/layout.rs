@@ -16,14 +16,14 @@ pub struct LayoutOptions {
     /// Replicas of every bucket and stream: 1 on one server, 3 on a cluster. Default 1.
     pub replicas: usize,
     /// How long live output is kept. Default 24h.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub logs_max_age: Duration,
     /// Bytes of live output kept at most, oldest dropped first. Default 1 GiB.
     pub logs_max_bytes: i64,
     /// Events kept at most. Default 1,000,000.
     pub events_max_msgs: i64,
     /// Window in which a second dispatch of one run is dropped by `Nats-Msg-Id`. Default 10m.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::spec::codec::duration")]
     pub dedup_window: Duration,
 }
 
@@ -36,16 +36,6 @@ impl Default for LayoutOptions {
             events_max_msgs: 1_000_000,
             dedup_window: Duration::from_secs(600),
         }
-    }
-}
-
-pub(crate) mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map_err(|_| serde::de::Error::custom(format!("invalid duration {s:?}: write it like 30s or 5m")))
     }
 }
 

@@ -19,7 +19,6 @@ use crate::names::Names;
 pub use jobs::StoredJob;
 pub use kv::Bucket;
 pub use layout::LayoutOptions;
-pub(crate) use layout::humantime_serde_compat;
 pub use runs::StoredRun;
 
 /// Handles to one deployment's buckets and streams.
