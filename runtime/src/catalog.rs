@@ -14,7 +14,7 @@ use chrono_tz::Tz;
 
 use crate::error::Error;
 use crate::schedule::Schedule;
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, Retries};
 use crate::store::{Store, StoredJob, kv::Versioned};
 
 /// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
@@ -35,6 +35,7 @@ pub struct JobSummary {
     pub pool: Box<str>,
     pub starting_deadline: Option<Duration>,
     pub jitter: Duration,
+    pub retries: Retries,
 }
 
 impl JobSummary {
@@ -47,6 +48,7 @@ impl JobSummary {
             pool: spec.pool.as_str().into(),
             starting_deadline: spec.starting_deadline,
             jitter: spec.jitter,
+            retries: spec.retries.clone(),
         })
     }
 }

@@ -51,6 +51,40 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
     Ok(Outcome::Dispatched)
 }
 
+/// Queues the next attempt of a run whose attempt ended badly (failed, timed out, lost):
+/// the record goes back to `queued` by compare-and-set from `revision` (a conflict means
+/// someone else moved it first) and a message to start at `start_at` is published.
+pub async fn retry(
+    store: &Store,
+    pool: &str,
+    mut record: RunRecord,
+    revision: u64,
+    start_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let why = record.error.take().unwrap_or_else(|| record.status.as_str().to_string());
+    record.error = Some(format!("attempt {} {}: {why}", record.attempt, record.status.as_str()));
+    record.attempt += 1;
+    record.trigger = Trigger::Retry;
+    record.status = Status::Queued;
+    record.dispatched_at = Some(now);
+    (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
+    (record.exit_code, record.duration_ms) = (None, None);
+    store.update_run(&record, revision).await?;
+    let msg = DispatchMsg {
+        job: record.job.clone(),
+        run_id: record.run_id.clone(),
+        attempt: record.attempt,
+        trigger: Trigger::Retry,
+        scheduled_at: start_at,
+        spec_revision: record.spec_revision,
+    };
+    publish(store, pool, &msg).await?;
+    let event = Event::new(&msg.job, &msg.run_id, "retrying", msg.attempt, now).with_detail(record.error.unwrap_or_default());
+    publish_event(store, &event).await;
+    Ok(())
+}
+
 async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Error> {
     let mut headers = async_nats::HeaderMap::new();
     let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);

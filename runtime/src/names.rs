@@ -108,6 +108,11 @@ pub mod lease_keys {
     pub fn watermark(n: u32) -> String {
         format!("watermark.{n}")
     }
+    /// The lease of one run, held by the runner executing it; its expiry means the
+    /// runner died or stalled.
+    pub fn run(job: &str, run_id: &str) -> String {
+        format!("run.{job}.{run_id}")
+    }
     /// A runner's presence record.
     pub fn runner(host: &str) -> String {
         format!("runner.{host}")

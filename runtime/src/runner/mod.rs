@@ -58,6 +58,13 @@ pub struct RunnerConfig {
     pub drain_timeout: Duration,
 }
 
+impl RunnerConfig {
+    /// TTL of a run's lease: three missed heartbeats and the run is lost.
+    pub fn run_lease_ttl(&self) -> Duration {
+        (self.heartbeat * 3).max(Duration::from_secs(1))
+    }
+}
+
 impl Default for RunnerConfig {
     fn default() -> Self {
         Self {

@@ -18,8 +18,10 @@ use super::RunnerCtx;
 use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail, read_lines};
 use super::shell::{self, RunEnv, ShellProcess};
 use super::starter::{Starter, Ticket};
-use crate::dispatch::DispatchMsg;
+use crate::dispatch::{DispatchMsg, retry};
 use crate::error::Error;
+use crate::names::lease_keys;
+use crate::store::lease::Lease;
 use crate::events::{Event, publish_event};
 use crate::record::{RunRecord, Status, Trigger};
 use crate::spec::JobSpec;
@@ -49,16 +51,33 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, cancel: Cancellat
     .await
 }
 
-/// The record as this runner last wrote it.
+/// The record as this runner last wrote it, and the run's lease.
 struct Held {
     record: RunRecord,
     revision: u64,
+    lease: Option<Lease>,
 }
 
 impl Held {
     async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
         self.revision = ctx.store.update_run(&self.record, self.revision).await?;
         Ok(())
+    }
+
+    /// Extends the run's lease; a conflict means the run was declared lost.
+    async fn renew(&mut self) -> Result<(), Error> {
+        match self.lease.as_mut() {
+            Some(lease) => lease.renew().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Some(lease) = self.lease.take()
+            && let Err(e) = lease.release().await
+        {
+            debug!("run lease not released: {e}");
+        }
     }
 }
 
@@ -76,10 +95,26 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         debug!(status = stored.record.status.as_str(), "already handled elsewhere");
         return Ok(());
     }
-    // Claim it ahead of its instant, so starting on time costs one write, not two.
-    let mut held = Held { record: stored.record, revision: stored.revision };
+    // Claim it ahead of its instant, so starting on time costs one write, not two. The
+    // run's lease comes first: whoever holds it runs the attempt.
+    let key = lease_keys::run(&d.job, &d.run_id);
+    let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
+        debug!("another runner holds the run");
+        return Ok(());
+    };
+    let mut held = Held { record: stored.record, revision: stored.revision, lease: Some(lease) };
     held.record.host = Some(ctx.host.clone());
-    held.write(ctx).await?;
+    if let Err(e) = held.write(ctx).await {
+        held.release().await;
+        return Err(e);
+    }
+    let result = claimed(ctx, msg, d, &mut held, cancel).await;
+    held.release().await;
+    result
+}
+
+/// The run from its claim to its end.
+async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Held, cancel: &CancellationToken) -> Result<(), Error> {
 
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
@@ -97,28 +132,28 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         Some(_) => d.scheduled_at - Starter::margin(),
         None => d.scheduled_at,
     };
-    if !wait_until(ctx, msg, check_at, cancel).await {
+    if !wait_until(ctx, msg, check_at, held, cancel).await? {
         discard(prepared).await;
-        return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
+        return finish_without_start(ctx, held, Status::Cancelled, "runner shut down before the run started").await;
     }
     let (revision, spec) = match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some(current)) => current,
         Ok(None) => {
             discard(prepared).await;
-            return finish_without_start(ctx, &mut held, Status::Cancelled, "job was removed").await;
+            return finish_without_start(ctx, held, Status::Cancelled, "job was removed").await;
         }
         Err(e) => {
             discard(prepared).await;
-            return finish_without_start(ctx, &mut held, Status::Failed, &format!("job spec is invalid: {e}")).await;
+            return finish_without_start(ctx, held, Status::Failed, &format!("job spec is invalid: {e}")).await;
         }
     };
     if spec.paused && d.trigger != Trigger::Manual {
         discard(prepared).await;
-        return finish_without_start(ctx, &mut held, Status::Skipped, "job is paused").await;
+        return finish_without_start(ctx, held, Status::Skipped, "job is paused").await;
     }
     let Some(shell_spec) = spec.shell.as_ref() else {
         discard(prepared).await;
-        return finish_without_start(ctx, &mut held, Status::Failed, "this runner does not run wasm jobs yet").await;
+        return finish_without_start(ctx, held, Status::Failed, "this runner does not run wasm jobs yet").await;
     };
     if prepared.as_ref().is_some_and(|p| p.revision != revision) {
         // Edited since it was prepared: the new spec starts alone, a little late.
@@ -131,8 +166,8 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
         },
         Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
         None => {
-            if !wait_until(ctx, msg, d.scheduled_at, cancel).await {
-                return finish_without_start(ctx, &mut held, Status::Cancelled, "runner shut down before the run started").await;
+            if !wait_until(ctx, msg, d.scheduled_at, held, cancel).await? {
+                return finish_without_start(ctx, held, Status::Cancelled, "runner shut down before the run started").await;
             }
             match shell::prepare(shell_spec, &env, None) {
                 Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
@@ -142,7 +177,7 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     };
     let (process, started) = match started {
         Ok(p) => p,
-        Err(e) => return finish_without_start(ctx, &mut held, Status::Failed, &format!("could not start: {e}")).await,
+        Err(e) => return finish_without_start(ctx, held, Status::Failed, &format!("could not start: {e}")).await,
     };
     held.record.spec_revision = revision;
     held.record.status = Status::Running;
@@ -156,17 +191,21 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     supervise(ctx, msg, &spec, held, process, cancel).await
 }
 
-/// Sleeps until `at`, telling JetStream we are alive meanwhile. False when shut down.
-async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, cancel: &CancellationToken) -> bool {
+/// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
+/// meanwhile. Ok(false) when shut down; a conflict when the run was taken away.
+async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, held: &mut Held, cancel: &CancellationToken) -> Result<bool, Error> {
     loop {
         let left = (at - ctx.clock.now()).to_std().unwrap_or_default();
         if left.is_zero() {
-            return true;
+            return Ok(true);
         }
         tokio::select! {
-            _ = cancel.cancelled() => return false,
+            _ = cancel.cancelled() => return Ok(false),
             _ = tokio::time::sleep(left.min(ctx.config.heartbeat)) => {
-                let _ = msg.ack_with(AckKind::Progress).await;
+                if left > ctx.config.heartbeat {
+                    held.renew().await?;
+                    let _ = msg.ack_with(AckKind::Progress).await;
+                }
             }
         }
     }
@@ -223,7 +262,7 @@ async fn supervise(
     ctx: &RunnerCtx,
     msg: &Message,
     spec: &JobSpec,
-    mut held: Held,
+    held: &mut Held,
     mut process: ShellProcess,
     cancel: &CancellationToken,
 ) -> Result<(), Error> {
@@ -273,7 +312,7 @@ async fn supervise(
             _ = heartbeat.tick() => {
                 held.record.heartbeat_at = Some(ctx.clock.now());
                 held.record.output = tail.to_vec();
-                if let Err(e) = held.write(ctx).await {
+                if let Err(e) = held.renew().await.and(held.write(ctx).await) {
                     if e.is_conflict() {
                         process.signal(Signal::SIGKILL);
                         return Err(e);
@@ -314,7 +353,16 @@ async fn supervise(
     };
     let status = r.status;
     let detail = r.error.clone().unwrap_or_default();
-    write_final(ctx, &mut held).await?;
+    if matches!(status, Status::Failed | Status::TimedOut) && spec.retries.allow_after(r.attempt) {
+        let now = ctx.clock.now();
+        let start_at = now + spec.retries.delay_after(r.attempt);
+        publish_eof(ctx, &logs_subject, status).await;
+        let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
+        publish_event(&ctx.store, &event).await;
+        info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
+        return retry(&ctx.store, &spec.pool, held.record.clone(), held.revision, start_at, now).await;
+    }
+    write_final(ctx, held).await?;
     publish_eof(ctx, &logs_subject, status).await;
     let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
     publish_event(&ctx.store, &event).await;

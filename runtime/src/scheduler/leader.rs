@@ -40,6 +40,9 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
     }
     debug!(jobs = queue.len(), from = %from, "fire queue built");
 
+    // Expired run leases: their runners died (see `reaper`). The watch starts with the
+    // markers of leases that expired while no scheduler led.
+    let mut run_leases = s.store.leases.watch("run.>").await?;
     let mut in_flight = FuturesUnordered::new();
     let mut in_flight_fires = InFlight::default();
     let mut renew = tokio::time::interval(s.config.lease_ttl / 3);
@@ -76,6 +79,19 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
                 None => queue.remove(&ev.name),
             },
             Some(done) = in_flight.next() => in_flight_fires.remove(done),
+            change = run_leases.next() => match change {
+                Some(Ok(change)) if change.expired => {
+                    let (store, catalog, now) = (s.store.clone(), s.catalog.clone(), s.clock.now());
+                    tokio::spawn(async move {
+                        if let Err(e) = super::reaper::run_lease_expired(&store, &catalog, &change.key, now).await {
+                            warn!(lease = %change.key, "handling an expired run lease: {e}");
+                        }
+                    });
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Err(Error::nats("run lease watch", "ended")),
+            },
             _ = renew.tick() => {
                 lease.renew().await?;
                 let low = low_water(&mut queue, &in_flight_fires, now + lead);

@@ -2,6 +2,7 @@
 //!
 //! - `queue.rs`: next fires of every job (heap).
 //! - `leader.rs`: the work done while holding the lease.
+//! - `reaper.rs`: runs whose runner died become `lost`, and are retried.
 //!
 //! One shard for now (`shard.0`); every agent runs a scheduler and all but one stand by.
 //! A standby watches the lease key and takes over as soon as it is released or its TTL
@@ -11,6 +12,7 @@
 
 mod leader;
 mod queue;
+mod reaper;
 
 use std::time::Duration;
 

@@ -140,6 +140,18 @@ pub struct Retries {
     pub backoff: Duration,
 }
 
+impl Retries {
+    /// Whether a run whose attempt `attempt` ended badly gets another.
+    pub fn allow_after(&self, attempt: u32) -> bool {
+        attempt <= self.max
+    }
+
+    /// The delay before attempt `attempt + 1`: backoff, doubled for each retry so far.
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        self.backoff.saturating_mul(1 << attempt.saturating_sub(1).min(16))
+    }
+}
+
 impl Default for Retries {
     fn default() -> Self {
         Self {

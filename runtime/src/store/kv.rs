@@ -42,6 +42,8 @@ pub struct Change {
     pub revision: u64,
     /// True once every entry that existed when the watch began has been delivered.
     pub caught_up: bool,
+    /// The key was removed by the server because its TTL ran out.
+    pub expired: bool,
 }
 
 impl Bucket {
@@ -218,11 +220,17 @@ impl Watch {
         let deleted = message.headers.as_ref().is_some_and(|h| {
             h.get("KV-Operation").is_some_and(|op| op.as_str() != "PUT") || h.get("Nats-Marker-Reason").is_some()
         });
+        let expired = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Marker-Reason"))
+            .is_some_and(|r| r.as_str() == "MaxAge");
         Some(Ok(Change {
             key,
             value: (!deleted).then(|| message.payload.clone()),
             revision,
             caught_up: pending == 0,
+            expired,
         }))
     }
 }

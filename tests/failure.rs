@@ -1,0 +1,112 @@
+//! Failure semantics: retries with backoff after failed attempts, and runs whose runner
+//! dies are marked `lost` from their expired lease and retried elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+
+use cronrun::record::{Status, Trigger};
+use support::*;
+
+fn trigger(nats: &Nats, job: &str) -> String {
+    let out = nats.ok(&["trigger", job, "--output", "json"]);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
+}
+
+async fn record(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    nats.store().await.get_run(job, run).await.unwrap().record
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_attempts_are_retried_with_backoff_until_one_succeeds() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let counter = nats.dir.path().join("attempts");
+    apply(
+        &nats,
+        &format!(
+            r#"
+[[job]]
+name = "flaky"
+schedule = "@yearly"
+retries = {{ max = 3, backoff = "1s" }}
+shell = "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo attempt $n; test $n -ge 3"
+
+[[job]]
+name = "hopeless"
+schedule = "@yearly"
+retries = {{ max = 1, backoff = "1s" }}
+shell = "echo no; exit 4"
+"#,
+            c = counter.display()
+        ),
+    );
+    let flaky = trigger(&nats, "flaky");
+    let hopeless = trigger(&nats, "hopeless");
+    let done = eventually(Duration::from_secs(30), "flaky to succeed", || async {
+        Some(record(&nats, &flaky).await).filter(|r| r.status == Status::Succeeded)
+    })
+    .await;
+    assert_eq!(done.attempt, 3);
+    assert_eq!(done.trigger, Trigger::Retry);
+    assert_eq!(done.output, ["attempt 3"]);
+    assert!(done.error.is_none() || done.error.as_deref().unwrap().contains("attempt 2 failed"), "{:?}", done.error);
+    let store = nats.store().await;
+    let retrying = events(&store, "flaky", "retrying").await;
+    assert_eq!(retrying.len(), 2, "{retrying:?}");
+    let started = events(&store, "flaky", "started").await;
+    let at = |i: usize| chrono::DateTime::parse_from_rfc3339(started[i]["at"].as_str().unwrap()).unwrap();
+    assert!(at(1) - at(0) >= chrono::Duration::milliseconds(1000), "first backoff 1s");
+    assert!(at(2) - at(1) >= chrono::Duration::milliseconds(2000), "second backoff doubled");
+
+    let failed = eventually(Duration::from_secs(30), "hopeless to fail for good", || async {
+        Some(record(&nats, &hopeless).await).filter(|r| r.status == Status::Failed)
+    })
+    .await;
+    assert_eq!(failed.attempt, 2, "one retry, then failed");
+    assert_eq!(failed.exit_code, Some(4));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_runner_dies_is_lost_and_retried_on_another() {
+    let nats = Nats::start().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    ready(&scheduler).await;
+    for r in &runners {
+        ready(r).await;
+    }
+    apply(
+        &nats,
+        r#"
+[[job]]
+name = "long"
+schedule = "@yearly"
+retries = { max = 1, backoff = "1s" }
+shell = "echo started on $CRONRUN_ATTEMPT; sleep 60"
+"#,
+    );
+    let key = trigger(&nats, "long");
+    let first = eventually(Duration::from_secs(10), "the run to start", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
+    })
+    .await;
+    let host = first.host.clone().unwrap();
+    let killed_at = std::time::Instant::now();
+    runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
+    // Run lease TTL is 3 heartbeats (3 s here); the retry waits its 1 s backoff.
+    let second = eventually(Duration::from_secs(15), "attempt 2 running on the other runner", || async {
+        Some(record(&nats, &key).await).filter(|r| r.attempt == 2 && r.status == Status::Running)
+    })
+    .await;
+    let took = killed_at.elapsed();
+    println!("runner {host} killed; attempt 2 running on {:?} after {} ms", second.host, took.as_millis());
+    assert_ne!(second.host.as_deref(), Some(host.as_str()));
+    assert!(took < Duration::from_secs(3 + 1 + 2 + 2), "lost and retried in {took:?}");
+    assert!(second.error.as_deref().unwrap().contains(&format!("attempt 1 lost: runner {host} stopped renewing")), "{:?}", second.error);
+    let lost = events(&nats.store().await, "long", "lost").await;
+    assert_eq!(lost.len(), 1, "{lost:?}");
+}
