@@ -4,6 +4,10 @@
 
 mod support;
 
+#[path = "procs.rs"]
+mod procs;
+use procs::{group_members, pgrp_of};
+
 use std::time::Duration;
 
 use cronrun::record::{Status, Trigger};
@@ -81,13 +85,14 @@ async fn a_run_whose_runner_dies_is_lost_and_retried_on_another() {
     }
     apply(
         &nats,
-        r#"
+        &r#"
 [[job]]
 name = "long"
 schedule = "@yearly"
 retries = { max = 1, backoff = "1s" }
-shell = "echo started on $CRONRUN_ATTEMPT; sleep 60"
-"#,
+shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
+"#
+        .replace("{dir}", &nats.dir.path().display().to_string()),
     );
     let key = trigger(&nats, "long");
     let first = eventually(Duration::from_secs(10), "the run to start", || async {
@@ -96,7 +101,20 @@ shell = "echo started on $CRONRUN_ATTEMPT; sleep 60"
     .await;
     let host = first.host.clone().unwrap();
     let killed_at = std::time::Instant::now();
+    let pidfile = nats.dir.path().join("attempt-1");
+    let shell: i32 = eventually(Duration::from_secs(5), "attempt 1's shell", || async {
+        std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    let group = pgrp_of(shell);
+    assert!(group_members(group).len() >= 3, "supervisor, shell and its child");
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
+    // Never two at once: the dead runner's run goes with it, before any retry can start.
+    eventually(Duration::from_secs(2), "attempt 1's processes to die with their runner", || async {
+        group_members(group).is_empty().then_some(())
+    })
+    .await;
+    assert!(!nats.dir.path().join("attempt-2").exists(), "attempt 2 started while attempt 1 lived");
     // Run lease TTL is 3 heartbeats (3 s here); the retry waits its 1 s backoff.
     let second = eventually(Duration::from_secs(15), "attempt 2 running on the other runner", || async {
         Some(record(&nats, &key).await).filter(|r| r.attempt == 2 && r.status == Status::Running)

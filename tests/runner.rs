@@ -4,26 +4,14 @@
 
 mod support;
 
+#[path = "procs.rs"]
+mod procs;
+use procs::{group_members, pgrp_of};
+
 use std::time::Duration;
 
 use cronrun::record::Status;
 use support::*;
-
-/// Processes whose process group is `pgid`.
-fn group_members(pgid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the command (which may hold spaces) start after the last ')'.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
-            out.push(pid);
-        }
-    }
-    out
-}
 
 async fn run_status(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
@@ -48,12 +36,13 @@ async fn kill_reaches_every_process_of_the_group() {
     let cmd = format!("echo $$ > {}; sleep 600 & sleep 601 & sh -c 'sleep 602' & wait", pidfile.display());
     nats.ok(&["add", "sleeper", "--schedule", "@yearly", "--", &cmd]);
     let key = trigger(&nats, "sleeper");
-    let pgid: i32 = eventually(Duration::from_secs(10), "the job's shell to start", || async {
+    let shell: i32 = eventually(Duration::from_secs(10), "the job's shell to start", || async {
         std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
     })
     .await;
-    eventually(Duration::from_secs(10), "four processes in the group", || async {
-        (group_members(pgid).len() >= 4).then_some(())
+    let pgid = pgrp_of(shell);
+    eventually(Duration::from_secs(10), "supervisor, shell and three children in the group", || async {
+        (group_members(pgid).len() >= 5).then_some(())
     })
     .await;
     let out = nats.ok(&["kill", &key]);

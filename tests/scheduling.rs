@@ -122,3 +122,32 @@ async fn pause_resume_edit_and_remove_take_effect_live() {
     assert!(after_rm.is_empty(), "runs after rm: {after_rm:?}");
     assert!(nats.fails(&["get", "tick"]).contains("not found"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_jobs_firing_at_one_instant_all_start_together() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let jobs = 40;
+    let file: String = (0..jobs)
+        .map(|i| format!("[[job]]\nname = \"same-{i:02}\"\nschedule = \"*/2 * * * * *\"\nshell = \"true\"\n\n"))
+        .collect();
+    apply(&nats, &file);
+    let store = nats.store().await;
+    // One instant a couple of seconds ahead, shared by all of them.
+    let instant = ceil_second(Utc::now()) + chrono::Duration::seconds(4);
+    let instant = instant + chrono::Duration::seconds(instant.timestamp() % 2);
+    let started = eventually(Duration::from_secs(20), "every job to run at the shared instant", || async {
+        let mut started = Vec::new();
+        for i in 0..jobs {
+            let runs = runs(&store, &format!("same-{i:02}")).await;
+            let run = runs.into_iter().find(|r| r.scheduled_at == Some(instant) && r.status == Status::Succeeded)?;
+            started.push(run.started_at?);
+        }
+        Some(started)
+    })
+    .await;
+    let spread = *started.iter().max().unwrap() - *started.iter().min().unwrap();
+    println!("{jobs} runs at {instant}: started within {} ms of each other", spread.num_milliseconds());
+    assert!(spread < chrono::Duration::milliseconds(100), "released together, not one by one: {spread}");
+}

@@ -7,6 +7,11 @@ use clap::Parser;
 use cronrun::cli::{Cli, run};
 
 fn main() -> ExitCode {
+    // A run's supervisor: no CLI parsing, no logging, no multi-threaded runtime.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(cronrun::runner::supervisor::ARG) {
+        return cronrun::runner::supervisor::main(&args[2..]);
+    }
     let cli = Cli::parse();
     let default_level = if cli.command.is_daemon() { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -2,6 +2,7 @@
 //!
 //! - `run.rs`: one run's life (claim, wait for the instant, start, supervise, finish).
 //! - `starter.rs`: releases every run of one instant with a single write.
+//! - `supervisor.rs`: a run's first process; the run dies with its runner.
 //! - `shell.rs`: process groups, signals, exit codes.
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
@@ -11,6 +12,7 @@ mod presence;
 mod run;
 pub mod shell;
 mod starter;
+pub mod supervisor;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

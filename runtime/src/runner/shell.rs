@@ -18,9 +18,9 @@ pub struct ShellProcess {
     pgid: Pid,
 }
 
-/// A job's process created ahead of its fire instant, blocked until `start`. Creating a
-/// process costs about a millisecond here and hundreds of fires at one instant would
-/// queue behind each other; releasing a prepared one costs a one-byte write.
+/// A run's supervisor process created ahead of its fire instant, blocked until released.
+/// Creating a process costs about a millisecond here and hundreds of fires at one instant
+/// would queue behind each other; releasing a prepared one costs a write.
 pub struct Prepared {
     process: ShellProcess,
     /// None when released with its group.
@@ -35,21 +35,16 @@ pub struct RunEnv<'a> {
     pub scheduled_at: &'a str,
 }
 
-/// The trampoline: waits for its line on stdin (EOF: the runner is gone, run nothing),
-/// then becomes the job with stdin from /dev/null. A command string is evaluated by this
-/// same shell (as `sh -c` would, minus one more exec); `shift` drops the command itself
-/// from the positional parameters first.
-const WAIT_THEN_SHELL: &str = "read -r go || exit 125; unset go; exec </dev/null; eval \"shift; $1\"";
-const WAIT_THEN_EXEC: &str = "read -r go || exit 125; unset go; exec </dev/null; exec \"$@\"";
-
 /// Creates the job's process (in a group of its own), blocked until it reads a line from
 /// `shared_stdin` (released with its group, see `starter`) or, without one, until
 /// `Prepared::start`.
 pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>) -> std::io::Result<Prepared> {
-    let mut cmd = Command::new("/bin/sh");
+    // The run's first process is this binary as its supervisor (see `supervisor`).
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg(super::supervisor::ARG);
     match (&spec.command, &spec.argv) {
-        (Some(command), _) => cmd.args(["-c", WAIT_THEN_SHELL, "cronrun-job", command]),
-        (None, Some(argv)) if !argv.is_empty() => cmd.args(["-c", WAIT_THEN_EXEC, "cronrun-job"]).args(argv),
+        (Some(command), _) => cmd.args(["shell", command]),
+        (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),
         _ => return Err(std::io::Error::other("shell spec has no command")),
     };
     cmd.envs(&spec.env)

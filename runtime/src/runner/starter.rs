@@ -2,7 +2,7 @@
 //!
 //! Runs of one instant are prepared ahead of it (see `shell::prepare`) with the read end
 //! of one shared pipe as stdin. At the instant a single write of one line per run
-//! releases them all: each trampoline's `read` takes exactly one line. A run that is
+//! releases them all: each run's supervisor reads exactly one line. A run that is
 //! discarded before the instant leaves a spare line behind, which is harmless; the pipe
 //! is dropped with its group.
 

@@ -1,0 +1,112 @@
+//! `cronrun __supervise shell CMD | exec PROG ARGS...`: the first process of every run.
+//!
+//! The runner starts it ahead of the run's instant in a new process group. It waits for
+//! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
+//! run must not start), then runs the job in the same group and exits with its status.
+//! It outlives TERM, INT and HUP sent to the group, so the job alone decides how to end;
+//! and when its parent, the runner, dies, it kills the whole group: a run never outlives
+//! its runner, so a retry elsewhere never runs beside it.
+
+use std::os::fd::AsFd;
+use std::process::{ExitCode, ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::{getpgrp, getppid};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The hidden argument that selects this mode of the binary.
+pub const ARG: &str = "__supervise";
+
+/// How often the parent is checked.
+const PARENT_CHECK: Duration = Duration::from_millis(200);
+
+/// Exit code when the release never came.
+const NOT_RELEASED: u8 = 125;
+
+pub fn main(args: &[String]) -> ExitCode {
+    let parent = getppid();
+    // Everything that can be set up before the release is, so that the release is
+    // followed by nothing but starting the job.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    let runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cronrun: cannot supervise the run: {e}");
+            return ExitCode::from(NOT_RELEASED);
+        }
+    };
+    let _entered = runtime.enter();
+    let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()));
+    let (Ok(term), Ok(int), Ok(hup)) = signals else {
+        eprintln!("cronrun: cannot install signal handlers for the run");
+        return ExitCode::from(NOT_RELEASED);
+    };
+    // Exactly one line, byte by byte, from fd 0 itself: the pipe may be shared with the
+    // other runs of the same instant, and each must take one line only (std's `Stdin`
+    // would buffer, taking the lines of the others).
+    let mut byte = [0u8; 1];
+    let stdin = std::io::stdin();
+    loop {
+        match nix::unistd::read(stdin.as_fd(), &mut byte) {
+            Ok(1) if byte[0] == b'\n' => break,
+            Ok(1) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return ExitCode::from(NOT_RELEASED),
+        }
+    }
+    runtime.block_on(supervise(args, parent, Signals { term, int, hup }))
+}
+
+/// TERM, INT and HUP, caught so that they do not end the supervisor.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+async fn supervise(args: &[String], parent: nix::unistd::Pid, mut signals: Signals) -> ExitCode {
+    let mut cmd = match args {
+        [mode, command] if mode == "shell" => {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.arg("-c").arg(command);
+            c
+        }
+        [mode, program, rest @ ..] if mode == "exec" => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(rest);
+            c
+        }
+        _ => {
+            eprintln!("cronrun: usage: cronrun {ARG} shell CMD | exec PROG ARGS...");
+            return ExitCode::from(NOT_RELEASED);
+        }
+    };
+    let mut child = match cmd.stdin(Stdio::null()).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("cronrun: cannot start {}: {e}", args.get(1).map(String::as_str).unwrap_or(""));
+            return ExitCode::from(127);
+        }
+    };
+    let mut check = tokio::time::interval(PARENT_CHECK);
+    loop {
+        tokio::select! {
+            status = child.wait() => return status.map(exit_code).unwrap_or(ExitCode::FAILURE),
+            // The job got the same signal from the group; it decides.
+            _ = signals.term.recv() => {}
+            _ = signals.int.recv() => {}
+            _ = signals.hup.recv() => {}
+            _ = check.tick() => {
+                if getppid() != parent {
+                    let _ = killpg(getpgrp(), Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// The job's status as this process's: its code, or 128 + signal as shells report it.
+fn exit_code(status: ExitStatus) -> ExitCode {
+    ExitCode::from(super::shell::exit_code(&status).clamp(0, 255) as u8)
+}
