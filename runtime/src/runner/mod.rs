@@ -7,7 +7,7 @@
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
-mod output;
+pub(crate) mod output;
 mod presence;
 mod run;
 pub mod shell;
