@@ -128,3 +128,40 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     let lost = events(&nats.store().await, "long", "lost").await;
     assert_eq!(lost.len(), 1, "{lost:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_running_jobs_and_hands_the_lease_over_at_once() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let nats = Nats::start().await;
+    // The test lease TTL is 2 s: a handover well under it means a release, not an expiry.
+    let mut first = nats.agent("first", "");
+    ready(&first).await;
+    let store = nats.store().await;
+    let holder = || async { cronrun::store::lease::holder(&store.leases, "shard.0").await.unwrap().map(|l| l.holder) };
+    eventually(Duration::from_secs(10), "first to lead", || async { holder().await.filter(|h| h.starts_with("first/")) }).await;
+    let second = nats.agent("second", "roles = [\"scheduler\"]");
+    ready(&second).await;
+    nats.ok(&["add", "slow", "--schedule", "@yearly", "--", "sleep 2; echo done"]);
+    let key = trigger(&nats, "slow");
+    eventually(Duration::from_secs(10), "the run to start on first", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running && r.host.as_deref() == Some("first"))
+    })
+    .await;
+    kill(Pid::from_raw(first.pid()), Signal::SIGTERM).unwrap();
+    let signalled = std::time::Instant::now();
+    eventually(Duration::from_secs(2), "second to lead once first released the lease", || async {
+        holder().await.filter(|h| h.starts_with("second/"))
+    })
+    .await;
+    println!("lease handed over {} ms after SIGTERM (TTL 2000 ms)", signalled.elapsed().as_millis());
+    assert!(signalled.elapsed() < Duration::from_millis(1500), "the lease was released, not left to expire");
+    let done = eventually(Duration::from_secs(10), "the running job to finish", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!(done.status, Status::Succeeded, "{done:?}");
+    assert_eq!(done.output, ["done"]);
+    let status = first.child.wait().unwrap();
+    assert!(status.success(), "agent exited with {status}");
+}

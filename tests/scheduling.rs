@@ -10,11 +10,15 @@ use chrono::Utc;
 use cronrun::record::Status;
 use support::*;
 
+// These tests are about dispatch: every fire exactly once. Fires that a new scheduler
+// dispatches late after a handover start together, and the default overlap `skip` would
+// rightly skip those that find another still running; `allow` keeps them all.
 const EVERY_SECOND: &str = r#"
 [[job]]
 name = "tick"
 schedule = "* * * * * *"
 shell = "true"
+overlap = "allow"
 history = { succeeded = 1000, failed = 1000 }
 "#;
 

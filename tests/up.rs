@@ -36,10 +36,10 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     let listed = eventually(Duration::from_secs(20), "cronrun up to list its example jobs", || async {
         let out = cli(&["ls"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        (out.status.success() && text.contains("hello")).then_some(text)
+        (out.status.success() && text.contains("hello") && text.contains("disk-usage")).then_some(text)
     })
     .await;
-    assert!(listed.contains("disk-usage"), "{listed}");
+    assert!(listed.contains("*/10 * * * * *"), "{listed}");
     let server = nats_server_children(up.id());
     assert_eq!(server.len(), 1, "one nats-server child");
     eventually(Duration::from_secs(20), "the hello example to succeed", || async {

@@ -113,6 +113,18 @@ pub mod lease_keys {
     pub fn run(job: &str, run_id: &str) -> String {
         format!("run.{job}.{run_id}")
     }
+    /// Held by the run of `job` in progress, for overlap policies other than `allow`.
+    pub fn active(job: &str) -> String {
+        format!("active.{job}")
+    }
+    /// Held by the one run of `job` waiting for the active one (overlap `queue`).
+    pub fn queued(job: &str) -> String {
+        format!("queued.{job}")
+    }
+    /// A lock shared by jobs (`lock = "name"`).
+    pub fn lock(name: &str) -> String {
+        format!("lock.{name}")
+    }
     /// A runner's presence record.
     pub fn runner(host: &str) -> String {
         format!("runner.{host}")

@@ -1,12 +1,14 @@
 //! The runner: pulls due runs of its pools and executes them with bounded concurrency.
 //!
 //! - `run.rs`: one run's life (claim, wait for the instant, start, supervise, finish).
+//! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `supervisor.rs`: a run's first process; the run dies with its runner.
 //! - `shell.rs`: process groups, signals, exit codes.
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
+mod guards;
 pub(crate) mod output;
 mod presence;
 mod run;
@@ -53,7 +55,9 @@ pub struct RunnerConfig {
     pub kill_grace: Duration,
     /// Output lines longer than this are cut. Default 8 KiB.
     pub max_line_bytes: usize,
-    /// On shutdown, let running jobs finish (true) or stop them at once. Default true.
+    /// On shutdown, let running jobs finish (true) or stop them at once. Either way runs
+    /// not started yet are handed back to other runners at once, and runs stopped are
+    /// recorded `lost` and retried if their policy allows. Default true.
     pub drain_on_shutdown: bool,
     /// How long a draining shutdown waits before stopping what still runs. Default 30s.
     #[serde(with = "crate::spec::codec::duration")]
@@ -186,18 +190,11 @@ impl Runner {
         ctx.catalog.wait_loaded().await;
         let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
         let tracker = TaskTracker::new();
-        let stop_runs = CancellationToken::new();
+        let stops = run::Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
         let mut pullers = Vec::new();
         for pool in &ctx.config.pools {
             let consumer = pool_consumer(&ctx.store, pool).await?;
-            pullers.push(tokio::spawn(pull_loop(
-                ctx.clone(),
-                consumer,
-                slots.clone(),
-                tracker.clone(),
-                cancel.clone(),
-                stop_runs.clone(),
-            )));
+            pullers.push(tokio::spawn(pull_loop(ctx.clone(), consumer, slots.clone(), tracker.clone(), stops.clone())));
         }
         let presence = tokio::spawn(presence::publish(ctx.clone(), cancel.clone()));
         info!(host = %ctx.host, pools = ?ctx.config.pools, slots = ctx.config.slots, "runner ready");
@@ -206,13 +203,16 @@ impl Runner {
             let _ = p.await;
         }
         tracker.close();
+        // Runs not started yet hand themselves back at once; running ones may finish.
         let held = ctx.running.load(Ordering::SeqCst);
-        info!(held, "runner draining");
-        if tokio::time::timeout(ctx.config.drain_timeout, tracker.wait()).await.is_err() {
-            warn!("drain timeout: stopping runs still in progress");
-            stop_runs.cancel();
-            tracker.wait().await;
+        if ctx.config.drain_on_shutdown {
+            info!(held, "runner draining");
+            if tokio::time::timeout(ctx.config.drain_timeout, tracker.wait()).await.is_err() {
+                warn!("drain timeout: stopping runs still in progress");
+            }
         }
+        stops.stop.cancel();
+        tracker.wait().await;
         let _ = presence.await;
         presence::remove(&ctx).await;
         Ok(())
@@ -244,14 +244,8 @@ async fn pool_consumer(store: &Store, pool: &str) -> Result<PullConsumer, Error>
         .map_err(|e| Error::nats(&format!("opening consumer {name}"), e))
 }
 
-async fn pull_loop(
-    ctx: Arc<RunnerCtx>,
-    consumer: PullConsumer,
-    slots: Arc<Semaphore>,
-    tracker: TaskTracker,
-    cancel: CancellationToken,
-    stop_runs: CancellationToken,
-) {
+async fn pull_loop(ctx: Arc<RunnerCtx>, consumer: PullConsumer, slots: Arc<Semaphore>, tracker: TaskTracker, stops: run::Stops) {
+    let cancel = stops.shutdown.clone();
     loop {
         // Pull only as many runs as there are free slots.
         let first = tokio::select! {
@@ -296,10 +290,10 @@ async fn pull_loop(
             };
             let Some(permit) = permits.pop() else { break };
             let ctx = ctx.clone();
-            let stop = stop_runs.clone();
+            let stops = stops.clone();
             tracker.spawn(async move {
                 ctx.running.fetch_add(1, Ordering::SeqCst);
-                run::execute(ctx.clone(), msg, stop).await;
+                run::execute(ctx.clone(), msg, stops).await;
                 ctx.running.fetch_sub(1, Ordering::SeqCst);
                 drop(permit);
             });

@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::RunnerCtx;
 use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail, read_lines};
 use super::shell::{self, RunEnv, ShellProcess};
+use super::guards::{self, Decision};
 use super::starter::{Starter, Ticket};
 use crate::dispatch::{DispatchMsg, retry};
 use crate::error::Error;
@@ -27,7 +28,23 @@ use crate::record::{RunRecord, Status, Trigger};
 use crate::spec::JobSpec;
 
 /// Runs one dispatch message to its end and acks it.
-pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, cancel: CancellationToken) {
+/// The runner's two shutdown signals: `shutdown` at once (runs not started yet are handed
+/// back), `stop` when draining is over (runs still going are stopped).
+#[derive(Clone)]
+pub(super) struct Stops {
+    pub shutdown: CancellationToken,
+    pub stop: CancellationToken,
+}
+
+/// What becomes of the dispatch message.
+enum Disposition {
+    Done,
+    /// Not started; another runner should take it now.
+    HandBack,
+}
+
+/// Runs one dispatch message to its end and acks it (or hands it back).
+pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
     let dispatch: DispatchMsg = match serde_json::from_slice(&msg.payload) {
         Ok(d) => d,
         Err(e) => {
@@ -38,12 +55,19 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, cancel: Cancellat
     };
     let span = info_span!("run", job = %dispatch.job, run = %dispatch.run_id, attempt = dispatch.attempt);
     async {
-        match run(&ctx, &msg, &dispatch, &cancel).await {
-            Ok(()) => {}
-            Err(e) if e.is_conflict() => info!("run taken over elsewhere; this runner stops it: {e}"),
-            Err(e) => warn!("run ended with an error: {e}"),
-        }
-        if let Err(e) = msg.ack().await {
+        let ack = match run(&ctx, &msg, &dispatch, &stops).await {
+            Ok(Disposition::Done) => msg.ack().await,
+            Ok(Disposition::HandBack) => msg.ack_with(AckKind::Nak(None)).await,
+            Err(e) => {
+                if e.is_conflict() {
+                    info!("run taken over elsewhere; this runner stops it: {e}");
+                } else {
+                    warn!("run ended with an error: {e}");
+                }
+                msg.ack().await
+            }
+        };
+        if let Err(e) = ack {
             debug!("ack: {e}");
         }
     }
@@ -51,11 +75,13 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, cancel: Cancellat
     .await
 }
 
-/// The record as this runner last wrote it, and the run's lease.
+/// The record as this runner last wrote it, the run's lease, and the overlap and lock
+/// leases it holds (see `guards`).
 struct Held {
     record: RunRecord,
     revision: u64,
     lease: Option<Lease>,
+    guards: Vec<Lease>,
 }
 
 impl Held {
@@ -66,13 +92,14 @@ impl Held {
 
     /// Extends the run's lease; a conflict means the run was declared lost.
     async fn renew(&mut self) -> Result<(), Error> {
-        match self.lease.as_mut() {
-            Some(lease) => lease.renew().await,
-            None => Ok(()),
+        if let Some(lease) = self.lease.as_mut() {
+            lease.renew().await?;
         }
+        guards::renew_all(&mut self.guards).await
     }
 
     async fn release(&mut self) {
+        guards::release_all(std::mem::take(&mut self.guards)).await;
         if let Some(lease) = self.lease.take()
             && let Err(e) = lease.release().await
         {
@@ -81,10 +108,10 @@ impl Held {
     }
 }
 
-async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &CancellationToken) -> Result<(), Error> {
+async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
     let stored = match ctx.store.get_run(&d.job, &d.run_id).await {
         Ok(s) => s,
-        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) if e.is_not_found() => return Ok(Disposition::Done),
         Err(e) => return Err(e),
     };
     // A redelivered run still queued was claimed by a runner that died before starting it;
@@ -93,28 +120,40 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, cancel: &Cancellat
     let claimable = stored.record.host.is_none() || redelivered;
     if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || !claimable {
         debug!(status = stored.record.status.as_str(), "already handled elsewhere");
-        return Ok(());
+        return Ok(Disposition::Done);
     }
     // Claim it ahead of its instant, so starting on time costs one write, not two. The
     // run's lease comes first: whoever holds it runs the attempt.
     let key = lease_keys::run(&d.job, &d.run_id);
     let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
         debug!("another runner holds the run");
-        return Ok(());
+        return Ok(Disposition::Done);
     };
-    let mut held = Held { record: stored.record, revision: stored.revision, lease: Some(lease) };
+    let mut held = Held { record: stored.record, revision: stored.revision, lease: Some(lease), guards: Vec::new() };
     held.record.host = Some(ctx.host.clone());
     if let Err(e) = held.write(ctx).await {
         held.release().await;
         return Err(e);
     }
-    let result = claimed(ctx, msg, d, &mut held, cancel).await;
+    let result = match claimed(ctx, msg, d, &mut held, stops).await {
+        Ok(false) => hand_back(ctx, &mut held).await,
+        Ok(true) => Ok(Disposition::Done),
+        Err(e) => Err(e),
+    };
     held.release().await;
     result
 }
 
-/// The run from its claim to its end.
-async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Held, cancel: &CancellationToken) -> Result<(), Error> {
+/// Un-claims a run this runner will not start (it is shutting down).
+async fn hand_back(ctx: &RunnerCtx, held: &mut Held) -> Result<Disposition, Error> {
+    info!("shutting down: handing the run back before it started");
+    held.record.host = None;
+    held.write(ctx).await?;
+    Ok(Disposition::HandBack)
+}
+
+/// The run from its claim to its end. Ok(false): not started, to be handed back.
+async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Held, stops: &Stops) -> Result<bool, Error> {
 
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
@@ -132,9 +171,9 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
         Some(_) => d.scheduled_at - Starter::margin(),
         None => d.scheduled_at,
     };
-    if !wait_until(ctx, msg, check_at, held, cancel).await? {
+    if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
         discard(prepared).await;
-        return finish_without_start(ctx, held, Status::Cancelled, "runner shut down before the run started").await;
+        return Ok(false);
     }
     let (revision, spec) = match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some(current)) => current,
@@ -159,6 +198,21 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
         // Edited since it was prepared: the new spec starts alone, a little late.
         discard(prepared.take()).await;
     }
+    match guards::acquire(ctx, &spec, &held.record.key(), held.lease.as_mut()).await? {
+        Decision::Go(leases) => held.guards = leases,
+        Decision::Waited(leases) => {
+            held.guards = leases;
+            discard(prepared.take()).await;
+        }
+        Decision::Skip(why) => {
+            discard(prepared).await;
+            return finish_without_start(ctx, held, Status::Skipped, &why).await;
+        }
+    }
+    // Too late for the group's release: the prepared process was killed; start alone.
+    if prepared.as_ref().and_then(|p| p.ticket.as_ref()).is_some_and(|t| !t.confirm()) {
+        discard(prepared.take()).await;
+    }
     let started = match prepared {
         Some(Ready { process, ticket: Some(ticket), .. }) => match ticket.released().await {
             Some(at) => process.start().await.map(|p| (p, at)),
@@ -166,8 +220,8 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
         },
         Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
         None => {
-            if !wait_until(ctx, msg, d.scheduled_at, held, cancel).await? {
-                return finish_without_start(ctx, held, Status::Cancelled, "runner shut down before the run started").await;
+            if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+                return Ok(false);
             }
             match shell::prepare(shell_spec, &env, None) {
                 Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
@@ -188,7 +242,8 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
         return Err(e);
     }
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, "started", d.attempt, started)).await;
-    supervise(ctx, msg, &spec, held, process, cancel).await
+    supervise(ctx, msg, &spec, held, process, &stops.stop).await?;
+    Ok(true)
 }
 
 /// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
@@ -228,16 +283,24 @@ fn prepare(ctx: &RunnerCtx, spec: &JobSpec, revision: u64, at: DateTime<Utc>, en
         None => None,
     };
     let process = shell::prepare(shell_spec, env, stdin).ok()?;
+    if let Some(t) = &ticket {
+        t.set_pid(process.pid());
+    }
     Some(Ready { revision, process, ticket })
 }
 
 async fn discard(prepared: Option<Ready>) {
     if let Some(p) = prepared {
+        // Not the release's to kill any more: the pid may be reused once reaped.
+        if let Some(t) = &p.ticket {
+            t.set_pid(None);
+        }
         p.process.discard().await;
     }
 }
 
-async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<(), Error> {
+/// Ends a run that never started. Ok(true): it is done with.
+async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
     info!("run {}: {why}", status.as_str());
     held.record.status = status;
     held.record.error = Some(why.to_string());
@@ -247,7 +310,7 @@ async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, 
     publish_eof(ctx, &ctx.store.names.logs_subject(&r.job, &r.run_id), status).await;
     let event = Event::new(&r.job, &r.run_id, status.as_str(), r.attempt, ctx.clock.now()).with_detail(why);
     publish_event(&ctx.store, &event).await;
-    Ok(())
+    Ok(true)
 }
 
 /// Why a running process ended, beyond its exit status.
@@ -321,7 +384,7 @@ async fn supervise(
                 }
                 let _ = msg.ack_with(AckKind::Progress).await;
             }
-            _ = cancel.cancelled(), if !ctx.config.drain_on_shutdown => {
+            _ = cancel.cancelled() => {
                 break (Ending::ShutDown, process.terminate(ctx.config.kill_grace).await);
             }
         }
@@ -349,17 +412,19 @@ async fn supervise(
         (Ending::Exited, None) => (Status::Failed, Some("lost track of the process".into())),
         (Ending::TimedOut, _) => (Status::TimedOut, Some(format!("timed out after {}", humantime::format_duration(spec.timeout.unwrap_or_default())))),
         (Ending::Killed(sig), _) => (Status::Cancelled, Some(format!("killed on request ({sig})"))),
-        (Ending::ShutDown, _) => (Status::Cancelled, Some("runner shut down".into())),
+        (Ending::ShutDown, _) => (Status::Lost, Some(format!("runner {} shut down before the run ended", ctx.host))),
     };
     let status = r.status;
     let detail = r.error.clone().unwrap_or_default();
-    if matches!(status, Status::Failed | Status::TimedOut) && spec.retries.allow_after(r.attempt) {
+    if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
         let now = ctx.clock.now();
         let start_at = now + spec.retries.delay_after(r.attempt);
         publish_eof(ctx, &logs_subject, status).await;
         let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
         publish_event(&ctx.store, &event).await;
         info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
+        // The next attempt must find the run's leases free, wherever it is claimed.
+        held.release().await;
         return retry(&ctx.store, &spec.pool, held.record.clone(), held.revision, start_at, now).await;
     }
     write_final(ctx, held).await?;

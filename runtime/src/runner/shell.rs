@@ -66,6 +66,11 @@ pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>
 }
 
 impl Prepared {
+    /// The supervisor's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.child.id()
+    }
+
     /// Releases the process: from here on it runs the job.
     pub async fn start(self) -> std::io::Result<ShellProcess> {
         if let Some(mut go) = self.go {

@@ -1,10 +1,12 @@
 //! Starting runs exactly at their instant, however many share it.
 //!
 //! Runs of one instant are prepared ahead of it (see `shell::prepare`) with the read end
-//! of one shared pipe as stdin. At the instant a single write of one line per run
-//! releases them all: each run's supervisor reads exactly one line. A run that is
-//! discarded before the instant leaves a spare line behind, which is harmless; the pipe
-//! is dropped with its group.
+//! of one shared pipe as stdin. Each run confirms shortly before the instant whether it
+//! still goes (pause, revision, overlap, locks). At the instant a single write releases
+//! every run that confirmed: each run's supervisor reads exactly one line. Runs that did
+//! not confirm in time are killed first; a killed supervisor may still take a line as it
+//! dies, so one spare line is written for each. Spare lines are harmless: the pipe is
+//! dropped with its group.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -13,6 +15,8 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, TimeDelta, Utc};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -22,10 +26,17 @@ use crate::clock::SharedClock;
 /// always prepared before the release.
 const JOIN_MARGIN: TimeDelta = TimeDelta::milliseconds(20);
 
+/// A run's place in its group: its supervisor, and whether it goes.
+#[derive(Default)]
+struct Member {
+    pid: Option<Pid>,
+    go: bool,
+}
+
 struct Group {
     write: std::fs::File,
     read: OwnedFd,
-    members: usize,
+    members: Vec<Member>,
     released: watch::Sender<Option<DateTime<Utc>>>,
 }
 
@@ -39,14 +50,36 @@ pub struct Starter {
 pub struct Ticket {
     /// The stdin to prepare the run's process with.
     pub stdin: OwnedFd,
+    key: i64,
+    index: usize,
+    starter: Starter,
     released: watch::Receiver<Option<DateTime<Utc>>>,
 }
 
 impl Ticket {
+    /// The run's supervisor, killed at the release unless the run confirmed.
+    pub fn set_pid(&self, pid: Option<u32>) {
+        self.with_member(|m| m.pid = pid.map(|p| Pid::from_raw(p as i32)));
+    }
+
+    /// The run goes. False when it came too late for the release: its process was killed,
+    /// and the run must start on its own.
+    pub fn confirm(&self) -> bool {
+        self.with_member(|m| m.go = true).is_some()
+    }
+
     /// Waits for the release; returns its time.
     pub async fn released(mut self) -> Option<DateTime<Utc>> {
         let value = self.released.wait_for(Option::is_some).await.ok()?;
         *value
+    }
+
+    /// Applies `f` to this run's member while its group is not released yet.
+    fn with_member(&self, f: impl FnOnce(&mut Member)) -> Option<()> {
+        let mut groups = self.starter.groups.lock().ok()?;
+        let member = groups.get_mut(&self.key)?.members.get_mut(self.index)?;
+        f(member);
+        Some(())
     }
 }
 
@@ -68,12 +101,18 @@ impl Starter {
                 let (read, write) = nix::unistd::pipe().ok()?;
                 let (released, _) = watch::channel(None);
                 tokio::spawn(self.clone().release_at(instant));
-                e.insert(Group { write: write.into(), read, members: 0, released })
+                e.insert(Group { write: write.into(), read, members: Vec::new(), released })
             }
         };
         let stdin = group.read.try_clone().ok()?;
-        group.members += 1;
-        Some(Ticket { stdin, released: group.released.subscribe() })
+        group.members.push(Member::default());
+        Some(Ticket {
+            stdin,
+            key,
+            index: group.members.len() - 1,
+            starter: self.clone(),
+            released: group.released.subscribe(),
+        })
     }
 
     async fn release_at(self, instant: DateTime<Utc>) {
@@ -81,14 +120,24 @@ impl Starter {
         tokio::time::sleep(wait).await;
         let group = self.groups.lock().ok().and_then(|mut g| g.remove(&instant.timestamp_millis()));
         let Some(mut group) = group else { return };
-        let lines = vec![b'\n'; group.members];
-        if let Err(e) = group.write.write_all(&lines) {
-            warn!("releasing {} runs of {instant}: {e}", group.members);
+        let mut lines = 0;
+        for member in &group.members {
+            match (member.go, member.pid) {
+                (true, _) => lines += 1,
+                (false, Some(pid)) => {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    lines += 1;
+                }
+                (false, None) => {}
+            }
+        }
+        if let Err(e) = group.write.write_all(&vec![b'\n'; lines]) {
+            warn!("releasing {lines} runs of {instant}: {e}");
         }
         let _ = group.released.send(Some(self.clock.now()));
     }
 
-    /// How long before the instant runs must have been re-checked.
+    /// How long before the instant runs must have confirmed.
     pub fn margin() -> TimeDelta {
         JOIN_MARGIN / 2
     }

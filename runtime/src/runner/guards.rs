@@ -1,0 +1,116 @@
+//! Overlap policies and locks, decided when a run is about to start.
+//!
+//! A run of a job whose `overlap` is not `allow` holds `active.<job>` while it lives; a
+//! run of a job with `lock` holds `lock.<name>`. Both are leases (server TTL, renewed with
+//! the run's heartbeat, released at its end), so a dead runner's hold runs out by itself.
+//! When `active.<job>` is taken:
+//! - `skip`: the new run is `skipped`, naming the run in progress;
+//! - `queue`: one run may wait (holding `queued.<job>`) until the active one ends; a
+//!   further one is skipped;
+//! - `replace`: the run in progress is asked to stop (TERM), and the new one starts when
+//!   it has.
+//!
+//! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
+//! let one job starve the others; skipping is what `flock -n` users expect.
+
+use std::time::Duration;
+
+use tracing::info;
+
+use super::RunnerCtx;
+use crate::error::Error;
+use crate::names::lease_keys;
+use crate::spec::{JobSpec, Overlap};
+use crate::store::lease::{Lease, holder};
+
+/// What the guards say about starting now.
+pub(super) enum Decision {
+    /// Start now, holding these leases.
+    Go(Vec<Lease>),
+    /// Start as soon as possible: the run waited for its predecessor.
+    Waited(Vec<Lease>),
+    Skip(String),
+}
+
+/// How often a waiting run looks whether its predecessor is gone.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
+pub(super) async fn acquire(ctx: &RunnerCtx, spec: &JobSpec, run_key: &str, mut run_lease: Option<&mut Lease>) -> Result<Decision, Error> {
+    let ttl = ctx.config.run_lease_ttl();
+    let leases = &ctx.store.leases;
+    let mut held = Vec::new();
+    let mut waited = false;
+    if spec.overlap != Overlap::Allow {
+        let key = lease_keys::active(&spec.name);
+        match Lease::try_acquire(leases, &key, run_key, ttl).await? {
+            Some(lease) => held.push(lease),
+            None => {
+                let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
+                let waiter = match spec.overlap {
+                    Overlap::Skip | Overlap::Allow => return Ok(Decision::Skip(format!("run {current} is still running (overlap skip)"))),
+                    Overlap::Queue => match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
+                        Some(waiter) => Some(waiter),
+                        None => return Ok(Decision::Skip(format!("run {current} is running and another waits (overlap queue)"))),
+                    },
+                    Overlap::Replace => {
+                        replace(ctx, &current).await;
+                        None
+                    }
+                };
+                info!(%current, "waiting for the run in progress to end");
+                let mut waiter = waiter;
+                loop {
+                    tokio::time::sleep(POLL).await;
+                    if let Some(lease) = Lease::try_acquire(leases, &key, run_key, ttl).await? {
+                        held.push(lease);
+                        break;
+                    }
+                    if let Some(lease) = run_lease.as_deref_mut() {
+                        lease.renew().await?;
+                    }
+                    if let Some(w) = waiter.as_mut() {
+                        w.renew().await?;
+                    }
+                }
+                if let Some(w) = waiter {
+                    let _ = w.release().await;
+                }
+                waited = true;
+            }
+        }
+    }
+    if let Some(name) = spec.lock_name() {
+        let key = lease_keys::lock(name);
+        match Lease::try_acquire(leases, &key, run_key, ttl).await? {
+            Some(lease) => held.push(lease),
+            None => {
+                let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
+                release_all(held).await;
+                return Ok(Decision::Skip(format!("lock {name} is held by run {current}")));
+            }
+        }
+    }
+    Ok(if waited { Decision::Waited(held) } else { Decision::Go(held) })
+}
+
+/// Asks the runner of `run_key` to stop it (overlap `replace`).
+async fn replace(ctx: &RunnerCtx, run_key: &str) {
+    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return };
+    let subject = ctx.store.names.kill_subject(job, run_id);
+    info!(replaced = run_key, "stopping the run in progress (overlap replace)");
+    let _ = tokio::time::timeout(Duration::from_secs(5), ctx.store.client.request(subject, "TERM".into())).await;
+}
+
+pub(super) async fn renew_all(leases: &mut [Lease]) -> Result<(), Error> {
+    for lease in leases {
+        lease.renew().await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn release_all(leases: Vec<Lease>) {
+    for lease in leases {
+        let _ = lease.release().await;
+    }
+}
