@@ -14,7 +14,7 @@ use chrono_tz::Tz;
 
 use crate::error::Error;
 use crate::schedule::Schedule;
-use crate::spec::{JobSpec, Retries};
+use crate::spec::{Catchup, JobSpec, Retries};
 use crate::store::{Store, StoredJob, kv::Versioned};
 
 /// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
@@ -36,6 +36,8 @@ pub struct JobSummary {
     pub starting_deadline: Option<Duration>,
     pub jitter: Duration,
     pub retries: Retries,
+    pub catchup: Catchup,
+    pub catchup_window: Duration,
 }
 
 impl JobSummary {
@@ -49,6 +51,8 @@ impl JobSummary {
             starting_deadline: spec.starting_deadline,
             jitter: spec.jitter,
             retries: spec.retries.clone(),
+            catchup: spec.catchup,
+            catchup_window: spec.catchup_window,
         })
     }
 }

@@ -51,6 +51,20 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
     Ok(Outcome::Dispatched)
 }
 
+/// Records a fire that will not run as a `skipped` run (create-if-absent: a fire that
+/// was dispatched after all keeps its record).
+pub async fn record_skipped(store: &Store, job: &str, run_id: &str, fire: DateTime<Utc>, revision: u64, why: &str, now: DateTime<Utc>) {
+    let mut record = RunRecord::queued(job, run_id, Trigger::Schedule, fire, revision);
+    record.status = Status::Skipped;
+    record.error = Some(why.to_string());
+    record.finished_at = Some(now);
+    if let Err(e) = store.create_run(&record).await
+        && *e.kind() != ErrorKind::AlreadyExists
+    {
+        tracing::warn!(job, run = run_id, "skipped fire not recorded: {e}");
+    }
+}
+
 /// Queues the next attempt of a run whose attempt ended badly (failed, timed out, lost):
 /// the record goes back to `queued` by compare-and-set from `revision` (a conflict means
 /// someone else moved it first) and a message to start at `start_at` is published.

@@ -1,19 +1,19 @@
 //! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
 //! instant, renew the lease and move the watermark.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info_span, warn};
 
+use super::catchup::{self, Verdict};
 use super::{Due, FireQueue, Scheduler};
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
-use crate::events::{Event, publish_event};
 use crate::names::lease_keys;
 use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
@@ -36,8 +36,15 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
     while s.events.try_recv().is_ok() {}
     let mut queue = FireQueue::default();
     for job in s.catalog.snapshot() {
-        queue.upsert(job, from);
+        let start = match (&job.summary, watermark.revision) {
+            (Ok(summary), r) if r != 0 => {
+                catchup::resume_from(&s.store, &job.name, summary, from, now, s.config.default_deadline).await
+            }
+            _ => from,
+        };
+        queue.upsert(job, start);
     }
+    let mut missed_per_job: HashMap<String, u32> = HashMap::new();
     debug!(jobs = queue.len(), from = %from, "fire queue built");
 
     // Expired run leases: their runners died (see `reaper`). The watch starts with the
@@ -54,8 +61,30 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
         // Dispatch everything due within the lead time, up to the in-flight limit.
         while in_flight.len() < s.config.max_in_flight {
             let Some(due) = queue.pop_due(now + lead) else { break };
+            let Some(summary) = due.summary() else { continue };
             in_flight_fires.add(due.fire);
-            in_flight.push(fire(s.store.clone(), s.config.default_deadline, due, now));
+            let store = s.store.clone();
+            match catchup::judge(summary, due.fire, now, s.config.default_deadline) {
+                Verdict::Run(trigger) => in_flight.push(fire(store, s.config.default_deadline, due, trigger, now).boxed()),
+                Verdict::Missed(why) => {
+                    let count = missed_per_job.entry(due.job.name.clone()).or_default();
+                    *count += 1;
+                    let (name, revision, at) = (due.job.name.clone(), due.job.revision, due.fire);
+                    let n = *count;
+                    in_flight.push(
+                        async move {
+                            warn!(job = %name, fire = %at, "fire missed: {why}");
+                            if n <= catchup::MISSED_RECORDS_MAX {
+                                catchup::record_missed(&store, &name, revision, at, &why, now).await;
+                            } else if n == catchup::MISSED_RECORDS_MAX + 1 {
+                                catchup::too_many_missed(&store, &name, at, now).await;
+                            }
+                            at
+                        }
+                        .boxed(),
+                    );
+                }
+            }
         }
         let wake = match queue.peek() {
             Some(next) if in_flight.len() < s.config.max_in_flight => (next - lead - now).to_std().unwrap_or_default(),
@@ -151,27 +180,19 @@ async fn write_watermark(s: &Scheduler, w: &mut Watermark, at: DateTime<Utc>) ->
     Ok(())
 }
 
-/// Dispatches one due fire, or records it missed when it is past its deadline. Returns
-/// the fire instant for the watermark.
-async fn fire(store: Store, default_deadline: Duration, due: Due, now: DateTime<Utc>) -> DateTime<Utc> {
+/// Dispatches one due fire. Returns the fire instant for the watermark.
+async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigger, now: DateTime<Utc>) -> DateTime<Utc> {
     let Some(summary) = due.summary() else { return due.fire };
     let name = &due.job.name;
     let run_id = fire_run_id(due.fire);
     let span = info_span!("fire", job = %name, run = %run_id);
     let deadline = summary.starting_deadline.unwrap_or(default_deadline);
     async {
-        if (now - due.fire).to_std().is_ok_and(|late| late > deadline) {
-            warn!(fire = %due.fire, "fire missed: found {}s late", (now - due.fire).num_seconds());
-            let event = Event::new(name, &run_id, "missed", 1, now)
-                .with_detail(format!("not dispatched within {}s of its fire", deadline.as_secs()));
-            publish_event(&store, &event).await;
-            return;
-        }
         let msg = DispatchMsg {
             job: name.clone(),
             run_id: run_id.clone(),
             attempt: 1,
-            trigger: Trigger::Schedule,
+            trigger,
             scheduled_at: due.fire + jitter(name, due.fire, summary.jitter),
             spec_revision: due.job.revision,
         };

@@ -3,6 +3,7 @@
 //! - `queue.rs`: next fires of every job (heap).
 //! - `leader.rs`: the work done while holding the lease.
 //! - `reaper.rs`: runs whose runner died become `lost`, and are retried.
+//! - `catchup.rs`: late fires: run, catch up or record as missed.
 //!
 //! One shard for now (`shard.0`); every agent runs a scheduler and all but one stand by.
 //! A standby watches the lease key and takes over as soon as it is released or its TTL
@@ -10,6 +11,7 @@
 //! it are dispatched), so a successor resumes exactly where it stopped; a fire dispatched
 //! twice is refused by its run record's create-if-absent and the `Nats-Msg-Id`.
 
+mod catchup;
 mod leader;
 mod queue;
 mod reaper;

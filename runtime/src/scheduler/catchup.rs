@@ -1,0 +1,88 @@
+//! Late fires: what a scheduler does with a fire it finds past its deadline, typically
+//! after no scheduler ran for a while.
+//!
+//! A fire later than its deadline (`starting_deadline`, else the scheduler's default) is
+//! missed unless the job's `catchup` says otherwise: `all` runs every missed fire within
+//! `catchup_window`, `latest` only the last of them (trigger `catchup`). A missed fire gets
+//! a `skipped` run record saying why and a `missed` event, so it shows in `cronrun runs`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::catalog::JobSummary;
+use crate::dispatch::record_skipped;
+use crate::events::{Event, publish_event};
+use crate::record::{Trigger, fire_run_id};
+use crate::spec::Catchup;
+use crate::store::Store;
+
+/// Missed fires recorded one by one per job and leadership; the rest are summed up.
+pub(super) const MISSED_RECORDS_MAX: u32 = 20;
+
+pub(super) enum Verdict {
+    Run(Trigger),
+    Missed(String),
+}
+
+/// The verdict on `fire`, found at `now`.
+pub(super) fn judge(job: &JobSummary, fire: DateTime<Utc>, now: DateTime<Utc>, default_deadline: Duration) -> Verdict {
+    let late = |t: DateTime<Utc>| (now - t).to_std().unwrap_or_default();
+    let deadline = job.starting_deadline.unwrap_or(default_deadline);
+    if late(fire) <= deadline {
+        return Verdict::Run(Trigger::Schedule);
+    }
+    let how_late = format!("found {}s late, past its {}s deadline", late(fire).as_secs(), deadline.as_secs());
+    if late(fire) > job.catchup_window {
+        return Verdict::Missed(format!("{how_late} and its {}s catch-up window", job.catchup_window.as_secs()));
+    }
+    match job.catchup {
+        Catchup::None => Verdict::Missed(format!("{how_late} (catchup none)")),
+        Catchup::All => Verdict::Run(Trigger::Catchup),
+        Catchup::Latest => {
+            // The latest missed fire is the one whose successor is not missed as well.
+            let next = job.schedule.next_after(fire, job.tz);
+            if next.is_some_and(|n| late(n) > deadline) {
+                Verdict::Missed(format!("{how_late}; a later missed fire runs instead (catchup latest)"))
+            } else {
+                Verdict::Run(Trigger::Catchup)
+            }
+        }
+    }
+}
+
+/// Where a new leader starts a job's fires when it resumes from `watermark`: fires older
+/// than every window are missed whatever the policy, and are summed up in one event
+/// instead of being walked one by one.
+pub(super) async fn resume_from(
+    store: &Store,
+    name: &str,
+    job: &JobSummary,
+    watermark: DateTime<Utc>,
+    now: DateTime<Utc>,
+    default_deadline: Duration,
+) -> DateTime<Utc> {
+    let reach = job.catchup_window.max(job.starting_deadline.unwrap_or(default_deadline));
+    let horizon = now - chrono::TimeDelta::from_std(reach).unwrap_or_default();
+    if watermark >= horizon {
+        return watermark;
+    }
+    if let Some(first) = job.schedule.next_after(watermark, job.tz).filter(|f| *f <= horizon) {
+        let detail = format!("fires from {first} to {horizon} were missed: no scheduler ran, and they are beyond the catch-up window");
+        publish_event(store, &Event::new(name, &fire_run_id(first), "missed", 1, now).with_detail(detail)).await;
+    }
+    horizon
+}
+
+/// Records a missed fire (record `skipped` + `missed` event).
+pub(super) async fn record_missed(store: &Store, name: &str, revision: u64, fire: DateTime<Utc>, why: &str, now: DateTime<Utc>) {
+    let run_id = fire_run_id(fire);
+    record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await;
+    publish_event(store, &Event::new(name, &run_id, "missed", 1, now).with_detail(why)).await;
+}
+
+/// The one event that stands for the missed fires beyond `MISSED_RECORDS_MAX`.
+pub(super) async fn too_many_missed(store: &Store, name: &str, fire: DateTime<Utc>, now: DateTime<Utc>) {
+    let detail = format!("more than {MISSED_RECORDS_MAX} fires missed; later ones are not recorded one by one");
+    publish_event(store, &Event::new(name, &fire_run_id(fire), "missed", 1, now).with_detail(detail)).await;
+}
