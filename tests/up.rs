@@ -11,10 +11,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn nats_server_children(parent: u32) -> Vec<u32> {
     let out = Command::new("pgrep").args(["-P", &parent.to_string(), "nats-server"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()

@@ -15,7 +15,13 @@ pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async
             .await
             .map_err(|e| Error::invalid("creds", format!("cannot read NATS credentials {path}: {e}")))?;
     }
-    opts.connect(url).await.map_err(|e| {
+    // A comma-separated list: the client moves to the next server when one is lost.
+    let servers = url
+        .split(',')
+        .map(|u| u.trim().parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::invalid("nats", format!("--nats {url:?}: {e}; give URLs like nats://host:4222, comma-separated")))?;
+    opts.connect(servers).await.map_err(|e| {
         Error::nats(
             &format!("cannot reach NATS at {url}"),
             format!("{e}; start one with `cronrun up` or pass --nats URL"),

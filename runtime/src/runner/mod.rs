@@ -193,7 +193,7 @@ impl Runner {
         let stops = run::Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
         let mut pullers = Vec::new();
         for pool in &ctx.config.pools {
-            let consumer = pool_consumer(&ctx.store, pool).await?;
+            let consumer = pool_consumer(&ctx.store, pool, ctx.config.heartbeat).await?;
             pullers.push(tokio::spawn(pull_loop(ctx.clone(), consumer, slots.clone(), tracker.clone(), stops.clone())));
         }
         let presence = tokio::spawn(presence::publish(ctx.clone(), cancel.clone()));
@@ -220,7 +220,7 @@ impl Runner {
 }
 
 /// The durable consumer all runners of `pool` share; created once, used as found.
-async fn pool_consumer(store: &Store, pool: &str) -> Result<PullConsumer, Error> {
+async fn pool_consumer(store: &Store, pool: &str, heartbeat: Duration) -> Result<PullConsumer, Error> {
     let stream = store
         .js
         .get_stream(store.names.dispatch_stream())
@@ -235,7 +235,9 @@ async fn pool_consumer(store: &Store, pool: &str) -> Result<PullConsumer, Error>
                 description: Some(format!("cronrun runners of pool {pool}")),
                 filter_subject: store.names.dispatch_subject(pool),
                 ack_policy: AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(30),
+                // Runners send progress every heartbeat; a message whose runner went
+                // quiet for three is redelivered.
+                ack_wait: (heartbeat * 3).max(Duration::from_secs(10)),
                 max_ack_pending: 100_000,
                 ..Default::default()
             },

@@ -58,13 +58,15 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
         let ack = match run(&ctx, &msg, &dispatch, &stops).await {
             Ok(Disposition::Done) => msg.ack().await,
             Ok(Disposition::HandBack) => msg.ack_with(AckKind::Nak(None)).await,
-            Err(e) => {
-                if e.is_conflict() {
-                    info!("run taken over elsewhere; this runner stops it: {e}");
-                } else {
-                    warn!("run ended with an error: {e}");
-                }
+            Err(e) if e.is_conflict() => {
+                info!("run taken over elsewhere; this runner stops it: {e}");
                 msg.ack().await
+            }
+            // NATS trouble (a leader election, say) part way: the record may say anything
+            // from queued to claimed; redelivery lets a runner pick it up from there.
+            Err(e) => {
+                warn!("run interrupted, handing it back for redelivery: {e}");
+                msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await
             }
         };
         if let Err(e) = ack {
