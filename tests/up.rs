@@ -16,7 +16,18 @@ fn nats_server_children(parent: u32) -> Vec<u32> {
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
+/// Builds the example plugins once, so `up` finds `hello.wasm` beside its binary.
+fn build_plugins() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/build.sh");
+        let out = Command::new("bash").arg(script).output().unwrap();
+        assert!(out.status.success(), "plugins/build.sh: {}", String::from_utf8_lossy(&out.stderr));
+    });
+}
+
 async fn up_runs_examples_and_stops_on(signal: Signal) {
+    build_plugins();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut up = Command::new(BIN)
@@ -32,7 +43,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     let listed = eventually(Duration::from_secs(20), "cronrun up to list its example jobs", || async {
         let out = cli(&["ls"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        (out.status.success() && text.contains("hello") && text.contains("disk-usage")).then_some(text)
+        (out.status.success() && ["hello ", "disk-usage", "hello-wasm"].iter().all(|j| text.contains(j))).then_some(text)
     })
     .await;
     assert!(listed.contains("*/10 * * * * *"), "{listed}");
@@ -45,6 +56,14 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     .await;
     let out = cli(&["logs", &format!("hello.{}", first_run_id(&cli(&["runs", "hello", "--output", "json"]).stdout))]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello from"));
+    let wasm_run = eventually(Duration::from_secs(20), "the hello-wasm example to succeed", || async {
+        let out = cli(&["runs", "hello-wasm", "--output", "json"]);
+        let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        runs.into_iter().find(|r| r["status"] == "succeeded")
+    })
+    .await;
+    let output = wasm_run["output"].to_string();
+    assert!(output.contains("hello from wasm from hello-wasm"), "{output}");
 
     kill(Pid::from_raw(up.id() as i32), signal).unwrap();
     let status = wait_exit(&mut up, Duration::from_secs(20)).await;
@@ -67,7 +86,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
         out.status.success().then(|| serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap())
     })
     .await;
-    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs.len(), 3);
     kill(Pid::from_raw(again.0.id() as i32), Signal::SIGTERM).unwrap();
     assert!(again.0.wait().unwrap().success());
 }

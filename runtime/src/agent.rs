@@ -44,7 +44,7 @@ pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedC
         tokio::spawn(scheduler.run(cancel.clone()))
     });
     let runner = config.roles.contains(&Role::Runner).then(|| {
-        let runner = Runner::new(store.clone(), catalog.clone(), config.runner.clone(), clock.clone(), config.name.clone());
+        let runner = Runner::new(store.clone(), catalog.clone(), config.runner.clone(), config.wasm.clone(), clock.clone(), config.name.clone());
         tokio::spawn(runner.run(cancel.clone()))
     });
 

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::runner::RunnerConfig;
 use crate::scheduler::SchedulerConfig;
 use crate::store::LayoutOptions;
+use crate::wasm::WasmConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -26,6 +27,8 @@ pub struct AgentConfig {
     pub layout: LayoutOptions,
     pub scheduler: SchedulerConfig,
     pub runner: RunnerConfig,
+    /// Sandbox limits and compile cache of Wasm jobs.
+    pub wasm: WasmConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -46,6 +49,7 @@ impl Default for AgentConfig {
             layout: LayoutOptions::default(),
             scheduler: SchedulerConfig::default(),
             runner: RunnerConfig::default(),
+            wasm: WasmConfig::default(),
         }
     }
 }
@@ -80,6 +84,7 @@ impl AgentConfig {
         if self.runner.pools.is_empty() && self.roles.contains(&Role::Runner) {
             return Err(Error::invalid("runner.pools", "a runner needs at least one pool"));
         }
+        self.wasm.validate()?;
         if self.scheduler.lease_ttl < std::time::Duration::from_secs(2) {
             return Err(Error::invalid("scheduler.lease_ttl", "scheduler.lease_ttl must be at least 2s"));
         }

@@ -10,6 +10,7 @@
 //! - `scheduler`: the lease holder turns due fires into dispatched runs.
 //! - `dispatch`: create-if-absent record + deduplicated publish of one run.
 //! - `runner`: pulls runs and executes them (shell jobs in process groups).
+//! - `wasm`: the Wasm job host: wasmtime engine, sandbox, host interfaces of `wit/`.
 //! - `events`: the event stream.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
@@ -34,5 +35,6 @@ pub mod record;
 pub mod schedule;
 pub mod spec;
 pub mod store;
+pub mod wasm;
 
 pub use error::{Error, ErrorKind};

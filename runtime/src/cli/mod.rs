@@ -4,6 +4,7 @@ mod add;
 mod agent;
 mod apply;
 mod bench;
+mod deploy;
 mod get;
 mod kill;
 mod logs;
@@ -65,6 +66,8 @@ pub enum Command {
     Add(add::AddArgs),
     /// Create or update the jobs of a TOML file
     Apply(apply::ApplyArgs),
+    /// Store a Wasm job (a component built with cronrun-sdk) and point its job spec at it
+    Deploy(deploy::DeployArgs),
     /// List jobs
     Ls,
     /// Show one job's spec
@@ -147,6 +150,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Agent(a) => agent::run(&ctx, a).await,
         Command::Add(a) => add::run(&ctx, a).await,
         Command::Apply(a) => apply::run(&ctx, a).await,
+        Command::Deploy(a) => deploy::run(&ctx, a).await,
         Command::Ls => ls::run(&ctx).await,
         Command::Get(a) => get::run(&ctx, a).await,
         Command::Rm(a) => rm::run(&ctx, a).await,

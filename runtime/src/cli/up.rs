@@ -1,16 +1,18 @@
 //! `cronrun up`: everything on one machine. Without --nats it starts a local nats-server
 //! (JetStream in the data directory), then runs scheduler and runner in this process and,
-//! on first start, adds the example jobs. Ctrl-C or SIGTERM stops it all cleanly.
+//! on first start, adds the example jobs: two shell jobs and, when the plugins are built,
+//! the `hello` Wasm job. Ctrl-C or SIGTERM stops it all cleanly.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
-use super::Ctx;
 use super::agent::AgentArgs;
+use super::deploy::DeployArgs;
+use super::{Ctx, Global, Output};
 use crate::embedded::{EmbeddedNats, ServerOptions};
 use crate::names::Names;
 use crate::spec::parse_jobs_file;
@@ -92,5 +94,37 @@ async fn add_examples(client: &async_nats::Client, config: &crate::config::Agent
         store.put_job(&spec).await?;
         info!(job = %spec.name, schedule = %spec.schedule, "example job added");
     }
-    Ok(())
+    let Some(plugin) = example_plugin() else {
+        warn!("no example Wasm job: build the plugins first with plugins/build.sh");
+        return Ok(());
+    };
+    let ctx = Ctx {
+        global: Global {
+            nats: Some(config.nats.clone()),
+            creds: config.creds.clone(),
+            namespace: config.namespace.clone(),
+            output: Output::Text,
+        },
+    };
+    let args = DeployArgs {
+        plugin,
+        name: Some("hello-wasm".into()),
+        schedule: None,
+        tz: None,
+        timeout: None,
+        pool: None,
+        config: vec!["greeting=hello from wasm".into()],
+        allow_publish: Vec::new(),
+        allow_http: Vec::new(),
+        allow_kv: false,
+    };
+    super::deploy::run(&ctx, args).await
+}
+
+/// The `hello` plugin, when `plugins/build.sh` built it into the target directory this
+/// binary runs from (`target/release/cronrun` -> `target/wasm32-wasip2/release/hello.wasm`).
+fn example_plugin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let plugin = exe.parent()?.parent()?.join("wasm32-wasip2/release/hello.wasm");
+    plugin.is_file().then_some(plugin)
 }

@@ -1,6 +1,8 @@
 //! The runner: pulls due runs of its pools and executes them with bounded concurrency.
 //!
-//! - `run.rs`: one run's life (claim, wait for the instant, start, supervise, finish).
+//! - `run.rs`: one run's life (claim, wait for the instant, start, supervise).
+//! - `finish.rs`: the end of a started run: final record or next attempt, log end, event.
+//! - `wasm_job.rs`: Wasm runs: prepared at claim, called at the instant, supervised.
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `supervisor.rs`: a run's first process; the run dies with its runner.
@@ -8,6 +10,7 @@
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
+mod finish;
 mod guards;
 pub(crate) mod output;
 mod presence;
@@ -15,6 +18,7 @@ mod run;
 pub mod shell;
 mod starter;
 pub mod supervisor;
+mod wasm_job;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,6 +97,8 @@ pub(crate) struct RunnerCtx {
     pub clock: SharedClock,
     pub host: String,
     pub starter: starter::Starter,
+    /// The Wasm host, or why this runner has none.
+    pub wasm: Result<crate::wasm::WasmRuntime, String>,
     pub running: AtomicUsize,
     finished_since_prune: Mutex<HashMap<String, u32>>,
     specs: Mutex<HashMap<String, (u64, Arc<JobSpec>)>>,
@@ -168,8 +174,20 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(store: Store, catalog: Catalog, config: RunnerConfig, clock: SharedClock, host: String) -> Self {
+    pub fn new(
+        store: Store,
+        catalog: Catalog,
+        config: RunnerConfig,
+        wasm: crate::wasm::WasmConfig,
+        clock: SharedClock,
+        host: String,
+    ) -> Self {
+        let wasm = crate::wasm::WasmRuntime::new(store.clone(), wasm).map_err(|e| {
+            warn!("wasm jobs will fail on this runner: {e}");
+            e.to_string()
+        });
         let ctx = RunnerCtx {
+            wasm,
             store,
             catalog,
             config,

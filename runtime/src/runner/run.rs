@@ -15,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::RunnerCtx;
-use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail, read_lines};
+use super::output::{Line, Source, Tail, read_lines};
 use super::shell::{self, RunEnv, ShellProcess};
+use super::finish::{Ended, finish, publish_eof, publish_line, shut_down, timed_out};
 use super::guards::{self, Decision};
+use super::wasm_job;
 use super::starter::{Starter, Ticket};
-use crate::dispatch::{DispatchMsg, retry};
+use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::names::lease_keys;
 use crate::store::lease::Lease;
@@ -31,7 +33,7 @@ use crate::spec::JobSpec;
 /// The runner's two shutdown signals: `shutdown` at once (runs not started yet are handed
 /// back), `stop` when draining is over (runs still going are stopped).
 #[derive(Clone)]
-pub(super) struct Stops {
+pub(crate) struct Stops {
     pub shutdown: CancellationToken,
     pub stop: CancellationToken,
 }
@@ -79,28 +81,28 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
 
 /// The record as this runner last wrote it, the run's lease, and the overlap and lock
 /// leases it holds (see `guards`).
-struct Held {
-    record: RunRecord,
-    revision: u64,
+pub(super) struct Held {
+    pub(super) record: RunRecord,
+    pub(super) revision: u64,
     lease: Option<Lease>,
     guards: Vec<Lease>,
 }
 
 impl Held {
-    async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
+    pub(super) async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
         self.revision = ctx.store.update_run(&self.record, self.revision).await?;
         Ok(())
     }
 
     /// Extends the run's lease; a conflict means the run was declared lost.
-    async fn renew(&mut self) -> Result<(), Error> {
+    pub(super) async fn renew(&mut self) -> Result<(), Error> {
         if let Some(lease) = self.lease.as_mut() {
             lease.renew().await?;
         }
         guards::renew_all(&mut self.guards).await
     }
 
-    async fn release(&mut self) {
+    pub(super) async fn release(&mut self) {
         guards::release_all(std::mem::take(&mut self.guards)).await;
         if let Some(lease) = self.lease.take()
             && let Err(e) = lease.release().await
@@ -160,14 +162,15 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
     let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
-    let mut prepared = match ctx.current(&d.job, d.spec_revision).await {
-        Ok(Some((revision, spec))) => prepare(ctx, &spec, revision, d.scheduled_at, &env),
-        Ok(None) => None,
-        Err(e) => {
-            debug!("spec not available ahead of the instant: {e}");
-            None
-        }
-    };
+    let (mut prepared, mut prepared_wasm) = (None, None);
+    match ctx.current(&d.job, d.spec_revision).await {
+        Ok(Some((revision, spec))) => match &spec.wasm {
+            Some(wasm) => prepared_wasm = Some((revision, wasm_job::prepare(ctx, wasm).await)),
+            None => prepared = prepare(ctx, &spec, revision, d.scheduled_at, &env),
+        },
+        Ok(None) => {}
+        Err(e) => debug!("spec not available ahead of the instant: {e}"),
+    }
     // Re-check just before a group release, or at the instant when starting alone.
     let check_at = match prepared.as_ref().and_then(|p| p.ticket.as_ref()) {
         Some(_) => d.scheduled_at - Starter::margin(),
@@ -192,10 +195,7 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
         discard(prepared).await;
         return finish_without_start(ctx, held, Status::Skipped, "job is paused").await;
     }
-    let Some(shell_spec) = spec.shell.as_ref() else {
-        discard(prepared).await;
-        return finish_without_start(ctx, held, Status::Failed, "this runner does not run wasm jobs yet").await;
-    };
+
     if prepared.as_ref().is_some_and(|p| p.revision != revision) {
         // Edited since it was prepared: the new spec starts alone, a little late.
         discard(prepared.take()).await;
@@ -211,6 +211,15 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
             return finish_without_start(ctx, held, Status::Skipped, &why).await;
         }
     }
+    let shell_spec = match (&spec.shell, &spec.wasm) {
+        (Some(shell), _) => shell,
+        (None, Some(_)) => {
+            // Prepared for this very revision, or prepared again now.
+            let ready = prepared_wasm.filter(|(r, _)| *r == revision).map(|(_, p)| p);
+            return wasm_job::run(ctx, msg, d, held, &spec, ready, stops).await;
+        }
+        (None, None) => return finish_without_start(ctx, held, Status::Failed, "job has neither shell nor wasm").await,
+    };
     // Too late for the group's release: the prepared process was killed; start alone.
     if prepared.as_ref().and_then(|p| p.ticket.as_ref()).is_some_and(|t| !t.confirm()) {
         discard(prepared.take()).await;
@@ -250,7 +259,7 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
 
 /// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
 /// meanwhile. Ok(false) when shut down; a conflict when the run was taken away.
-async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, held: &mut Held, cancel: &CancellationToken) -> Result<bool, Error> {
+pub(super) async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, held: &mut Held, cancel: &CancellationToken) -> Result<bool, Error> {
     loop {
         let left = (at - ctx.clock.now()).to_std().unwrap_or_default();
         if left.is_zero() {
@@ -302,7 +311,7 @@ async fn discard(prepared: Option<Ready>) {
 }
 
 /// Ends a run that never started. Ok(true): it is done with.
-async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
+pub(super) async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
     info!("run {}: {why}", status.as_str());
     held.record.status = status;
     held.record.error = Some(why.to_string());
@@ -354,7 +363,7 @@ async fn supervise(
     let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
     tokio::pin!(timeout);
 
-    let (ending, status) = loop {
+    let (ending, exit) = loop {
         tokio::select! {
             status = process.child.wait() => break (Ending::Exited, status.ok()),
             _ = &mut timeout => break (Ending::TimedOut, process.terminate(ctx.config.kill_grace).await),
@@ -402,76 +411,17 @@ async fn supervise(
         readers.iter().for_each(|r| r.abort());
     }
 
-    let finished = ctx.clock.now();
-    let r = &mut held.record;
-    r.finished_at = Some(finished);
-    r.duration_ms = r.started_at.map(|s| (finished - s).num_milliseconds().max(0) as u64);
-    r.output = tail.to_vec();
-    r.exit_code = status.as_ref().map(shell::exit_code);
-    (r.status, r.error) = match (&ending, &status) {
+    let (status, error) = match (&ending, &exit) {
         (Ending::Exited, Some(s)) if s.success() => (Status::Succeeded, None),
         (Ending::Exited, Some(s)) => (Status::Failed, Some(format!("exited with code {}", shell::exit_code(s)))),
         (Ending::Exited, None) => (Status::Failed, Some("lost track of the process".into())),
-        (Ending::TimedOut, _) => (Status::TimedOut, Some(format!("timed out after {}", humantime::format_duration(spec.timeout.unwrap_or_default())))),
+        (Ending::TimedOut, _) => (Status::TimedOut, Some(timed_out(spec))),
         (Ending::Killed(sig), _) => (Status::Cancelled, Some(format!("killed on request ({sig})"))),
-        (Ending::ShutDown, _) => (Status::Lost, Some(format!("runner {} shut down before the run ended", ctx.host))),
+        (Ending::ShutDown, _) => (Status::Lost, Some(shut_down(ctx))),
     };
-    let status = r.status;
-    let detail = r.error.clone().unwrap_or_default();
-    if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
-        let now = ctx.clock.now();
-        let start_at = now + spec.retries.delay_after(r.attempt);
-        publish_eof(ctx, &logs_subject, status).await;
-        let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
-        publish_event(&ctx.store, &event).await;
-        info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
-        // The next attempt must find the run's leases free, wherever it is claimed.
-        held.release().await;
-        return retry(&ctx.store, &spec.pool, held.record.clone(), held.revision, start_at, now).await;
-    }
-    write_final(ctx, held).await?;
-    publish_eof(ctx, &logs_subject, status).await;
-    let event = Event::new(&job, &run_id, status.as_str(), held.record.attempt, finished).with_detail(detail);
-    publish_event(&ctx.store, &event).await;
-    info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
-    ctx.prune(&job, &spec.history).await;
-    Ok(())
+    let exit_code = exit.as_ref().map(shell::exit_code);
+    finish(ctx, held, spec, Ended { status, error, exit_code, output: tail.to_vec() }).await
 }
 
-/// The final write is retried while NATS is away; a conflict is final.
-async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match held.write(ctx).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_conflict() || backoff > Duration::from_secs(60) => return Err(e),
-            Err(e) => {
-                warn!("final record not written yet, retrying in {backoff:?}: {e}");
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-            }
-        }
-    }
-}
 
-async fn publish_line(ctx: &RunnerCtx, subject: &str, line: Line, tail: &mut Tail) {
-    let payload = bytes::Bytes::from(line.text.clone().into_bytes());
-    let sent = match line.source {
-        Source::Stdout => ctx.store.client.publish(subject.to_string(), payload).await,
-        Source::Stderr => {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(STREAM_HEADER, "stderr");
-            ctx.store.client.publish_with_headers(subject.to_string(), headers, payload).await
-        }
-    };
-    if let Err(e) = sent {
-        debug!("output line not published: {e}");
-    }
-    tail.push(line.text);
-}
 
-async fn publish_eof(ctx: &RunnerCtx, subject: &str, status: Status) {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(EOF_HEADER, status.as_str());
-    let _ = ctx.store.client.publish_with_headers(subject.to_string(), headers, bytes::Bytes::new()).await;
-}

@@ -4,11 +4,13 @@
 //! - `kv.rs`: create-if-absent and compare-and-set with an optional per-key TTL.
 //! - `jobs.rs`, `runs.rs`: job specs and run records.
 //! - `lease.rs`: a lease held through a TTL key, renewed by compare-and-set.
+//! - `plugins.rs`: Wasm components in the object store, by digest.
 
 mod jobs;
 pub mod kv;
 mod layout;
 pub mod lease;
+mod plugins;
 mod runs;
 
 use async_nats::jetstream;
@@ -19,6 +21,7 @@ use crate::names::Names;
 pub use jobs::StoredJob;
 pub use kv::Bucket;
 pub use layout::LayoutOptions;
+pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
 
 /// Handles to one deployment's buckets and streams.

@@ -1,0 +1,12 @@
+//! `test-panic`: panics with a known message. For the host's sandbox tests.
+
+use cronrun_sdk::{Context, log};
+
+#[cronrun_sdk::job(schedule = "@yearly")]
+fn run(ctx: &Context) -> Result<Option<String>, String> {
+    log::info!("about to panic");
+    if ctx.attempt() > 0 {
+        panic!("deliberate panic in {}", ctx.job());
+    }
+    Ok(None)
+}

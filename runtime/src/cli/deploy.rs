@@ -1,0 +1,151 @@
+//! `cronrun deploy PLUGIN.wasm`: checks a Wasm job, stores it by digest and points the job
+//! spec at it. Every check comes before any write: a component of the `job` world (it
+//! links against this host), its `cronrun-manifest`, the spec built from the manifest and
+//! the flags. Then the plugin is stored (if new) and the spec written in one KV write, so
+//! a new version switches atomically; runs in flight finish on the version they started.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, fmt_time};
+use crate::spec::JobSpec;
+use crate::store::{MAX_PLUGIN_BYTES, plugin_digest};
+
+#[derive(Args)]
+pub struct DeployArgs {
+    /// The component, e.g. target/wasm32-wasip2/release/hello.wasm
+    pub plugin: PathBuf,
+    /// Job name [default: the file name without .wasm]
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Overrides the manifest's schedule
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Overrides the manifest's time zone (IANA)
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// Overrides the manifest's timeout, e.g. 30s
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Overrides the manifest's runner pool
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// A wasm.config entry, KEY=VALUE (repeatable)
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub config: Vec<String>,
+    /// A subject the job may publish to, NATS wildcards allowed (repeatable)
+    #[arg(long = "allow-publish", value_name = "SUBJECT")]
+    pub allow_publish: Vec<String>,
+    /// A host the job may reach over HTTP: host, host:port or *.domain (repeatable)
+    #[arg(long = "allow-http", value_name = "HOST")]
+    pub allow_http: Vec<String>,
+    /// Let the job use its private KV store
+    #[arg(long)]
+    pub allow_kv: bool,
+}
+
+/// Spec fields a manifest may not set: they belong to the deployment, not the plugin.
+const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels", "history", "output_lines"];
+
+fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
+    if let Some(key) = manifest.keys().find(|k| NOT_FROM_MANIFEST.contains(&k.as_str())) {
+        bail!("{file}: its manifest sets {key:?}, which only the job spec may set");
+    }
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => a
+            .plugin
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let mut config = Map::new();
+    for kv in &a.config {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--config {kv:?} must be KEY=VALUE");
+        };
+        config.insert(k.into(), json!(v));
+    }
+    let mut spec = manifest;
+    spec.insert("name".into(), json!(name));
+    let overrides = [
+        ("schedule", a.schedule.clone()),
+        ("timezone", a.tz.clone()),
+        ("timeout", a.timeout.clone()),
+        ("pool", a.pool.clone()),
+    ];
+    for (key, value) in overrides {
+        if let Some(v) = value {
+            spec.insert(key.into(), json!(v));
+        }
+    }
+    spec.insert(
+        "wasm".into(),
+        json!({
+            "plugin": digest,
+            "config": config,
+            "allow_publish": a.allow_publish,
+            "allow_http": a.allow_http,
+            "allow_kv": a.allow_kv,
+        }),
+    );
+    JobSpec::from_json(&serde_json::to_vec(&spec)?).with_context(|| format!("{file}: the job spec is refused"))
+}
+
+pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
+    let file = a.plugin.display().to_string();
+    let meta = std::fs::metadata(&a.plugin).with_context(|| format!("cannot read {file}"))?;
+    if meta.len() > MAX_PLUGIN_BYTES as u64 {
+        bail!("{file} is {} bytes, over the limit of {MAX_PLUGIN_BYTES}", meta.len());
+    }
+    let bytes = std::fs::read(&a.plugin).with_context(|| format!("cannot read {file}"))?;
+    let inspected = crate::wasm::inspect(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    crate::wasm::check_job_component(bytes.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("{file} is not a cronrun job: {e}"))?;
+    let digest = plugin_digest(&bytes);
+    let mut spec = spec_from(&a, inspected.manifest, &digest, &file)?;
+
+    let store = ctx.store().await?;
+    if let Some(current) = store.jobs.get(&spec.name).await? {
+        match JobSpec::from_json(&current.value) {
+            Ok(old) if old.shell.is_some() => bail!(
+                "job {:?} exists and is a shell job: deploy under another --name, or `cronrun rm {}` first",
+                spec.name,
+                spec.name
+            ),
+            // What belongs to the deployment, not the plugin, is kept.
+            Ok(old) => {
+                spec.paused = old.paused;
+                spec.labels = old.labels;
+                spec.history = old.history;
+                spec.output_lines = old.output_lines;
+            }
+            Err(_) => {}
+        }
+    }
+    let (_, stored) = store.put_plugin(&bytes).await?;
+    let (revision, changed) = store.put_job(&spec).await.with_context(|| format!("writing job {}", spec.name))?;
+    let (schedule, tz) = spec.parsed_schedule()?;
+    let next = schedule.next_after(chrono::Utc::now(), tz).map(|t| fmt_time(&t));
+    let value = json!({
+        "name": spec.name,
+        "plugin": digest,
+        "plugin_stored": stored,
+        "revision": revision,
+        "changed": changed,
+        "schedule": spec.schedule,
+        "next": next,
+    });
+    ctx.print(&value, || {
+        let next = next.clone().unwrap_or_else(|| "never".into());
+        if changed {
+            format!("deployed {} (plugin {digest}, revision {revision}); next fire {next}", spec.name)
+        } else {
+            format!("unchanged {} (plugin {digest}, revision {revision})", spec.name)
+        }
+    })
+}

@@ -1,0 +1,105 @@
+//! The end of a started run, shell or Wasm alike: the final record (or the next attempt),
+//! the end marker of its log, its event, and history pruning. Also the output plumbing
+//! both kinds share.
+
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::RunnerCtx;
+use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail};
+use super::run::Held;
+use crate::dispatch::retry;
+use crate::error::Error;
+use crate::events::{Event, publish_event};
+use crate::record::Status;
+use crate::spec::JobSpec;
+
+/// How a started run ended.
+pub(super) struct Ended {
+    pub status: Status,
+    pub error: Option<String>,
+    pub exit_code: Option<i32>,
+    pub output: Vec<String>,
+}
+
+pub(super) fn timed_out(spec: &JobSpec) -> String {
+    format!("timed out after {}", humantime::format_duration(spec.timeout.unwrap_or_default()))
+}
+
+pub(super) fn shut_down(ctx: &RunnerCtx) -> String {
+    format!("runner {} shut down before the run ended", ctx.host)
+}
+
+/// Records the end of the run, or queues its next attempt when the attempt failed and
+/// the job's retries allow one.
+pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
+    let finished = ctx.clock.now();
+    let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
+    let logs_subject = ctx.store.names.logs_subject(&job, &run_id);
+    let r = &mut held.record;
+    r.finished_at = Some(finished);
+    r.duration_ms = r.started_at.map(|s| (finished - s).num_milliseconds().max(0) as u64);
+    r.output = ended.output;
+    r.exit_code = ended.exit_code;
+    (r.status, r.error) = (ended.status, ended.error);
+    let status = r.status;
+    let detail = r.error.clone().unwrap_or_default();
+    let event = Event::new(&job, &run_id, status.as_str(), r.attempt, finished).with_detail(detail);
+    if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
+        let now = ctx.clock.now();
+        let start_at = now + spec.retries.delay_after(r.attempt);
+        publish_eof(ctx, &logs_subject, status).await;
+        publish_event(&ctx.store, &event).await;
+        info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
+        // The next attempt must find the run's leases free, wherever it is claimed.
+        held.release().await;
+        return retry(&ctx.store, &spec.pool, held.record.clone(), held.revision, start_at, now).await;
+    }
+    write_final(ctx, held).await?;
+    publish_eof(ctx, &logs_subject, status).await;
+    publish_event(&ctx.store, &event).await;
+    info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
+    ctx.prune(&job, &spec.history).await;
+    Ok(())
+}
+
+/// The final write is retried while NATS is away; a conflict is final.
+async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match held.write(ctx).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() || backoff > Duration::from_secs(60) => return Err(e),
+            Err(e) => {
+                warn!("final record not written yet, retrying in {backoff:?}: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+    }
+}
+
+/// Publishes one output line live and keeps it in the tail.
+pub(super) async fn publish_line(ctx: &RunnerCtx, subject: &str, line: Line, tail: &mut Tail) {
+    let payload = bytes::Bytes::from(line.text.clone().into_bytes());
+    let sent = match line.source {
+        Source::Stdout => ctx.store.client.publish(subject.to_string(), payload).await,
+        Source::Stderr => {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(STREAM_HEADER, "stderr");
+            ctx.store.client.publish_with_headers(subject.to_string(), headers, payload).await
+        }
+    };
+    if let Err(e) = sent {
+        tracing::debug!("output line not published: {e}");
+    }
+    tail.push(line.text);
+}
+
+/// The last message of a run's log: its status, so followers know it ended.
+pub(super) async fn publish_eof(ctx: &RunnerCtx, subject: &str, status: Status) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(EOF_HEADER, status.as_str());
+    let _ = ctx.store.client.publish_with_headers(subject.to_string(), headers, bytes::Bytes::new()).await;
+}

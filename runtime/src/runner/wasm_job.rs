@@ -1,0 +1,127 @@
+//! Wasm jobs on the runner: the component is prepared (fetched, compiled or loaded from
+//! the cache, linked) when the run is claimed, ahead of its instant; at the instant it is
+//! instantiated and called on the runner's own timer, then supervised like a shell run.
+
+use async_nats::jetstream::{AckKind, Message};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::RunnerCtx;
+use super::finish::{Ended, finish, publish_line, shut_down, timed_out};
+use super::output::{Line, Tail};
+use super::run::{Held, Stops, finish_without_start, wait_until};
+use crate::dispatch::DispatchMsg;
+use crate::error::Error;
+use crate::events::{Event, publish_event};
+use crate::record::Status;
+use crate::spec::{JobSpec, WasmSpec};
+use crate::wasm::{JobContext, PreparedWasm, WasmOutcome};
+
+/// Prepares the run's component; errors are reported when the run would start.
+pub(super) async fn prepare(ctx: &RunnerCtx, spec: &WasmSpec) -> Result<PreparedWasm, String> {
+    match &ctx.wasm {
+        Ok(runtime) => runtime.prepare(spec).await.map_err(|e| format!("could not load plugin {}: {e}", spec.plugin)),
+        Err(why) => Err(format!("this runner cannot run wasm jobs: {why}")),
+    }
+}
+
+/// Starts the run at its instant and supervises it. Ok(false): handed back (shutdown).
+pub(super) async fn run(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    d: &DispatchMsg,
+    held: &mut Held,
+    spec: &JobSpec,
+    prepared: Option<Result<PreparedWasm, String>>,
+    stops: &Stops,
+) -> Result<bool, Error> {
+    let prepared = match (prepared, &spec.wasm) {
+        (Some(p), _) => p,
+        (None, Some(wasm)) => prepare(ctx, wasm).await,
+        (None, None) => Err("job has no wasm section".to_string()),
+    };
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+    };
+    if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+        return Ok(false);
+    }
+    let started = ctx.clock.now();
+    held.record.status = Status::Running;
+    held.record.started_at = Some(started);
+    held.record.heartbeat_at = Some(started);
+    held.write(ctx).await?;
+    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, "started", d.attempt, started)).await;
+
+    let job_ctx = JobContext {
+        job: d.job.clone(),
+        run_id: d.run_id.clone(),
+        scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        attempt: d.attempt,
+        trigger: d.trigger,
+    };
+    let (line_tx, mut line_rx) = mpsc::channel::<Line>(1024);
+    let stop_guest = CancellationToken::new();
+    let mut call = tokio::spawn(prepared.run(job_ctx, spec.timeout, line_tx, stop_guest.clone()));
+    let logs_subject = ctx.store.names.logs_subject(&d.job, &d.run_id);
+    let mut kills = ctx
+        .store
+        .client
+        .subscribe(ctx.store.names.kill_subject(&d.job, &d.run_id))
+        .await
+        .map_err(|e| Error::nats("subscribing to kill requests", e))?;
+    let mut tail = Tail::new(spec.output_lines as usize);
+    let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
+    heartbeat.tick().await;
+    let (mut killed, mut shutting_down) = (false, false);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut call => break outcome.unwrap_or_else(|e| WasmOutcome::Failed(format!("the job's task failed: {e}"))),
+            Some(line) = line_rx.recv() => publish_line(ctx, &logs_subject, line, &mut tail).await,
+            Some(req) = kills.next() => {
+                if let Some(reply) = req.reply {
+                    let _ = ctx.store.client.publish(reply, "ok".into()).await;
+                }
+                info!("kill requested");
+                killed = true;
+                stop_guest.cancel();
+            }
+            _ = heartbeat.tick() => {
+                held.record.heartbeat_at = Some(ctx.clock.now());
+                held.record.output = tail.to_vec();
+                if let Err(e) = held.renew().await.and(held.write(ctx).await) {
+                    if e.is_conflict() {
+                        stop_guest.cancel();
+                        return Err(e);
+                    }
+                }
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+            _ = stops.stop.cancelled(), if !shutting_down => {
+                shutting_down = true;
+                stop_guest.cancel();
+            }
+        }
+    };
+    while let Ok(line) = line_rx.try_recv() {
+        publish_line(ctx, &logs_subject, line, &mut tail).await;
+    }
+    let (status, error) = match outcome {
+        WasmOutcome::Succeeded(text) => {
+            if let Some(text) = text {
+                tail.push(text);
+            }
+            (Status::Succeeded, None)
+        }
+        WasmOutcome::Failed(why) => (Status::Failed, Some(why)),
+        WasmOutcome::TimedOut => (Status::TimedOut, Some(timed_out(spec))),
+        WasmOutcome::Cancelled if shutting_down => (Status::Lost, Some(shut_down(ctx))),
+        WasmOutcome::Cancelled if killed => (Status::Cancelled, Some("killed on request".into())),
+        WasmOutcome::Cancelled => (Status::Cancelled, Some("stopped".into())),
+    };
+    finish(ctx, held, spec, Ended { status, error, exit_code: None, output: tail.to_vec() }).await?;
+    Ok(true)
+}

@@ -1,0 +1,119 @@
+//! Compiled components: in memory by digest (bounded, most recently used kept) and on
+//! disk as wasmtime's serialized form, `<cache_dir>/<digest>-<engine fingerprint>.cwasm`,
+//! so a restarted agent does not compile again. A file that fails to load is compiled
+//! anew and replaced.
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Components by digest.
+pub struct ComponentCache {
+    dir: Option<PathBuf>,
+    fingerprint: String,
+    capacity: usize,
+    /// Most recently used last.
+    memory: Mutex<VecDeque<(String, Component)>>,
+}
+
+impl ComponentCache {
+    pub fn new(engine: &Engine, dir: Option<PathBuf>, capacity: usize) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Self {
+            dir,
+            fingerprint: format!("{:016x}", hasher.finish()),
+            capacity: capacity.max(1),
+            memory: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The compiled component of `digest`, if in memory.
+    pub fn get(&self, digest: &str) -> Option<Component> {
+        let mut memory = self.memory.lock().ok()?;
+        let i = memory.iter().position(|(d, _)| d == digest)?;
+        let entry = memory.remove(i)?;
+        let component = entry.1.clone();
+        memory.push_back(entry);
+        Some(component)
+    }
+
+    fn remember(&self, digest: &str, component: &Component) {
+        if let Ok(mut memory) = self.memory.lock() {
+            memory.retain(|(d, _)| d != digest);
+            if memory.len() >= self.capacity {
+                memory.pop_front();
+            }
+            memory.push_back((digest.to_string(), component.clone()));
+        }
+    }
+
+    fn file(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(format!("{digest}-{}.cwasm", self.fingerprint)))
+    }
+
+    /// `digest` compiled earlier by an engine like this one, from disk (blocking).
+    pub fn load_from_disk(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        let path = self.file(digest).filter(|p| p.exists())?;
+        match load_own_file(engine, &path) {
+            Ok(component) => {
+                self.remember(digest, &component);
+                Some(component)
+            }
+            Err(e) => {
+                tracing::warn!("compiled cache {} unusable, compiling again: {e}", path.display());
+                None
+            }
+        }
+    }
+
+    /// Compiles `bytes` (blocking: call it off the async threads) and keeps the result.
+    pub fn compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, String> {
+        let component = Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?;
+        if let Some(path) = self.file(digest)
+            && let Err(e) = write_file(&component, &path)
+        {
+            tracing::warn!("cannot keep compiled {digest} in {}: {e}", path.display());
+        }
+        self.remember(digest, &component);
+        Ok(component)
+    }
+}
+
+/// Deserializes a compiled component that this cache wrote.
+///
+/// Sound because the file is our own output: `write_file` writes `Component::serialize`
+/// of a component compiled by an engine with the same compatibility fingerprint (part of
+/// the file name), to a private directory (0700) via a temporary file and an atomic
+/// rename, so a reader never sees a partial file. wasmtime checks the header, version and
+/// engine settings again and refuses a mismatch. What it cannot check is that the machine
+/// code was not altered: whoever can write the agent's cache directory can already run
+/// code as the agent.
+#[allow(unsafe_code)]
+fn load_own_file(engine: &Engine, path: &Path) -> Result<Component, String> {
+    if !matches!(Engine::detect_precompiled_file(path), Ok(Some(wasmtime::Precompiled::Component))) {
+        return Err("not a precompiled component".into());
+    }
+    // SAFETY: see the function's documentation: the file is one we wrote ourselves for
+    // an engine of the same fingerprint.
+    unsafe { Component::deserialize_file(engine, path) }.map_err(|e| format!("{e:#}"))
+}
+
+fn write_file(component: &Component, path: &Path) -> Result<(), String> {
+    let dir = path.parent().ok_or("no directory")?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| e.to_string())?;
+    std::io::Write::write_all(&mut tmp, &bytes).map_err(|e| e.to_string())?;
+    tmp.persist(path).map_err(|e| e.to_string())?;
+    Ok(())
+}

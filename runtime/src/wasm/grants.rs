@@ -1,0 +1,162 @@
+//! What a job spec grants a Wasm job, and the checks of each host call against it: NATS
+//! subjects against `allow_publish` patterns (`*` one token, `>` the rest), HTTP hosts
+//! against `allow_http`, KV keys against the WIT rules. Pure functions, unit-tested here.
+
+use crate::spec::WasmSpec;
+
+/// The grants of one run, from its spec.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    pub allow_publish: Vec<String>,
+    pub allow_http: Vec<String>,
+    pub allow_kv: bool,
+}
+
+impl Grants {
+    pub fn from_spec(spec: &WasmSpec) -> Self {
+        Self {
+            allow_publish: spec.allow_publish.clone(),
+            allow_http: spec.allow_http.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            allow_kv: spec.allow_kv,
+        }
+    }
+
+    /// Why a publish to `subject` is refused, if it is.
+    pub fn check_publish(&self, subject: &str) -> Result<(), String> {
+        if !valid_subject(subject) {
+            return Err(format!(
+                "publish to {subject:?} denied: not a valid subject (dot-separated tokens, no wildcards or spaces)"
+            ));
+        }
+        if self.allow_publish.iter().any(|p| subject_matches(p, subject)) {
+            return Ok(());
+        }
+        Err(format!("publish to {subject} denied: not granted (add it to the job's wasm.allow_publish)"))
+    }
+
+    /// Whether an HTTP request to `host` (and `port`, if the URL names one) is granted.
+    /// An entry is a host (`api.example.com`), a host with port (`localhost:8080`) or a
+    /// domain wildcard (`*.example.com`, which does not match `example.com` itself).
+    pub fn http_allowed(&self, host: &str, port: Option<u16>) -> bool {
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        self.allow_http.iter().any(|entry| {
+            let entry = entry.as_str();
+            if let Some(domain) = entry.strip_prefix("*.") {
+                return host.ends_with(&format!(".{domain}"));
+            }
+            match entry.rsplit_once(':') {
+                Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
+                    let h = h.trim_start_matches('[').trim_end_matches(']');
+                    h == host && p.parse::<u16>().ok() == port
+                }
+                _ => entry.trim_start_matches('[').trim_end_matches(']') == host,
+            }
+        })
+    }
+
+    /// Why the job may not use its KV store, if it may not.
+    pub fn check_kv(&self, key: &str) -> Result<(), String> {
+        if !self.allow_kv {
+            return Err("kv denied: not granted (set wasm.allow_kv = true in the job spec)".to_string());
+        }
+        valid_kv_key(key)
+    }
+}
+
+/// A subject to publish to: non-empty tokens of printable ASCII without `*`, `>` or space.
+pub fn valid_subject(subject: &str) -> bool {
+    !subject.is_empty()
+        && subject.len() <= 1024
+        && subject.split('.').all(|t| {
+            !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic() && b != b'*' && b != b'>')
+        })
+}
+
+/// Whether `subject` matches `pattern` under NATS rules.
+pub fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut subject_tokens = subject.split('.');
+    let mut pattern_tokens = pattern.split('.').peekable();
+    while let Some(p) = pattern_tokens.next() {
+        if p == ">" {
+            // `>` must be last and match at least one token.
+            return pattern_tokens.peek().is_none() && subject_tokens.next().is_some();
+        }
+        match subject_tokens.next() {
+            Some(s) if p == "*" || p == s => {}
+            _ => return false,
+        }
+    }
+    subject_tokens.next().is_none()
+}
+
+/// KV keys: 1 to 256 of `A-Z a-z 0-9 _ - / = .`, not starting or ending with `.`.
+pub fn valid_kv_key(key: &str) -> Result<(), String> {
+    let ok = (1..=256).contains(&key.len())
+        && !key.starts_with('.')
+        && !key.ends_with('.')
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-/=.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "kv key {key:?} is invalid: use 1 to 256 of A-Z a-z 0-9 _ - / = . not starting or ending with ."
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_match_like_nats() {
+        assert!(subject_matches("orders.new", "orders.new"));
+        assert!(subject_matches("orders.*", "orders.new"));
+        assert!(!subject_matches("orders.*", "orders.new.eu"));
+        assert!(subject_matches("orders.>", "orders.new.eu"));
+        assert!(!subject_matches("orders.>", "orders"));
+        assert!(subject_matches(">", "a"));
+        assert!(!subject_matches("orders.new", "orders.new.x"));
+        assert!(!subject_matches("a.>.b", "a.x.b"));
+        assert!(subject_matches("*.b.*", "a.b.c"));
+    }
+
+    #[test]
+    fn publish_needs_a_grant_and_a_valid_subject() {
+        let g = Grants { allow_publish: vec!["events.*".into()], ..Grants::default() };
+        assert!(g.check_publish("events.tick").is_ok());
+        let err = g.check_publish("orders.new").unwrap_err();
+        assert!(err.starts_with("publish to orders.new denied: not granted"), "{err}");
+        assert!(g.check_publish("events.*").unwrap_err().contains("not a valid subject"));
+        assert!(g.check_publish("events..x").unwrap_err().contains("not a valid subject"));
+        assert!(g.check_publish("events.a b").unwrap_err().contains("not a valid subject"));
+    }
+
+    #[test]
+    fn http_hosts() {
+        let g = Grants {
+            allow_http: vec!["api.example.com".into(), "127.0.0.1:8080".into(), "*.svc.local".into()],
+            ..Grants::default()
+        };
+        assert!(g.http_allowed("API.example.com", None));
+        assert!(g.http_allowed("api.example.com", Some(443)));
+        assert!(g.http_allowed("127.0.0.1", Some(8080)));
+        assert!(!g.http_allowed("127.0.0.1", Some(8081)));
+        assert!(!g.http_allowed("127.0.0.1", None));
+        assert!(g.http_allowed("db.svc.local", None));
+        assert!(!g.http_allowed("svc.local", None));
+        assert!(!g.http_allowed("example.com", None));
+    }
+
+    #[test]
+    fn kv_needs_grant_and_valid_key() {
+        let denied = Grants::default().check_kv("a").unwrap_err();
+        assert!(denied.starts_with("kv denied: not granted"), "{denied}");
+        let g = Grants { allow_kv: true, ..Grants::default() };
+        assert!(g.check_kv("last-status").is_ok());
+        assert!(g.check_kv("a/b=c.d").is_ok());
+        assert!(g.check_kv(".a").is_err());
+        assert!(g.check_kv("a b").is_err());
+        assert!(g.check_kv("").is_err());
+    }
+}

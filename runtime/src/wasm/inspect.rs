@@ -1,0 +1,66 @@
+//! What `cronrun deploy` reads from a plugin before storing anything: that it is a
+//! component (not a core module), and the `cronrun-manifest` custom section, which
+//! `#[cronrun_sdk::job]` puts in the *core* module that wasm-component-ld nests inside
+//! the component, hence the walk over every nested module (`Parser::parse_all`). Whether
+//! it is a component of the `job` world is checked by linking (`WasmRuntime::link`).
+
+use wasmparser::{Encoding, Parser, Payload};
+
+/// The custom section that `#[cronrun_sdk::job]` fills with the manifest JSON.
+pub const MANIFEST_SECTION: &str = "cronrun-manifest";
+
+/// What [`inspect`] found.
+#[derive(Debug)]
+pub struct Inspected {
+    /// The manifest: a JSON object of job spec fields (schedule, timezone, timeout, ...).
+    pub manifest: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Checks that `wasm` is a component with exactly one valid manifest; returns it.
+pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
+    if !wasm.starts_with(b"\0asm") {
+        return Err("not a WebAssembly file (no \\0asm header)".into());
+    }
+    let mut depth = 0usize;
+    let mut manifest = None;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(|e| format!("unreadable wasm: {e}"))? {
+            Payload::Version { encoding, .. } => {
+                depth += 1;
+                if depth == 1 && encoding != Encoding::Component {
+                    return Err("a core wasm module, not a component: build it with --target wasm32-wasip2 and cronrun-sdk".into());
+                }
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::CustomSection(section) if section.name() == MANIFEST_SECTION => {
+                if manifest.is_some() {
+                    return Err(format!("more than one {MANIFEST_SECTION} section: use #[cronrun_sdk::job] once per plugin"));
+                }
+                let text = std::str::from_utf8(section.data()).map_err(|_| format!("{MANIFEST_SECTION} is not UTF-8"))?;
+                manifest = Some(text.to_string());
+            }
+            _ => {}
+        }
+    }
+    let text = manifest.ok_or_else(|| {
+        format!("no {MANIFEST_SECTION} section: mark the job function with #[cronrun_sdk::job(schedule = \"...\")]")
+    })?;
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(Inspected { manifest: map }),
+        Ok(_) => Err(format!("{MANIFEST_SECTION} is not a JSON object: {text}")),
+        Err(e) => Err(format!("{MANIFEST_SECTION} is not JSON ({e}): {text}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_non_wasm_and_core_modules() {
+        assert!(inspect(b"hello").unwrap_err().contains("not a WebAssembly file"));
+        // The smallest core module: magic and version 1.
+        let core = b"\0asm\x01\0\0\0";
+        assert!(inspect(core).unwrap_err().contains("core wasm module"));
+    }
+}

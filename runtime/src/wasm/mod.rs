@@ -1,0 +1,155 @@
+//! The Wasm job host: runs components of the `job` world (`wit/job.wit`) with wasmtime.
+//!
+//! One [`WasmRuntime`] per agent holds one engine, one linker, the compile cache and an
+//! epoch ticker. [`WasmRuntime::prepare`] turns a spec's plugin digest into a
+//! [`PreparedWasm`] (fetched, compiled, linked: done ahead of the fire instant); its
+//! [`PreparedWasm::run`] instantiates it in a fresh sandbox and calls `run`.
+//!
+//! - `config.rs`: `[wasm]` of `cronrun.toml`. `engine.rs`: engine, linker, ticker.
+//! - `bindings.rs`: the one `bindgen!`. `host.rs`: host interfaces, limits.
+//! - `grants.rs`: capability checks. `http.rs`: wasi:http hooks. `nats.rs`: kv, publish.
+//! - `cache.rs`: compiled components in memory and on disk. `run.rs`: one run.
+//! - `inspect.rs`: what `cronrun deploy` checks before storing a plugin.
+
+mod bindings;
+mod cache;
+mod config;
+mod engine;
+mod grants;
+mod host;
+mod http;
+mod inspect;
+mod nats;
+mod run;
+
+use std::sync::Arc;
+
+use wasmtime::Engine;
+use wasmtime::component::{Component, Linker};
+
+pub use config::{WasmConfig, parse_bytes};
+pub use inspect::{Inspected, MANIFEST_SECTION, inspect};
+pub use run::{JobContext, WasmOutcome};
+/// The output line type of [`PreparedWasm::run`], nameable outside the crate.
+pub use crate::runner::output::{Line, Source};
+
+/// Links `component` against the host: every import must be provided and `run`
+/// exported with the world's type.
+fn link(linker: &Linker<HostState>, component: &Component) -> Result<JobPre<HostState>, String> {
+    let pre = linker.instantiate_pre(component).map_err(|e| format!("{e:#}"))?;
+    JobPre::new(pre).map_err(|e| format!("it does not export `run` of the cronrun:job world: {e:#}"))
+}
+
+/// Whether `bytes` is a component this host can run as a job: it compiles, every import
+/// links (the `job` world, WASI 0.2, wasi:http) and `run` has the world's type. Used by
+/// `cronrun deploy` before it stores anything; needs no NATS.
+pub async fn check_job_component(bytes: Vec<u8>) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || {
+        let config = WasmConfig { max_instances: 1, ..WasmConfig::default() };
+        let engine = engine::engine(&config).map_err(|e| e.to_string())?;
+        let linker = engine::linker(&engine).map_err(|e| e.to_string())?;
+        let component = Component::new(&engine, &bytes).map_err(|e| format!("it does not compile: {e:#}"))?;
+        link(&linker, &component).map(|_| ())
+    })
+    .await
+    .map_err(|e| format!("checking the component: {e}"))?
+}
+
+use crate::error::{Error, ErrorKind};
+use crate::spec::WasmSpec;
+use crate::store::Store;
+use bindings::JobPre;
+use host::HostState;
+
+/// The Wasm host of one agent; cheap to clone.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: cache::ComponentCache,
+    nats: Arc<nats::NatsAccess>,
+    config: WasmConfig,
+    _ticker: engine::Ticker,
+}
+
+/// A component fetched, compiled and linked for one spec, ready to instantiate. Runs in
+/// flight hold theirs, so a redeploy never changes a run that has started.
+pub struct PreparedWasm {
+    inner: Arc<Inner>,
+    pre: JobPre<HostState>,
+    spec: WasmSpec,
+}
+
+impl WasmRuntime {
+    pub fn new(store: Store, config: WasmConfig) -> Result<Self, Error> {
+        config.validate()?;
+        let engine = engine::engine(&config)?;
+        let linker = engine::linker(&engine)?;
+        let cache = cache::ComponentCache::new(&engine, config.cache_path(), config.cached_components);
+        let ticker = engine::Ticker::start(engine.clone(), config.epoch_tick)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache,
+                nats: Arc::new(nats::NatsAccess::new(store)),
+                config,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// Fetches the component by digest (object store, cached in memory and compiled on
+    /// disk), links it and returns it ready to instantiate: done ahead of the fire instant.
+    pub async fn prepare(&self, spec: &WasmSpec) -> Result<PreparedWasm, Error> {
+        let digest = spec.plugin.clone();
+        let component = self.component(&digest).await?;
+        let pre = self.link(&component).map_err(|e| {
+            Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}"))
+        })?;
+        Ok(PreparedWasm { inner: self.inner.clone(), pre, spec: spec.clone() })
+    }
+
+    fn link(&self, component: &Component) -> Result<JobPre<HostState>, String> {
+        link(&self.inner.linker, component)
+    }
+
+    async fn component(&self, digest: &str) -> Result<Component, Error> {
+        let inner = &self.inner;
+        if let Some(component) = inner.cache.get(digest) {
+            return Ok(component);
+        }
+        let other = |e: String| Error::new(ErrorKind::Other, e);
+        let rt = self.clone();
+        let d = digest.to_string();
+        let from_disk = tokio::task::spawn_blocking(move || rt.inner.cache.load_from_disk(&rt.inner.engine, &d))
+            .await
+            .map_err(|e| other(format!("loading plugin {digest}: {e}")))?;
+        if let Some(component) = from_disk {
+            return Ok(component);
+        }
+        let bytes = inner.nats.store().get_plugin(digest).await?;
+        let rt = self.clone();
+        let d = digest.to_string();
+        tokio::task::spawn_blocking(move || rt.inner.cache.compile(&rt.inner.engine, &d, &bytes))
+            .await
+            .map_err(|e| other(format!("compiling plugin {digest}: {e}")))?
+            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} is not a loadable component: {e}")))
+    }
+
+    pub fn config(&self) -> &WasmConfig {
+        &self.inner.config
+    }
+}
+
+// The runner clones the runtime into tasks and spawns runs.
+const _: () = {
+    const fn shareable<T: Send + Sync + Clone + 'static>() {}
+    const fn sendable<T: Send + 'static>() {}
+    shareable::<WasmRuntime>();
+    sendable::<PreparedWasm>();
+};

@@ -1,0 +1,232 @@
+//! One run of a prepared component: a fresh store and sandbox (no preopens, env or
+//! network; memory and table limits; guest stdout/stderr read line by line into the
+//! run's output), the epoch deadline from the timeout, cancellation, and the mapping of
+//! how the call ended (result, trap, limit, deadline) to a [`WasmOutcome`].
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::cli::AsyncStdoutStream;
+use wasmtime_wasi_http::WasiHttpCtx;
+
+use super::PreparedWasm;
+use super::bindings::{self, Trigger as WitTrigger};
+use super::grants::Grants;
+use super::host::{HostState, Limits, human_bytes};
+use super::http::HttpGrants;
+use crate::record::Trigger;
+use crate::runner::output::{Line, Source, read_lines};
+
+/// What the runner tells the job about the run.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub job: String,
+    pub run_id: String,
+    /// RFC 3339 UTC with milliseconds.
+    pub scheduled_at: String,
+    pub attempt: u32,
+    pub trigger: Trigger,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WasmOutcome {
+    /// `ok(none)` or `ok(some(text))`: the text is the run's last output line.
+    Succeeded(Option<String>),
+    /// `err(text)`, a trap, a panic, a limit: the run record's error.
+    Failed(String),
+    TimedOut,
+    Cancelled,
+}
+
+const ENDED_NOT: u8 = 0;
+const ENDED_TIMEOUT: u8 = 1;
+const ENDED_CANCEL: u8 = 2;
+/// Bytes a guest may have in flight to its stdout or stderr before its writes wait.
+const PIPE_BYTES: usize = 64 * 1024;
+/// Time a host call stuck past the deadline (where epochs cannot interrupt) gets.
+const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
+
+impl PreparedWasm {
+    /// Instantiates and calls `run`; log lines and guest stdout/stderr go to `output`
+    /// (stderr lines with `Source::Stderr`); returns when the call ends, the timeout
+    /// passes (epoch interruption) or `cancel` fires.
+    pub async fn run(
+        self,
+        ctx: JobContext,
+        timeout: Option<Duration>,
+        output: mpsc::Sender<Line>,
+        cancel: CancellationToken,
+    ) -> WasmOutcome {
+        let config = &self.inner.config;
+        let max_line = config.max_line_bytes;
+        let (stdout_w, stdout_r) = tokio::io::duplex(PIPE_BYTES);
+        let (stderr_w, stderr_r) = tokio::io::duplex(PIPE_BYTES);
+        let stdout_task = tokio::spawn(read_lines(stdout_r, Source::Stdout, max_line, output.clone()));
+        let stderr_tail = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stderr_task = tokio::spawn(forward_stderr(stderr_r, max_line, output.clone(), stderr_tail.clone()));
+
+        let grants = Grants::from_spec(&self.spec);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(AsyncStdoutStream::new(PIPE_BYTES, stdout_w))
+            .stderr(AsyncStdoutStream::new(PIPE_BYTES, stderr_w))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        let state = HostState {
+            wasi,
+            http: WasiHttpCtx::new(),
+            hooks: HttpGrants { grants: grants.clone() },
+            table: wasmtime::component::ResourceTable::new(),
+            limits: Limits {
+                memory_bytes: usize::try_from(config.memory_limit).unwrap_or(usize::MAX),
+                table_elements: config.max_table_elements as usize,
+            },
+            job: ctx.job.clone(),
+            config: self.spec.config.clone(),
+            grants,
+            nats: self.inner.nats.clone(),
+            output,
+            max_line_bytes: max_line,
+        };
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let ended = Arc::new(AtomicU8::new(ENDED_NOT));
+        let deadline = timeout.map(|t| Instant::now() + t);
+        {
+            let ended = ended.clone();
+            let cancel = cancel.clone();
+            store.set_epoch_deadline(1);
+            // Every tick: stop if cancelled or past the deadline, else yield to the
+            // executor so other runs and the cancel/timeout branches below get polled.
+            store.epoch_deadline_callback(move |_| {
+                if cancel.is_cancelled() {
+                    ended.store(ENDED_CANCEL, Ordering::SeqCst);
+                    return Ok(UpdateDeadline::Interrupt);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    ended.store(ENDED_TIMEOUT, Ordering::SeqCst);
+                    return Ok(UpdateDeadline::Interrupt);
+                }
+                Ok(UpdateDeadline::Yield(1))
+            });
+        }
+        let wit_ctx = bindings::JobContext {
+            job: ctx.job,
+            run_id: ctx.run_id,
+            scheduled_at: ctx.scheduled_at,
+            attempt: ctx.attempt,
+            trigger: match ctx.trigger {
+                Trigger::Schedule => WitTrigger::Schedule,
+                Trigger::Manual => WitTrigger::Manual,
+                Trigger::Retry => WitTrigger::Retry,
+                Trigger::Catchup => WitTrigger::Catchup,
+            },
+            config: self.spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        };
+        let pre = self.pre;
+        let call = async move {
+            let job = pre.instantiate_async(&mut store).await?;
+            job.call_run(&mut store, &wit_ctx).await
+            // `store` drops here: the guest's stdout/stderr close.
+        };
+        // Backstop for a host call that hangs (epochs only interrupt guest code).
+        let hard_stop = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until((d + HOST_CALL_GRACE).into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            result = call => classify(result, ended.load(Ordering::SeqCst), &self.inner.config),
+            _ = cancel.cancelled() => WasmOutcome::Cancelled,
+            _ = hard_stop => WasmOutcome::TimedOut,
+        };
+        // The pipes are closed (the store is gone); let the readers deliver the last lines.
+        let drain = async {
+            let _ = stdout_task.await;
+            let _ = stderr_task.await;
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+        if let WasmOutcome::Failed(message) = &outcome
+            && message.contains("wasm `unreachable`")
+            && let Some(panic) = panic_message(&stderr_tail)
+        {
+            return WasmOutcome::Failed(format!("the job panicked: {panic}"));
+        }
+        outcome
+    }
+}
+
+type CallResult = wasmtime::Result<Result<Option<String>, String>>;
+
+fn classify(result: CallResult, ended: u8, config: &super::WasmConfig) -> WasmOutcome {
+    let err = match result {
+        Ok(Ok(text)) => return WasmOutcome::Succeeded(text),
+        Ok(Err(text)) => return WasmOutcome::Failed(text),
+        Err(err) => err,
+    };
+    match ended {
+        ENDED_TIMEOUT => return WasmOutcome::TimedOut,
+        ENDED_CANCEL => return WasmOutcome::Cancelled,
+        _ => {}
+    }
+    if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return WasmOutcome::Failed(format!("the job called exit({}) instead of returning from run", exit.0));
+    }
+    let limit = err
+        .chain()
+        .map(|e| e.to_string())
+        .find(|m| m.starts_with("memory limit exceeded") || m.starts_with("table limit exceeded"));
+    if let Some(message) = limit {
+        return WasmOutcome::Failed(message);
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::StackOverflow) => WasmOutcome::Failed(format!(
+            "stack overflow: the job recursed deeper than its stack of {} allows (wasm.max_stack)",
+            human_bytes(usize::try_from(config.max_stack).unwrap_or(usize::MAX))
+        )),
+        Some(Trap::Interrupt) => WasmOutcome::TimedOut,
+        Some(Trap::UnreachableCodeReached) => {
+            WasmOutcome::Failed("the job aborted: wasm `unreachable` executed (a panic or abort in the guest)".into())
+        }
+        Some(Trap::MemoryOutOfBounds) => WasmOutcome::Failed(format!(
+            "the job trapped: {}: a bug in the job, or its stack in linear memory overflowing (deep recursion)",
+            Trap::MemoryOutOfBounds
+        )),
+        Some(trap) => WasmOutcome::Failed(format!("the job trapped: {trap}")),
+        None => WasmOutcome::Failed(format!("the job failed in the host: {}", err.root_cause())),
+    }
+}
+
+/// Reads the guest's stderr into the output, keeping the last lines to explain a panic.
+async fn forward_stderr(reader: tokio::io::DuplexStream, max: usize, output: mpsc::Sender<Line>, tail: Arc<Mutex<Vec<String>>>) {
+    let (tx, mut rx) = mpsc::channel::<Line>(64);
+    let reading = tokio::spawn(read_lines(reader, Source::Stderr, max, tx));
+    while let Some(line) = rx.recv().await {
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == 8 {
+                t.remove(0);
+            }
+            t.push(line.text.clone());
+        }
+        let _ = output.send(line).await;
+    }
+    let _ = reading.await;
+}
+
+/// From Rust's "panicked at FILE:LINE:COL:" line and the message after it.
+fn panic_message(tail: &Mutex<Vec<String>>) -> Option<String> {
+    let tail = tail.lock().ok()?;
+    let i = tail.iter().rposition(|l| l.contains("panicked at"))?;
+    let at = tail[i].split("panicked at").nth(1).unwrap_or("").trim().trim_end_matches(':');
+    let message: Vec<&str> = tail[i + 1..].iter().map(String::as_str).take_while(|l| !l.starts_with("note:")).collect();
+    Some(format!("{} (at {at})", message.join(" ")))
+}

@@ -1,0 +1,77 @@
+//! Deployed Wasm jobs run by a real agent: scheduled from their manifest (or flags),
+//! their log lines in the run's output, one event per fire from `emit-event`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cronrun::record::Status;
+use support::*;
+
+/// The example plugins, built once per test binary.
+fn plugin(name: &str) -> String {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = Command::new("bash").arg(root.join("plugins/build.sh")).output().unwrap();
+        assert!(out.status.success(), "plugins/build.sh: {}", String::from_utf8_lossy(&out.stderr));
+        root.join("target/wasm32-wasip2/release")
+    });
+    dir.join(format!("{name}.wasm")).display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deployed_wasm_jobs_run_on_the_agent() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let store = nats.store().await;
+
+    // hello: its manifest schedule (every 10 s); a manual run shows its output.
+    nats.ok(&["deploy", &plugin("hello"), "--name", "hello", "--config", "greeting=hej"]);
+    assert!(nats.ok(&["get", "hello"]).contains("*/10 * * * * *"));
+    let out = nats.ok(&["trigger", "hello", "--wait", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    let output: Vec<&str> = record["output"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(output.iter().any(|l| l.contains("hej from hello")), "{output:?}");
+    assert_eq!(output.last(), Some(&"hej, world"));
+
+    // emit-event every 2 s: one event per fire in a deduplicating stream.
+    let js = async_nats::jetstream::new(async_nats::connect(&nats.url).await.unwrap());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "DEMO".into(),
+        subjects: vec!["demo.events".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    nats.ok(&[
+        "deploy", &plugin("emit_event"), "--name", "emitter", "--schedule", "*/2 * * * * *",
+        "--config", "subject=demo.events", "--config", "payload={\"n\":1}", "--allow-publish", "demo.>",
+    ]);
+    let done = eventually(Duration::from_secs(20), "three scheduled emitter runs", || async {
+        let ok: Vec<_> = runs(&store, "emitter").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();
+        (ok.len() >= 3).then_some(ok)
+    })
+    .await;
+    for r in &done {
+        assert_eq!(r.scheduled_at.unwrap().timestamp() % 2, 0, "fires on the deployed schedule");
+    }
+    let mut stream = js.get_stream("DEMO").await.unwrap();
+    let events = stream.info().await.unwrap().state.messages;
+    let succeeded = runs(&store, "emitter").await.into_iter().filter(|r| r.status == Status::Succeeded).count() as u64;
+    assert!(events >= done.len() as u64 && events <= succeeded, "{events} events for {succeeded} runs");
+
+    // A denied publish fails the run with the host's message, and the agent goes on.
+    nats.ok(&["deploy", &plugin("emit_event"), "--name", "denied", "--config", "subject=billing.tick"]);
+    let out = nats.cli(&["trigger", "denied", "--wait"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("denied"), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = nats.ok(&["trigger", "hello", "--wait"]);
+    assert!(again.contains("succeeded"));
+}
