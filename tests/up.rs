@@ -64,6 +64,10 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     .await;
     let output = wasm_run["output"].to_string();
     assert!(output.contains("hello from wasm from hello-wasm"), "{output}");
+    // Fired by its manifest's schedule (`*/10 * * * * *`), not by hand.
+    assert_eq!(wasm_run["trigger"], "schedule");
+    let at = chrono::DateTime::parse_from_rfc3339(wasm_run["scheduled_at"].as_str().unwrap()).unwrap();
+    assert_eq!(chrono::Timelike::second(&at) % 10, 0, "{at}");
 
     kill(Pid::from_raw(up.id() as i32), signal).unwrap();
     let status = wait_exit(&mut up, Duration::from_secs(20)).await;

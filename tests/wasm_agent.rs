@@ -75,3 +75,36 @@ async fn deployed_wasm_jobs_run_on_the_agent() {
     let again = nats.ok(&["trigger", "hello", "--wait"]);
     assert!(again.contains("succeeded"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_version_switches_while_a_run_finishes_on_the_old_one() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    // Version 1 spins until its 3 s timeout; version 2 is hello.
+    nats.ok(&["deploy", &plugin("test_spin"), "--name", "switch", "--timeout", "3s"]);
+    let out = nats.ok(&["trigger", "switch", "--output", "json"]);
+    let first = serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string();
+    let (job, run) = cronrun::record::parse_run_key(&first).unwrap();
+    let store = nats.store().await;
+    eventually(Duration::from_secs(10), "version 1 to be running", || async {
+        (store.get_run(job, run).await.unwrap().record.status == Status::Running).then_some(())
+    })
+    .await;
+    let v1 = nats.store().await.get_job("switch").await.unwrap().spec.unwrap().wasm.unwrap().plugin;
+    nats.ok(&["deploy", &plugin("hello"), "--name", "switch", "--timeout", "3s"]);
+    let v2 = store.get_job("switch").await.unwrap().spec.unwrap().wasm.unwrap().plugin;
+    assert_ne!(v1, v2, "the spec points at the new digest at once");
+    // The run in flight ends on the version it started with.
+    let ended = eventually(Duration::from_secs(15), "version 1's run to end", || async {
+        Some(store.get_run(job, run).await.unwrap().record).filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!(ended.status, Status::TimedOut, "{ended:?}");
+    assert!(ended.output.iter().any(|l| l == "spinning"));
+    // The next run is version 2.
+    let out = nats.ok(&["trigger", "switch", "--wait", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(record["status"], "succeeded");
+    assert!(record["output"].to_string().contains("hello from switch"), "{record}");
+}
