@@ -37,6 +37,10 @@ pub enum BenchKind {
         jobs: usize,
         #[arg(long, default_value_t = 20)]
         seconds: i64,
+        /// Run this Wasm component (e.g. target/wasm32-wasip2/release/hello.wasm) instead
+        /// of a shell command
+        #[arg(long)]
+        wasm: Option<std::path::PathBuf>,
     },
     /// Fires per second through the dispatch path (record create + publish)
     Dispatch {
@@ -63,7 +67,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         }
     };
     let result = match a.what {
-        BenchKind::Lateness { jobs, seconds } => lateness(ctx, &url, jobs, seconds).await,
+        BenchKind::Lateness { jobs, seconds, wasm } => lateness(ctx, &url, jobs, seconds, wasm).await,
         BenchKind::Dispatch { fires } => dispatch_rate(ctx, &url, fires).await,
         BenchKind::Load { schedules, probe } => load(ctx, &url, schedules, probe).await,
     };
@@ -96,7 +100,7 @@ fn every_second_job(name: String, history: u32) -> JobSpec {
 
 /// An agent with production settings runs N every-second jobs; lateness is
 /// `started_at - scheduled_at` over a window after a warm-up.
-async fn lateness(ctx: &Ctx, url: &str, jobs: usize, seconds: i64) -> Result<()> {
+async fn lateness(ctx: &Ctx, url: &str, jobs: usize, seconds: i64, wasm: Option<std::path::PathBuf>) -> Result<()> {
     let namespace = "benchlate";
     let store = open(url, namespace).await?;
     let cancel = CancellationToken::new();
@@ -104,8 +108,20 @@ async fn lateness(ctx: &Ctx, url: &str, jobs: usize, seconds: i64) -> Result<()>
     let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
     let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
     let names: Vec<String> = (0..jobs).map(|i| format!("late-{i:04}")).collect();
+    let plugin = match &wasm {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Some(store.put_plugin(&bytes).await?.0)
+        }
+        None => None,
+    };
     for name in &names {
-        store.put_job(&every_second_job(name.clone(), seconds as u32 + 30)).await?;
+        let mut spec = every_second_job(name.clone(), seconds as u32 + 30);
+        if let Some(digest) = &plugin {
+            spec.shell = None;
+            spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.clone(), ..Default::default() });
+        }
+        store.put_job(&spec).await?;
     }
     let from = Utc::now() + chrono::Duration::seconds(3);
     let from = chrono::DateTime::from_timestamp(from.timestamp(), 0).unwrap_or(from);
@@ -145,9 +161,10 @@ async fn lateness(ctx: &Ctx, url: &str, jobs: usize, seconds: i64) -> Result<()>
     });
     ctx.print(&value, || {
         format!(
-            "lateness of {jobs} every-second shell jobs over {seconds}s: fire to started_at p50 {:.2} ms, \
+            "lateness of {jobs} every-second {} jobs over {seconds}s: fire to started_at p50 {:.2} ms, \
              p99 {:.2} ms, max {:.2} ms; fire to the job's own first command p50 {:.1} ms, p99 {:.1} ms \
              ({} of {expected} fires succeeded, {not_ok} not)",
+            if plugin.is_some() { "wasm" } else { "shell" },
             percentile(&late_ms, 50.0),
             percentile(&late_ms, 99.0),
             late_ms.last().copied().unwrap_or(f64::NAN),

@@ -165,17 +165,19 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
     let (mut prepared, mut prepared_wasm) = (None, None);
     match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some((revision, spec))) => match &spec.wasm {
-            Some(wasm) => prepared_wasm = Some((revision, wasm_job::prepare(ctx, wasm).await)),
+            Some(wasm) => {
+                let ready = wasm_job::Ready { loaded: wasm_job::prepare(ctx, wasm).await, ticket: ctx.starter.ticket(d.scheduled_at) };
+                prepared_wasm = Some((revision, ready));
+            }
             None => prepared = prepare(ctx, &spec, revision, d.scheduled_at, &env),
         },
         Ok(None) => {}
         Err(e) => debug!("spec not available ahead of the instant: {e}"),
     }
     // Re-check just before a group release, or at the instant when starting alone.
-    let check_at = match prepared.as_ref().and_then(|p| p.ticket.as_ref()) {
-        Some(_) => d.scheduled_at - Starter::margin(),
-        None => d.scheduled_at,
-    };
+    let in_group = prepared.as_ref().is_some_and(|p| p.ticket.is_some())
+        || prepared_wasm.as_ref().is_some_and(|(_, w)| w.ticket.is_some());
+    let check_at = if in_group { d.scheduled_at - Starter::margin() } else { d.scheduled_at };
     if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
         discard(prepared).await;
         return Ok(false);

@@ -12,12 +12,20 @@ use super::RunnerCtx;
 use super::finish::{Ended, finish, publish_line, shut_down, timed_out};
 use super::output::{Line, Tail};
 use super::run::{Held, Stops, finish_without_start, wait_until};
+use super::starter::Ticket;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, publish_event};
 use crate::record::Status;
 use crate::spec::{JobSpec, WasmSpec};
 use crate::wasm::{JobContext, PreparedWasm, WasmOutcome};
+
+/// A Wasm run made ready at its claim: its component, and its place in the release of
+/// its instant (see `starter`), if there was time to take one.
+pub(super) struct Ready {
+    pub loaded: Result<PreparedWasm, String>,
+    pub ticket: Option<Ticket>,
+}
 
 /// Prepares the run's component; errors are reported when the run would start.
 pub(super) async fn prepare(ctx: &RunnerCtx, spec: &WasmSpec) -> Result<PreparedWasm, String> {
@@ -34,22 +42,32 @@ pub(super) async fn run(
     d: &DispatchMsg,
     held: &mut Held,
     spec: &JobSpec,
-    prepared: Option<Result<PreparedWasm, String>>,
+    ready: Option<Ready>,
     stops: &Stops,
 ) -> Result<bool, Error> {
-    let prepared = match (prepared, &spec.wasm) {
-        (Some(p), _) => p,
-        (None, Some(wasm)) => prepare(ctx, wasm).await,
-        (None, None) => Err("job has no wasm section".to_string()),
+    let (loaded, ticket) = match (ready, &spec.wasm) {
+        (Some(r), _) => (r.loaded, r.ticket),
+        (None, Some(wasm)) => (prepare(ctx, wasm).await, None),
+        (None, None) => (Err("job has no wasm section".to_string()), None),
     };
-    let prepared = match prepared {
+    let prepared = match loaded {
         Ok(p) => p,
         Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
     };
-    if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
-        return Ok(false);
-    }
-    let started = ctx.clock.now();
+    // Released with the other runs of its instant, or on its own timer if too late.
+    let released = match ticket {
+        Some(t) if t.confirm() => t.released().await,
+        _ => None,
+    };
+    let started = match released {
+        Some(at) => at,
+        None => {
+            if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+                return Ok(false);
+            }
+            ctx.clock.now()
+        }
+    };
     held.record.status = Status::Running;
     held.record.started_at = Some(started);
     held.record.heartbeat_at = Some(started);
