@@ -42,6 +42,14 @@ pub enum BenchKind {
         #[arg(long)]
         wasm: Option<std::path::PathBuf>,
     },
+    /// Runs per second end to end: dispatched, run by an agent, recorded
+    Throughput {
+        #[arg(long, default_value_t = 10_000)]
+        runs: usize,
+        /// Run this Wasm component instead of a shell command
+        #[arg(long)]
+        wasm: Option<std::path::PathBuf>,
+    },
     /// Fires per second through the dispatch path (record create + publish)
     Dispatch {
         #[arg(long, default_value_t = 20_000)]
@@ -69,6 +77,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     let result = match a.what {
         BenchKind::Lateness { jobs, seconds, wasm } => lateness(ctx, &url, jobs, seconds, wasm).await,
         BenchKind::Dispatch { fires } => dispatch_rate(ctx, &url, fires).await,
+        BenchKind::Throughput { runs, wasm } => throughput(ctx, &url, runs, wasm).await,
         BenchKind::Load { schedules, probe } => load(ctx, &url, schedules, probe).await,
     };
     if let Some(server) = server {
@@ -213,6 +222,93 @@ async fn dispatch_rate(ctx: &Ctx, url: &str, fires: usize) -> Result<()> {
     let rate = done as f64 / secs;
     ctx.print(&json!({ "fires": done, "seconds": secs, "fires_per_second": rate }), || {
         format!("dispatched {done} fires in {secs:.2}s: {rate:.0} fires/s ({in_flight_max} in flight)")
+    })
+}
+
+/// N runs of one job dispatched at once to an agent with production settings; the rate
+/// is runs recorded as finished per second, from the first dispatch to the last record.
+async fn throughput(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::path::PathBuf>) -> Result<()> {
+    let namespace = "benchthru";
+    let store = open(url, namespace).await?;
+    // Runs are spread over jobs of 500, below what history keeps, so none is pruned.
+    const PER_JOB: usize = 500;
+    let plugin = match &wasm {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Some(store.put_plugin(&bytes).await?.0)
+        }
+        None => None,
+    };
+    let mut revisions = Vec::new();
+    for j in 0..runs.div_ceil(PER_JOB) {
+        let mut spec = every_second_job(format!("thru-{j:03}"), PER_JOB as u32);
+        spec.schedule = "@yearly".into();
+        spec.overlap = crate::spec::Overlap::Allow;
+        spec.output_lines = 5;
+        if let Some(digest) = &plugin {
+            spec.shell = None;
+            spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.clone(), ..Default::default() });
+        }
+        revisions.push(store.put_job(&spec).await?.0);
+    }
+    let cancel = CancellationToken::new();
+    let config = AgentConfig { namespace: namespace.into(), name: "bench".into(), ..AgentConfig::default() };
+    let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
+    let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let start = Instant::now();
+    let base = Utc::now();
+    let mut in_flight = FuturesUnordered::new();
+    for i in 0..runs {
+        let msg = DispatchMsg {
+            job: format!("thru-{:03}", i / PER_JOB),
+            run_id: format!("{}-b{i:06}", fire_run_id(base)),
+            attempt: 1,
+            trigger: Trigger::Manual,
+            scheduled_at: base,
+            spec_revision: revisions[i / PER_JOB],
+        };
+        let store = store.clone();
+        in_flight.push(async move { dispatch(&store, "default", &msg, Utc::now()).await });
+        if in_flight.len() >= 256 {
+            in_flight.next().await.transpose()?;
+        }
+    }
+    while let Some(r) = in_flight.next().await {
+        r?;
+    }
+    let dispatched = start.elapsed();
+    let count = |store: Store, succeeded_only: bool| async move {
+        let mut n = 0;
+        for j in 0..runs.div_ceil(PER_JOB) {
+            let done = store.list_runs(&format!("thru-{j:03}")).await?;
+            n += done
+                .iter()
+                .filter(|r| if succeeded_only { r.record.status == crate::record::Status::Succeeded } else { r.record.status.is_final() })
+                .count();
+        }
+        anyhow::Ok(n)
+    };
+    let finished = loop {
+        let done = count(store.clone(), false).await?;
+        if done >= runs {
+            break start.elapsed();
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            bail!("only {done} of {runs} runs finished in 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let ok = count(store.clone(), true).await?;
+    cancel.cancel();
+    let _ = agent.await;
+    let rate = runs as f64 / finished.as_secs_f64();
+    let kind = if wasm.is_some() { "wasm" } else { "shell" };
+    let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
+                        "total_s": finished.as_secs_f64(), "runs_per_second": rate });
+    ctx.print(&value, || {
+        format!("{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s)",
+            finished.as_secs_f64(), dispatched.as_secs_f64())
     })
 }
 

@@ -22,9 +22,10 @@ use tracing::warn;
 
 use crate::clock::SharedClock;
 
-/// How long before its instant a group stops taking runs, so a run that joins is
-/// always prepared before the release.
-const JOIN_MARGIN: TimeDelta = TimeDelta::milliseconds(20);
+/// How long before its instant a group stops taking runs. Runs confirm at half of it
+/// (after their pause, revision, overlap and lock checks, a few NATS round trips that
+/// take tens of milliseconds under load); a run confirming later starts on its own.
+const JOIN_MARGIN: TimeDelta = TimeDelta::milliseconds(100);
 
 /// A run's place in its group: its supervisor, and whether it goes.
 #[derive(Default)]
