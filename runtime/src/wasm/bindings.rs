@@ -12,4 +12,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use cronrun::job::types::{Level, Trigger};
+pub use self::cronrun::job::types::{Level, Trigger};
