@@ -102,6 +102,26 @@ impl Held {
         guards::renew_all(&mut self.guards).await
     }
 
+    /// Refreshes the run's lease, then its record (`heartbeat_at`, output so far), and tells
+    /// JetStream the message is still in hand. A conflict means the run was taken away:
+    /// the caller stops it. Nothing is written once the lease renewal is refused.
+    pub(super) async fn heartbeat(&mut self, ctx: &RunnerCtx, msg: &Message, tail: &Tail) -> Result<(), Error> {
+        self.record.heartbeat_at = Some(ctx.clock.now());
+        self.record.output = tail.to_vec();
+        let written = match self.renew().await {
+            Ok(()) => self.write(ctx).await,
+            Err(e) => Err(e),
+        };
+        let _ = msg.ack_with(AckKind::Progress).await;
+        match written {
+            Err(e) if !e.is_conflict() => {
+                warn!("heartbeat not recorded: {e}");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     pub(super) async fn release(&mut self) {
         guards::release_all(std::mem::take(&mut self.guards)).await;
         if let Some(lease) = self.lease.take()
@@ -386,16 +406,10 @@ async fn supervise(
             }
             Some(line) = line_rx.recv() => publish_line(ctx, &logs_subject, line, &mut tail).await,
             _ = heartbeat.tick() => {
-                held.record.heartbeat_at = Some(ctx.clock.now());
-                held.record.output = tail.to_vec();
-                if let Err(e) = held.renew().await.and(held.write(ctx).await) {
-                    if e.is_conflict() {
-                        process.signal(Signal::SIGKILL);
-                        return Err(e);
-                    }
-                    warn!("heartbeat not recorded: {e}");
+                if let Err(e) = held.heartbeat(ctx, msg, &tail).await {
+                    process.signal(Signal::SIGKILL);
+                    return Err(e);
                 }
-                let _ = msg.ack_with(AckKind::Progress).await;
             }
             _ = cancel.cancelled() => {
                 break (Ending::ShutDown, process.terminate(ctx.config.kill_grace).await);

@@ -2,7 +2,7 @@
 //! the cache, linked) when the run is claimed, ahead of its instant; at the instant it is
 //! instantiated and called on the runner's own timer, then supervised like a shell run.
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::Message;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -108,15 +108,10 @@ pub(super) async fn run(
                 stop_guest.cancel();
             }
             _ = heartbeat.tick() => {
-                held.record.heartbeat_at = Some(ctx.clock.now());
-                held.record.output = tail.to_vec();
-                if let Err(e) = held.renew().await.and(held.write(ctx).await) {
-                    if e.is_conflict() {
-                        stop_guest.cancel();
-                        return Err(e);
-                    }
+                if let Err(e) = held.heartbeat(ctx, msg, &tail).await {
+                    stop_guest.cancel();
+                    return Err(e);
                 }
-                let _ = msg.ack_with(AckKind::Progress).await;
             }
             _ = stops.stop.cancelled(), if !shutting_down => {
                 shutting_down = true;
