@@ -13,11 +13,6 @@ use std::time::Duration;
 use cronrun::record::{Status, Trigger};
 use support::*;
 
-fn trigger(nats: &Nats, job: &str) -> String {
-    let out = nats.ok(&["trigger", job, "--output", "json"]);
-    serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
-}
-
 async fn record(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
     nats.store().await.get_run(job, run).await.unwrap().record
@@ -48,8 +43,8 @@ shell = "echo no; exit 4"
             c = counter.display()
         ),
     );
-    let flaky = trigger(&nats, "flaky");
-    let hopeless = trigger(&nats, "hopeless");
+    let flaky = nats.trigger("flaky");
+    let hopeless = nats.trigger("hopeless");
     let done = eventually(Duration::from_secs(30), "flaky to succeed", || async {
         Some(record(&nats, &flaky).await).filter(|r| r.status == Status::Succeeded)
     })
@@ -94,7 +89,7 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
 "#
         .replace("{dir}", &nats.dir.path().display().to_string()),
     );
-    let key = trigger(&nats, "long");
+    let key = nats.trigger("long");
     let first = eventually(Duration::from_secs(10), "the run to start", || async {
         Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
     })
@@ -143,7 +138,7 @@ async fn sigterm_drains_running_jobs_and_hands_the_lease_over_at_once() {
     let second = nats.agent("second", "roles = [\"scheduler\"]");
     ready(&second).await;
     nats.ok(&["add", "slow", "--schedule", "@yearly", "--", "sleep 2; echo done"]);
-    let key = trigger(&nats, "slow");
+    let key = nats.trigger("slow");
     eventually(Duration::from_secs(10), "the run to start on first", || async {
         Some(record(&nats, &key).await).filter(|r| r.status == Status::Running && r.host.as_deref() == Some("first"))
     })

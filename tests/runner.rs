@@ -22,11 +22,6 @@ async fn run_status(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
     .await
 }
 
-fn trigger(nats: &Nats, job: &str) -> String {
-    let out = nats.ok(&["trigger", job, "--output", "json"]);
-    serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_reaches_every_process_of_the_group() {
     let nats = Nats::start().await;
@@ -35,7 +30,7 @@ async fn kill_reaches_every_process_of_the_group() {
     let pidfile = nats.dir.path().join("pid");
     let cmd = format!("echo $$ > {}; sleep 600 & sleep 601 & sh -c 'sleep 602' & wait", pidfile.display());
     nats.ok(&["add", "sleeper", "--schedule", "@yearly", "--", &cmd]);
-    let key = trigger(&nats, "sleeper");
+    let key = nats.trigger("sleeper");
     let shell: i32 = eventually(Duration::from_secs(10), "the job's shell to start", || async {
         std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
     })
@@ -65,7 +60,7 @@ async fn timeout_gives_timed_out_and_kills_the_group() {
     ready(&agent).await;
     // The shell ignores TERM, so only the KILL after the grace period ends it.
     nats.ok(&["add", "slow", "--schedule", "@yearly", "--timeout", "1s", "--", "trap '' TERM; sleep 30; sleep 30"]);
-    let key = trigger(&nats, "slow");
+    let key = nats.trigger("slow");
     let record = run_status(&nats, &key).await;
     assert_eq!(record.status, Status::TimedOut, "{record:?}");
     assert!(record.error.as_deref().unwrap().contains("timed out after 1s"));
@@ -90,7 +85,7 @@ shell = "yes $(printf '%01023d' 7) | head -c 104857600; head -c 104857600 /dev/z
 "#,
     );
     let before = agent.peak_rss_kib();
-    let key = trigger(&nats, "flood");
+    let key = nats.trigger("flood");
     let record = run_status(&nats, &key).await;
     assert_eq!(record.status, Status::Succeeded, "{record:?}");
     assert_eq!(record.output.len(), 20);
@@ -109,7 +104,7 @@ async fn logs_show_output_and_follow_ends_with_the_run() {
     let agent = nats.agent("a", "");
     ready(&agent).await;
     nats.ok(&["add", "talk", "--schedule", "@yearly", "--", "for i in 1 2 3; do echo line $i; sleep 0.3; done; echo oops >&2; exit 3"]);
-    let key = trigger(&nats, "talk");
+    let key = nats.trigger("talk");
     // Follows from the start of the run and returns on its own when the run ends.
     let out = nats.cli(&["logs", &key, "-f"]);
     assert!(out.status.success());

@@ -83,8 +83,7 @@ async fn a_new_version_switches_while_a_run_finishes_on_the_old_one() {
     ready(&agent).await;
     // Version 1 spins until its 3 s timeout; version 2 is hello.
     nats.ok(&["deploy", &plugin("test_spin"), "--name", "switch", "--timeout", "3s"]);
-    let out = nats.ok(&["trigger", "switch", "--output", "json"]);
-    let first = serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string();
+    let first = nats.trigger("switch");
     let (job, run) = cronrun::record::parse_run_key(&first).unwrap();
     let store = nats.store().await;
     eventually(Duration::from_secs(10), "version 1 to be running", || async {

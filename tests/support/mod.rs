@@ -54,6 +54,12 @@ impl Nats {
         err.trim_end().to_string()
     }
 
+    /// `cronrun trigger JOB`; returns the run's key (`JOB.RUN_ID`).
+    pub fn trigger(&self, job: &str) -> String {
+        let out = self.ok(&["trigger", job, "--output", "json"]);
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
+    }
+
     /// An agent process with test timings; `top_level` TOML keys go before its tables.
     pub fn agent(&self, name: &str, top_level: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));

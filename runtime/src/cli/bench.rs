@@ -99,6 +99,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Stores the component at `path`, if any; returns its digest.
+async fn store_plugin(store: &Store, path: Option<&std::path::Path>) -> Result<Option<String>> {
+    let Some(path) = path else { return Ok(None) };
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Some(store.put_plugin(&bytes).await?.0))
+}
+
+/// `spec` running the plugin `digest` instead of its command, when one is given.
+fn run_plugin(mut spec: JobSpec, digest: Option<&str>) -> JobSpec {
+    if let Some(digest) = digest {
+        spec.shell = None;
+        spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.into(), ..Default::default() });
+    }
+    spec
+}
+
 /// An every-second job that prints when its own code ran (ns since the epoch).
 fn every_second_job(name: String, history: u32) -> JobSpec {
     let shell = ShellSpec { command: Some("date +%s%N".into()), ..Default::default() };
@@ -117,20 +133,10 @@ async fn lateness(ctx: &Ctx, url: &str, jobs: usize, seconds: i64, wasm: Option<
     let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
     let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
     let names: Vec<String> = (0..jobs).map(|i| format!("late-{i:04}")).collect();
-    let plugin = match &wasm {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            Some(store.put_plugin(&bytes).await?.0)
-        }
-        None => None,
-    };
+    let plugin = store_plugin(&store, wasm.as_deref()).await?;
     for name in &names {
-        let mut spec = every_second_job(name.clone(), seconds as u32 + 30);
-        if let Some(digest) = &plugin {
-            spec.shell = None;
-            spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.clone(), ..Default::default() });
-        }
-        store.put_job(&spec).await?;
+        let spec = every_second_job(name.clone(), seconds as u32 + 30);
+        store.put_job(&run_plugin(spec, plugin.as_deref())).await?;
     }
     let from = Utc::now() + chrono::Duration::seconds(3);
     let from = chrono::DateTime::from_timestamp(from.timestamp(), 0).unwrap_or(from);
@@ -232,24 +238,14 @@ async fn throughput(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::path::P
     let store = open(url, namespace).await?;
     // Runs are spread over jobs of 500, below what history keeps, so none is pruned.
     const PER_JOB: usize = 500;
-    let plugin = match &wasm {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            Some(store.put_plugin(&bytes).await?.0)
-        }
-        None => None,
-    };
+    let plugin = store_plugin(&store, wasm.as_deref()).await?;
     let mut revisions = Vec::new();
     for j in 0..runs.div_ceil(PER_JOB) {
         let mut spec = every_second_job(format!("thru-{j:03}"), PER_JOB as u32);
         spec.schedule = "@yearly".into();
         spec.overlap = crate::spec::Overlap::Allow;
         spec.output_lines = 5;
-        if let Some(digest) = &plugin {
-            spec.shell = None;
-            spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.clone(), ..Default::default() });
-        }
-        revisions.push(store.put_job(&spec).await?.0);
+        revisions.push(store.put_job(&run_plugin(spec, plugin.as_deref())).await?.0);
     }
     let cancel = CancellationToken::new();
     let config = AgentConfig { namespace: namespace.into(), name: "bench".into(), ..AgentConfig::default() };
