@@ -125,7 +125,7 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_drains_running_jobs_and_hands_the_lease_over_at_once() {
+async fn sigterm_drains_running_jobs_and_hands_the_shards_over_at_once() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let nats = Nats::start().await;
@@ -133,10 +133,19 @@ async fn sigterm_drains_running_jobs_and_hands_the_lease_over_at_once() {
     let mut first = nats.agent("first", "");
     ready(&first).await;
     let store = nats.store().await;
-    let holder = || async { cronrun::store::lease::holder(&store.leases, "shard.0").await.unwrap().map(|l| l.holder) };
-    eventually(Duration::from_secs(10), "first to lead", || async { holder().await.filter(|h| h.starts_with("first/")) }).await;
+    let all = TEST_SHARDS as usize;
+    let held_by = |agent: &'static str, n: usize| {
+        let store = store.clone();
+        move || {
+            let store = store.clone();
+            async move { shard_counts(&store).await.filter(|c| c.get(agent) == Some(&n)) }
+        }
+    };
+    eventually(Duration::from_secs(10), "first to lead every shard", held_by("first", all)).await;
+    // A second scheduler joining takes half the shards.
     let second = nats.agent("second", "roles = [\"scheduler\"]");
     ready(&second).await;
+    eventually(Duration::from_secs(10), "second to take half the shards", held_by("second", all / 2)).await;
     nats.ok(&["add", "slow", "--schedule", "@yearly", "--", "sleep 2; echo done"]);
     let key = nats.trigger("slow");
     eventually(Duration::from_secs(10), "the run to start on first", || async {
@@ -145,12 +154,9 @@ async fn sigterm_drains_running_jobs_and_hands_the_lease_over_at_once() {
     .await;
     kill(Pid::from_raw(first.pid()), Signal::SIGTERM).unwrap();
     let signalled = std::time::Instant::now();
-    eventually(Duration::from_secs(2), "second to lead once first released the lease", || async {
-        holder().await.filter(|h| h.starts_with("second/"))
-    })
-    .await;
-    println!("lease handed over {} ms after SIGTERM (TTL 2000 ms)", signalled.elapsed().as_millis());
-    assert!(signalled.elapsed() < Duration::from_millis(1500), "the lease was released, not left to expire");
+    eventually(Duration::from_secs(3), "second to lead every shard once first released its leases", held_by("second", all)).await;
+    println!("{} shard leases handed over {} ms after SIGTERM (TTL 2000 ms)", all / 2, signalled.elapsed().as_millis());
+    assert!(signalled.elapsed() < Duration::from_millis(1500), "the leases were released, not left to expire");
     let done = eventually(Duration::from_secs(10), "the running job to finish", || async {
         Some(record(&nats, &key).await).filter(|r| r.status.is_final())
     })

@@ -52,8 +52,14 @@ async fn scheduler_failover_loses_and_doubles_nothing() {
     apply(&nats, EVERY_SECOND);
     let store = nats.store().await;
     let holder = |store: cronrun::store::Store| async move {
-        cronrun::store::lease::holder(&store.leases, "shard.0").await.unwrap().map(|l| l.holder)
+        cronrun::store::lease::holder(&store.leases, &shard_key("tick")).await.unwrap().map(|l| l.holder)
     };
+    // Both own half the shards before the holder of the job's shard is picked.
+    let half = TEST_SHARDS as usize / 2;
+    eventually(Duration::from_secs(15), "the shards to spread over both schedulers", || async {
+        shard_counts(&store).await.filter(|c| c.values().all(|&n| n == half) && c.len() == 2)
+    })
+    .await;
     let first = eventually(Duration::from_secs(10), "a scheduler lease", || holder(store.clone())).await;
     // Let the job fire a few times, then kill the holder at a random point of a second.
     tokio::time::sleep(Duration::from_millis(4300 + rand::random::<u64>() % 1000)).await;

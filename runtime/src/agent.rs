@@ -31,6 +31,10 @@ pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedC
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
 
+    let shards = match schedules {
+        true => crate::scheduler::shard_count(&store, config.scheduler.shards).await?,
+        false => 0,
+    };
     let scheduler = events_rx.map(|events| {
         let scheduler = Scheduler {
             store: store.clone(),
@@ -39,7 +43,7 @@ pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedC
             config: config.scheduler.clone(),
             clock: clock.clone(),
             holder: instance.clone(),
-            shard: 0,
+            shards,
         };
         tokio::spawn(scheduler.run(cancel.clone()))
     });

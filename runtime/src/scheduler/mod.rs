@@ -1,40 +1,53 @@
-//! The scheduler: while it holds the shard lease it turns due fires into dispatched runs.
+//! The scheduler: every agent runs one; together they own the shards and turn due fires
+//! into dispatched runs.
 //!
-//! - `queue.rs`: next fires of every job (heap).
-//! - `leader.rs`: the work done while holding the lease.
+//! - `shards.rs`: a job's shard, the shard count, who owns which shard.
+//! - `members.rs`: scheduler presence, so all agree on the member list.
+//! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
+//! - `leader.rs`: the work done while holding a shard lease.
+//! - `queue.rs`: next fires of every job of a shard (heap).
 //! - `reaper.rs`: runs whose runner died become `lost`, and are retried.
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
 //!
-//! One shard for now (`shard.0`); every agent runs a scheduler and all but one stand by.
-//! A standby watches the lease key and takes over as soon as it is released or its TTL
-//! runs out on the server. The holder keeps a watermark beside the lease (all fires up to
-//! it are dispatched), so a successor resumes exactly where it stopped; a fire dispatched
-//! twice is refused by its run record's create-if-absent and the `Nats-Msg-Id`.
+//! Jobs hash into N shards (`shards`, fixed per deployment). Each scheduler runs a task
+//! for every shard the assignment gives it; the task takes the shard's lease (released by
+//! the previous owner, or expired on the server) and leads. The holder keeps a watermark
+//! per shard (all fires up to it are dispatched), so a successor resumes exactly where it
+//! stopped; a fire dispatched twice is refused by its run record's create-if-absent and
+//! the `Nats-Msg-Id`. When members join or leave, every scheduler recomputes the
+//! assignment: owners let go of shards that moved, and the new owners take them.
 
 mod catchup;
 mod leader;
+mod members;
 mod queue;
 mod reaper;
+mod shard;
+mod shards;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::catalog::{Catalog, CatalogEvent};
 use crate::clock::SharedClock;
-use crate::names::lease_keys;
 use crate::store::Store;
-use crate::store::lease::Lease;
 
 pub use queue::{Due, FireQueue};
+pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, shard_count, shard_of};
 
 /// Scheduler settings (`[scheduler]` in `cronrun.toml`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
+    /// Shards of a new deployment. Fixed once the first scheduler has started: unset,
+    /// an agent uses the deployment's count; set, it must match. Default 64.
+    pub shards: Option<u32>,
     /// Lease TTL: how long a dead scheduler holds up its successor. Default 10s.
     #[serde(with = "crate::spec::codec::duration")]
     pub lease_ttl: Duration,
@@ -47,13 +60,14 @@ pub struct SchedulerConfig {
     /// of run, unless its job sets `starting_deadline`. Default 60s.
     #[serde(with = "crate::spec::codec::duration")]
     pub default_deadline: Duration,
-    /// Dispatches in flight at once. Default 256.
+    /// Dispatches in flight at once, per shard. Default 256.
     pub max_in_flight: usize,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
+            shards: None,
             lease_ttl: Duration::from_secs(10),
             lead: Duration::from_secs(1),
             default_deadline: Duration::from_secs(60),
@@ -70,61 +84,105 @@ pub struct Scheduler {
     pub clock: SharedClock,
     /// Who we are in lease values: `<host>/<instance>`.
     pub holder: String,
-    pub shard: u32,
+    /// The deployment's shard count (see `shard_count`).
+    pub shards: u32,
+}
+
+/// A shard task of ours: standing by for the lease or leading.
+struct Running {
+    cancel: CancellationToken,
+    events: mpsc::UnboundedSender<CatalogEvent>,
+    handle: JoinHandle<()>,
 }
 
 impl Scheduler {
-    /// Stands by and leads in turn until `cancel`; releases the lease on the way out.
+    /// Joins the members, runs the shards assigned to us and follows changes of the
+    /// assignment until `cancel`; then leaves, and every shard releases its lease.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let key = lease_keys::shard(self.shard);
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = self.catalog.wait_loaded() => {}
         }
+        let presence_stop = CancellationToken::new();
+        let presence = tokio::spawn(members::publish(self.store.clone(), self.holder.clone(), self.config.lease_ttl, presence_stop.clone()));
+        let (members_tx, mut members) = watch::channel(Vec::new());
+        tokio::spawn(members::follow(self.store.clone(), members_tx, cancel.clone()));
+        let (state_tx, mut state) = mpsc::unbounded_channel();
+        let mut reaper = reaper::Reaper::new(self.store.clone(), self.catalog.clone(), self.clock.clone(), self.shards);
+        let mut running: HashMap<u32, Running> = HashMap::new();
+        let mut stopping: Vec<JoinHandle<()>> = Vec::new();
+        info!(holder = %self.holder, shards = self.shards, "scheduler started");
         loop {
-            let lease = tokio::select! {
-                _ = cancel.cancelled() => return,
-                lease = self.acquire(&key) => lease,
-            };
-            info!(shard = self.shard, holder = %self.holder, "scheduler lease acquired");
-            match leader::lead(&mut self, lease, &cancel).await {
-                Ok(()) => return,
-                Err(e) => warn!(shard = self.shard, "scheduler stepped down: {e}"),
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                changed = members.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let list = members.borrow_and_update().clone();
+                    stopping.retain(|h| !h.is_finished());
+                    stopping.extend(self.rebalance(&list, &mut running, &state_tx));
+                }
+                Some(ev) = self.events.recv() => {
+                    if let Some(task) = running.get(&shard_of(&ev.name, self.shards)) {
+                        let _ = task.events.send(ev);
+                    }
+                }
+                Some((shard, leading)) = state.recv() => reaper.set_leading(shard, leading),
+                () = reaper.step() => {}
+            }
+        }
+        // Leave first, so the others start taking our shards as we release them.
+        presence_stop.cancel();
+        let _ = presence.await;
+        for task in running.values() {
+            task.cancel.cancel();
+        }
+        for handle in running.into_values().map(|t| t.handle).chain(stopping) {
+            if let Err(e) = handle.await {
+                warn!("shard task: {e}");
             }
         }
     }
 
-    /// Waits for the lease: tries whenever the key changes (release, expiry) and at
-    /// least every second, draining catalog events meanwhile (the leader rebuilds its
-    /// queue from the catalog).
-    async fn acquire(&mut self, key: &str) -> Lease {
-        let mut lease_watch = self.store.leases.watch(key).await.ok();
-        loop {
-            match Lease::try_acquire(&self.store.leases, key, &self.holder, self.config.lease_ttl).await {
-                Ok(Some(lease)) => return lease,
-                Ok(None) => {}
-                Err(e) => warn!("scheduler lease: {e}"),
-            }
-            let retry = tokio::time::sleep(Duration::from_secs(1));
-            tokio::pin!(retry);
-            loop {
-                tokio::select! {
-                    _ = &mut retry => break,
-                    Some(_) = self.events.recv() => {}
-                    change = async {
-                        match lease_watch.as_mut() {
-                            Some(w) => w.next().await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        match change {
-                            Some(Ok(c)) if c.value.is_none() => break,
-                            Some(Ok(_)) => {}
-                            _ => lease_watch = None,
-                        }
-                    }
-                }
-            }
+    /// Starts tasks for shards assigned to us and stops those assigned elsewhere;
+    /// returns the stopping ones, which release their leases on the way out.
+    fn rebalance(
+        &self,
+        members: &[String],
+        running: &mut HashMap<u32, Running>,
+        state: &mpsc::UnboundedSender<(u32, bool)>,
+    ) -> Vec<JoinHandle<()>> {
+        let owners = shards::assign(members, self.shards);
+        let ours = |shard: u32| owners.get(shard as usize).is_some_and(|&i| members[i] == self.holder);
+        let moved: Vec<u32> = running.keys().copied().filter(|&s| !ours(s)).collect();
+        let stopping = moved
+            .into_iter()
+            .filter_map(|shard| running.remove(&shard))
+            .map(|task| {
+                task.cancel.cancel();
+                task.handle
+            })
+            .collect();
+        let missing: Vec<u32> = (0..self.shards).filter(|&s| ours(s) && !running.contains_key(&s)).collect();
+        for n in missing {
+            let (events_tx, events) = mpsc::unbounded_channel();
+            let cancel = CancellationToken::new();
+            let task = shard::Shard {
+                n,
+                shards: self.shards,
+                store: self.store.clone(),
+                catalog: self.catalog.clone(),
+                events,
+                config: self.config.clone(),
+                clock: self.clock.clone(),
+                holder: self.holder.clone(),
+                state: state.clone(),
+            };
+            let handle = tokio::spawn(task.run(cancel.clone()));
+            running.insert(n, Running { cancel, events: events_tx, handle });
         }
+        info!(members = members.len(), owned = running.len(), "shards rebalanced");
+        stopping
     }
 }

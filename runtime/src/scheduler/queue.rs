@@ -53,10 +53,15 @@ impl FireQueue {
     }
 
     /// Adds or replaces a job; its first fire is the first after `from`. Invalid and
-    /// paused jobs are removed.
+    /// paused jobs are removed. The revision already queued is left as it is: a change
+    /// seen twice (in a snapshot and as an event) must not move its next fire.
     pub fn upsert(&mut self, job: Arc<CatalogJob>, from: DateTime<Utc>) {
         if !job.summary.as_ref().is_ok_and(|s| !s.paused) {
             self.remove(&job.name);
+            return;
+        }
+        let queued = self.by_name.get(job.name.as_str()).and_then(|&i| self.slots[i as usize].as_ref());
+        if queued.is_some_and(|slot| slot.job.revision == job.revision) {
             return;
         }
         self.generation = self.generation.wrapping_add(1);
@@ -128,9 +133,11 @@ mod tests {
     use chrono::TimeZone;
 
     fn job(name: &str, schedule: &str, paused: bool) -> Arc<CatalogJob> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static REVISION: AtomicU64 = AtomicU64::new(1);
         let mut spec = JobSpec::shell(name, schedule, ShellSpec { command: Some("true".into()), ..Default::default() });
         spec.paused = paused;
-        Arc::new(CatalogJob::from_spec(&spec, 1))
+        Arc::new(CatalogJob::from_spec(&spec, REVISION.fetch_add(1, Ordering::SeqCst)))
     }
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -163,5 +170,14 @@ mod tests {
         q.upsert(job("b", "* * * * * *", false), t(4));
         q.remove("b");
         assert_eq!(q.pop_due(t(60)).map(|d| d.fire), None);
+    }
+
+    #[test]
+    fn the_same_revision_again_keeps_its_next_fire() {
+        let mut q = FireQueue::default();
+        let a = job("a", "* * * * * *", false);
+        q.upsert(a.clone(), t(0));
+        q.upsert(a, t(30));
+        assert_eq!(q.pop_due(t(60)).map(|d| d.fire), Some(t(1)));
     }
 }

@@ -1,21 +1,109 @@
 //! Runs whose runner died: every run holds a lease (`run.<job>.<run-id>`) that its runner
-//! renews with each heartbeat. When the server expires one, the lease holder of the shard
-//! marks the run `lost` by compare-and-set (so the stalled runner, should it wake, finds
-//! its writes refused) and queues another attempt if the job's retry policy allows.
+//! renews with each heartbeat. When the server expires one, the scheduler leading the
+//! job's shard marks the run `lost` by compare-and-set (so the stalled runner, should it
+//! wake, finds its writes refused) and queues another attempt if the job's retry policy
+//! allows.
+//!
+//! Every scheduler follows all run leases. An expiry in a shard it does not lead is kept
+//! (as long as the server keeps the expiry marker) and handled should it take the shard
+//! over: the expiry may have come while the shard had no leader.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
+use super::shard_of;
 use crate::catalog::Catalog;
+use crate::clock::SharedClock;
 use crate::dispatch::retry;
 use crate::error::Error;
 use crate::events::{Event, publish_event};
 use crate::record::{Status, parse_run_key};
-use crate::store::Store;
+use crate::store::kv::Watch;
+use crate::store::{LEASE_MARKER_TTL, Store};
+
+pub(super) struct Reaper {
+    store: Store,
+    catalog: Catalog,
+    clock: SharedClock,
+    shards: u32,
+    watch: Option<Watch>,
+    leading: HashSet<u32>,
+    /// Expired run leases of shards not led here, with when they were seen.
+    pending: HashMap<String, Instant>,
+}
+
+impl Reaper {
+    pub fn new(store: Store, catalog: Catalog, clock: SharedClock, shards: u32) -> Self {
+        Self { store, catalog, clock, shards, watch: None, leading: HashSet::new(), pending: HashMap::new() }
+    }
+
+    /// A shard of ours started or stopped leading; expiries kept for it are handled now.
+    pub fn set_leading(&mut self, shard: u32, leading: bool) {
+        if !leading {
+            self.leading.remove(&shard);
+            return;
+        }
+        self.leading.insert(shard);
+        let keys: Vec<String> = self.pending.keys().filter(|k| self.shard_of_key(k) == Some(shard)).cloned().collect();
+        for key in keys {
+            self.pending.remove(&key);
+            self.reap(key);
+        }
+    }
+
+    /// Waits for the next run lease change and handles it. Cancel-safe.
+    pub async fn step(&mut self) {
+        let Some(watch) = self.watch.as_mut() else {
+            match self.store.leases.watch("run.>").await {
+                Ok(w) => self.watch = Some(w),
+                Err(e) => {
+                    warn!("watching run leases: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            return;
+        };
+        match watch.next().await {
+            Some(Ok(change)) if change.expired => self.expired(change.key),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                warn!("run lease watch interrupted, resyncing: {e}");
+                self.watch = None;
+            }
+            None => self.watch = None,
+        }
+    }
+
+    fn shard_of_key(&self, key: &str) -> Option<u32> {
+        let (job, _) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok())?;
+        Some(shard_of(job, self.shards))
+    }
+
+    fn expired(&mut self, key: String) {
+        let Some(shard) = self.shard_of_key(&key) else { return };
+        if self.leading.contains(&shard) {
+            return self.reap(key);
+        }
+        self.pending.retain(|_, seen| seen.elapsed() < LEASE_MARKER_TTL);
+        self.pending.insert(key, Instant::now());
+    }
+
+    fn reap(&self, key: String) {
+        let (store, catalog, now) = (self.store.clone(), self.catalog.clone(), self.clock.now());
+        tokio::spawn(async move {
+            if let Err(e) = run_lease_expired(&store, &catalog, &key, now).await {
+                warn!(lease = %key, "handling an expired run lease: {e}");
+            }
+        });
+    }
+}
 
 /// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
 /// taken again meanwhile, is left alone.
-pub(super) async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: DateTime<Utc>) -> Result<(), Error> {
+async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: DateTime<Utc>) -> Result<(), Error> {
     let Some((job, run_id)) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok()) else {
         return Ok(());
     };

@@ -42,7 +42,7 @@ impl Default for LayoutOptions {
 /// Markers left when a lease's TTL expires are themselves removed after this long. A
 /// scheduler that takes over reads the markers of run leases that expired meanwhile, so
 /// this bounds how long a shard may go unled without losing track of dead runs.
-const LEASE_MARKER_TTL: Duration = Duration::from_secs(15 * 60);
+pub const LEASE_MARKER_TTL: Duration = Duration::from_secs(15 * 60);
 
 pub(super) async fn ensure(
     js: &jetstream::Context,

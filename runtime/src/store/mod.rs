@@ -20,7 +20,7 @@ use crate::names::Names;
 
 pub use jobs::StoredJob;
 pub use kv::Bucket;
-pub use layout::LayoutOptions;
+pub use layout::{LEASE_MARKER_TTL, LayoutOptions};
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
 

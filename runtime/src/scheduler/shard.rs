@@ -1,0 +1,93 @@
+//! One shard assigned to this scheduler: wait for its lease, lead while holding it, and
+//! release it when the shard moves elsewhere or the agent stops.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::SchedulerConfig;
+use crate::catalog::{Catalog, CatalogEvent};
+use crate::clock::SharedClock;
+use crate::names::lease_keys;
+use crate::store::Store;
+use crate::store::lease::Lease;
+
+pub(super) struct Shard {
+    pub n: u32,
+    pub shards: u32,
+    pub store: Store,
+    pub catalog: Catalog,
+    /// Catalog changes of this shard's jobs.
+    pub events: mpsc::UnboundedReceiver<CatalogEvent>,
+    pub config: SchedulerConfig,
+    pub clock: SharedClock,
+    pub holder: String,
+    /// Tells the scheduler when we start (true) and stop (false) leading.
+    pub state: mpsc::UnboundedSender<(u32, bool)>,
+}
+
+impl Shard {
+    /// Stands by and leads in turn until `cancel`; releases the lease on the way out.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let span = info_span!("shard", shard = self.n);
+        async move {
+            let key = lease_keys::shard(self.n);
+            loop {
+                let lease = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    lease = self.acquire(&key) => lease,
+                };
+                info!(holder = %self.holder, "shard lease acquired");
+                let _ = self.state.send((self.n, true));
+                let led = super::leader::lead(&mut self, lease, &cancel).await;
+                let _ = self.state.send((self.n, false));
+                match led {
+                    Ok(()) => return,
+                    Err(e) => warn!("stepped down from the shard: {e}"),
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Waits for the lease: tries whenever the key changes (release, expiry) and at
+    /// least every second, draining catalog events meanwhile (the leader rebuilds its
+    /// queue from the catalog).
+    async fn acquire(&mut self, key: &str) -> Lease {
+        let mut lease_watch = None;
+        loop {
+            match Lease::try_acquire(&self.store.leases, key, &self.holder, self.config.lease_ttl).await {
+                Ok(Some(lease)) => return lease,
+                Ok(None) => {}
+                Err(e) => warn!("shard lease: {e}"),
+            }
+            // Watched only once taken by someone else: most leases are free at start.
+            if lease_watch.is_none() {
+                lease_watch = self.store.leases.watch(key).await.ok();
+            }
+            let retry = tokio::time::sleep(Duration::from_secs(1));
+            tokio::pin!(retry);
+            loop {
+                tokio::select! {
+                    _ = &mut retry => break,
+                    Some(_) = self.events.recv() => {}
+                    change = async {
+                        match lease_watch.as_mut() {
+                            Some(w) => w.next().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        match change {
+                            Some(Ok(c)) if c.value.is_none() => break,
+                            Some(Ok(_)) => {}
+                            _ => lease_watch = None,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Sharded scheduling: shards spread evenly over the schedulers, move when schedulers join
+//! or leave (SIGTERM or kill -9), and every fire of every job runs exactly once throughout.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+/// Jobs enough to land in most shards.
+const JOBS: usize = 12;
+
+fn every_second_jobs() -> String {
+    (0..JOBS)
+        .map(|i| {
+            format!(
+                "[[job]]\nname = \"tick-{i}\"\nschedule = \"* * * * * *\"\nshell = \"true\"\n\
+                 overlap = \"allow\"\nhistory = {{ succeeded = 1000, failed = 1000 }}\n"
+            )
+        })
+        .collect()
+}
+
+/// Waits until every shard is held and the holders' loads are `want` (sorted, largest
+/// first); returns how long that took and who holds how many.
+async fn wait_for_spread(store: &cronrun::store::Store, want: &[usize], what: &str) -> (Duration, BTreeMap<String, usize>) {
+    let start = Instant::now();
+    let counts = eventually(Duration::from_secs(20), what, || async {
+        let counts = shard_counts(store).await?;
+        let mut loads: Vec<usize> = counts.values().copied().collect();
+        loads.sort_unstable_by(|a, b| b.cmp(a));
+        (loads == want).then_some(counts)
+    })
+    .await;
+    let took = start.elapsed();
+    println!("{what}: {counts:?} after {} ms", took.as_millis());
+    // Some fires under this assignment before the next change.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (took, counts)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_follow_schedulers_joining_and_leaving_and_no_fire_is_lost_or_doubled() {
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let shards: BTreeSet<u32> = (0..JOBS).map(|i| cronrun::scheduler::shard_of(&format!("tick-{i}"), TEST_SHARDS)).collect();
+    assert!(shards.len() >= 5, "the jobs cover only shards {shards:?}");
+
+    let runner = nats.agent("r", "roles = [\"runner\"]");
+    let mut schedulers: Vec<Agent> = ["s1", "s2", "s3"].iter().map(|n| nats.agent(n, "roles = [\"scheduler\"]")).collect();
+    for agent in schedulers.iter().chain([&runner]) {
+        ready(agent).await;
+    }
+    // 8 shards over 3 schedulers.
+    wait_for_spread(&store, &[3, 3, 2], "three schedulers").await;
+    apply(&nats, &every_second_jobs());
+    eventually(Duration::from_secs(10), "the jobs to run", || async {
+        (!runs(&store, "tick-0").await.is_empty()).then_some(())
+    })
+    .await;
+    let from = ceil_second(Utc::now());
+
+    schedulers.push(nats.agent("s4", "roles = [\"scheduler\"]"));
+    let (joined, _) = wait_for_spread(&store, &[2, 2, 2, 2], "a fourth scheduler joined").await;
+    assert!(joined < Duration::from_secs(10), "rebalancing after a join took {joined:?}");
+
+    let s4 = schedulers.pop().unwrap();
+    kill(Pid::from_raw(s4.pid()), Signal::SIGTERM).unwrap();
+    let (left, _) = wait_for_spread(&store, &[3, 3, 2], "the fourth stopped (SIGTERM)").await;
+    assert!(left < Duration::from_secs(5), "rebalancing after a stop took {left:?}");
+
+    schedulers[0].kill9();
+    let (died, counts) = wait_for_spread(&store, &[4, 4], "s1 killed (kill -9, lease TTL 2 s)").await;
+    assert!(!counts.contains_key("s1"), "{counts:?}");
+    assert!(died < Duration::from_secs(10), "taking over a dead scheduler's shards took {died:?}");
+
+    // Every fire of every job, through all three changes, ran exactly once.
+    let secs = (Utc::now() - from).num_seconds() + 2;
+    for i in 0..JOBS {
+        assert_each_second_once(&store, &format!("tick-{i}"), from, secs).await;
+    }
+    println!("{JOBS} jobs x {secs} s: every fire ran exactly once");
+
+    let status: serde_json::Value = serde_json::from_str(&nats.ok(&["status", "--output", "json"])).unwrap();
+    assert_eq!(status["shards"]["count"], TEST_SHARDS);
+    let members: BTreeSet<&str> = status["schedulers"].as_array().unwrap().iter().map(|m| m["holder"].as_str().unwrap()).collect();
+    assert_eq!(members.len(), 2, "{status}");
+    assert!(members.iter().all(|m| m.starts_with("s2/") || m.starts_with("s3/")), "{members:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_count_other_than_the_deployments_is_refused() {
+    let nats = Nats::start().await;
+    let first = nats.agent("first", "roles = [\"scheduler\"]");
+    ready(&first).await;
+    // The test config sets `shards`; a second setting in one file would be a TOML error,
+    // so this agent gets a config of its own.
+    let config = nats.dir.path().join("other.toml");
+    std::fs::write(&config, "name = \"other\"\nroles = [\"scheduler\"]\n[scheduler]\nshards = 16\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cronrun"))
+        .args(["agent", "--config"])
+        .arg(&config)
+        .env("CRONRUN_NATS", &nats.url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("scheduler.shards is 16 but this deployment was started with {TEST_SHARDS} shards")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().filter(|l| l.contains("shards")).count(), 1, "{stderr}");
+}
