@@ -7,7 +7,7 @@
 //! - `names`: every bucket, stream and subject name, from the namespace.
 //! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs.
 //! - `catalog`: the live set of job specs, watched from KV.
-//! - `scheduler`: the lease holder turns due fires into dispatched runs.
+//! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
 //! - `dispatch`: create-if-absent record + deduplicated publish of one run.
 //! - `runner`: pulls runs and executes them (shell jobs in process groups).
 //! - `wasm`: the Wasm job host: wasmtime engine, sandbox, host interfaces of `wit/`.
