@@ -13,7 +13,8 @@ use crate::record::{RunRecord, Status, Trigger};
 use crate::store::Store;
 
 /// The body of a dispatch message. The record in `cronrun_runs` is the truth; this says
-/// which record to look at and when to start it.
+/// which record to look at and when to start it, and carries the record as queued so
+/// that a runner can claim it without reading it first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchMsg {
     pub job: String,
@@ -22,6 +23,17 @@ pub struct DispatchMsg {
     pub trigger: Trigger,
     pub scheduled_at: DateTime<Utc>,
     pub spec_revision: u64,
+    /// Set by `dispatch` and `retry` as they publish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Queued>,
+}
+
+/// The run record as the dispatcher left it and its revision. Compare-and-set from it
+/// fails if anyone wrote the record since, so a stale copy cannot start a run twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Queued {
+    pub revision: u64,
+    pub record: RunRecord,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,17 +48,18 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
     let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
     record.attempt = msg.attempt;
     record.dispatched_at = Some(now);
-    match store.create_run(&record).await {
-        Ok(_) => {}
+    let queued = match store.create_run(&record).await {
+        Ok(revision) => Queued { revision, record },
         Err(e) if *e.kind() == ErrorKind::AlreadyExists => {
             let existing = store.get_run(&msg.job, &msg.run_id).await?;
             if existing.record.status != Status::Queued || existing.record.attempt != msg.attempt {
                 return Ok(Outcome::Duplicate);
             }
+            Queued { revision: existing.revision, record: existing.record }
         }
         Err(e) => return Err(e),
-    }
-    publish(store, pool, msg).await?;
+    };
+    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }).await?;
     publish_event(store, &Event::new(&msg.job, &msg.run_id, "dispatched", msg.attempt, now)).await;
     Ok(Outcome::Dispatched)
 }
@@ -84,7 +97,7 @@ pub async fn retry(
     record.dispatched_at = Some(now);
     (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
     (record.exit_code, record.duration_ms) = (None, None);
-    store.update_run(&record, revision).await?;
+    let revision = store.update_run(&record, revision).await?;
     let msg = DispatchMsg {
         job: record.job.clone(),
         run_id: record.run_id.clone(),
@@ -92,6 +105,7 @@ pub async fn retry(
         trigger: Trigger::Retry,
         scheduled_at: start_at,
         spec_revision: record.spec_revision,
+        queued: Some(Queued { revision, record: record.clone() }),
     };
     publish(store, pool, &msg).await?;
     let event = Event::new(&msg.job, &msg.run_id, "retrying", msg.attempt, now).with_detail(record.error.unwrap_or_default());

@@ -31,6 +31,7 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         trigger: Trigger::Manual,
         scheduled_at: now,
         spec_revision: job.revision,
+        queued: None,
     };
     dispatch(&store, &spec.pool, &msg, now).await?;
     let key = run_key(&msg.job, &msg.run_id);

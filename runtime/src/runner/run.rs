@@ -24,6 +24,7 @@ use super::starter::{Starter, Ticket};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::names::lease_keys;
+use crate::store::StoredRun;
 use crate::store::lease::Lease;
 use crate::events::{Event, publish_event};
 use crate::record::{RunRecord, Status, Trigger};
@@ -133,21 +134,26 @@ impl Held {
 }
 
 async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
-    let stored = match ctx.store.get_run(&d.job, &d.run_id).await {
-        Ok(s) => s,
-        Err(e) if e.is_not_found() => return Ok(Disposition::Done),
-        Err(e) => return Err(e),
+    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+    // The record as dispatched saves a read; after a redelivery it may be out of date.
+    let stored = match (&d.queued, redelivered) {
+        (Some(q), false) => StoredRun { record: q.record.clone(), revision: q.revision },
+        _ => match ctx.store.get_run(&d.job, &d.run_id).await {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return Ok(Disposition::Done),
+            Err(e) => return Err(e),
+        },
     };
     // A redelivered run still queued was claimed by a runner that died before starting it;
     // taking it over is safe, as that runner's start would be a refused compare-and-set.
-    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
     let claimable = stored.record.host.is_none() || redelivered;
     if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || !claimable {
         debug!(status = stored.record.status.as_str(), "already handled elsewhere");
         return Ok(Disposition::Done);
     }
-    // Claim it ahead of its instant, so starting on time costs one write, not two. The
-    // run's lease comes first: whoever holds it runs the attempt.
+    // The run's lease comes first: whoever holds it runs the attempt. A run due later is
+    // claimed ahead of its instant, so starting on time costs one write, not two; one
+    // due now is claimed by the write that starts it.
     let key = lease_keys::run(&d.job, &d.run_id);
     let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
         debug!("another runner holds the run");
@@ -155,7 +161,9 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
     };
     let mut held = Held { record: stored.record, revision: stored.revision, lease: Some(lease), guards: Vec::new() };
     held.record.host = Some(ctx.host.clone());
-    if let Err(e) = held.write(ctx).await {
+    if d.scheduled_at > ctx.clock.now()
+        && let Err(e) = held.write(ctx).await
+    {
         held.release().await;
         return Err(e);
     }

@@ -186,6 +186,7 @@ async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigg
             trigger,
             scheduled_at: due.fire + jitter(name, due.fire, summary.jitter),
             spec_revision: due.job.revision,
+            queued: None,
         };
         // NATS may be briefly away (a leader election): retry within the deadline.
         let mut backoff = Duration::from_millis(100);
