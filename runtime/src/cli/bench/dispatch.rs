@@ -1,0 +1,52 @@
+//! Fires per second through the dispatch path.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use chrono::Utc;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::json;
+
+use super::open;
+use crate::cli::Ctx;
+use crate::dispatch::{DispatchMsg, dispatch};
+use crate::record::{Trigger, fire_run_id};
+
+/// Fires through `dispatch` (record create-if-absent + deduplicated publish + event),
+/// as many in flight as the scheduler allows by default.
+pub(super) async fn run(ctx: &Ctx, url: &str, fires: usize) -> Result<()> {
+    let store = open(url, "benchdisp").await?;
+    let in_flight_max = crate::scheduler::SchedulerConfig::default().max_in_flight;
+    let base = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap_or_default();
+    let start = Instant::now();
+    let mut in_flight = FuturesUnordered::new();
+    let mut done = 0usize;
+    for i in 0..fires {
+        let at = base + chrono::Duration::seconds(i as i64 / 100);
+        let msg = DispatchMsg {
+            job: format!("disp-{:03}", i % 100),
+            run_id: fire_run_id(at),
+            attempt: 1,
+            trigger: Trigger::Schedule,
+            scheduled_at: at,
+            spec_revision: 1,
+            queued: None,
+        };
+        let store = store.clone();
+        in_flight.push(async move { dispatch(&store, "bench", &msg, Utc::now()).await });
+        if in_flight.len() >= in_flight_max {
+            in_flight.next().await.transpose()?;
+            done += 1;
+        }
+    }
+    while let Some(r) = in_flight.next().await {
+        r?;
+        done += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let rate = done as f64 / secs;
+    ctx.print(&json!({ "fires": done, "seconds": secs, "fires_per_second": rate }), || {
+        format!("dispatched {done} fires in {secs:.2}s: {rate:.0} fires/s ({in_flight_max} in flight)")
+    })
+}

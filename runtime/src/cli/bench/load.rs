@@ -1,0 +1,98 @@
+//! Scheduler load time and memory with N schedules.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{every_second_job, open};
+use crate::catalog::Catalog;
+use crate::cli::Ctx;
+use crate::scheduler::{DEFAULT_SHARDS, FireQueue, shard_of};
+use crate::store::Store;
+
+/// Writes N jobs, then loads them in a fresh process as a scheduler does (catalog watch,
+/// validation, one fire queue per shard) and reports time and resident memory.
+pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> Result<()> {
+    let namespace = "benchload";
+    if probe {
+        let store = open(url, namespace).await?;
+        let rss_before = rss_kib();
+        let start = Instant::now();
+        let cancel = CancellationToken::new();
+        let catalog = Catalog::start(store, None, cancel.clone());
+        catalog.wait_loaded().await;
+        let loaded = start.elapsed();
+        let mut queues: Vec<FireQueue> = (0..DEFAULT_SHARDS).map(|_| FireQueue::default()).collect();
+        let now = Utc::now();
+        for job in catalog.snapshot() {
+            let shard = shard_of(&job.name, DEFAULT_SHARDS) as usize;
+            queues[shard].upsert(job, now);
+        }
+        let total = start.elapsed();
+        let value = json!({ "schedules": queues.iter().map(FireQueue::len).sum::<usize>(), "catalog_s": loaded.as_secs_f64(), "total_s": total.as_secs_f64(),
+                            "rss_before_kib": rss_before, "rss_after_kib": rss_kib() });
+        println!("{value}");
+        cancel.cancel();
+        return Ok(());
+    }
+    let store = open(url, namespace).await?;
+    let write_start = Instant::now();
+    write_jobs(&store, schedules).await?;
+    eprintln!("wrote {schedules} jobs in {:.1}s", write_start.elapsed().as_secs_f64());
+    let exe = std::env::current_exe().context("finding the cronrun binary")?;
+    let out = tokio::process::Command::new(exe)
+        .args(["--nats", url, "bench", "load", "--probe", "--schedules", &schedules.to_string()])
+        .output()
+        .await
+        .context("running the load probe")?;
+    if !out.status.success() {
+        bail!("load probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("reading the probe's report")?;
+    ctx.print(&v, || {
+        format!(
+            "loaded {} schedules in {:.1}s (catalog {:.1}s, then fire queue); resident memory {} MiB",
+            v["schedules"],
+            v["total_s"].as_f64().unwrap_or(f64::NAN),
+            v["catalog_s"].as_f64().unwrap_or(f64::NAN),
+            v["rss_after_kib"].as_u64().unwrap_or(0) / 1024
+        )
+    })
+}
+
+/// A mix of schedule shapes and zones, written with many publishes in flight.
+async fn write_jobs(store: &Store, n: usize) -> Result<()> {
+    const SHAPES: [&str; 6] = ["*/5 * * * *", "0 3 * * *", "*/10 * * * * *", "0 0 1 * *", "30 9 * * MON-FRI", "@every 90s"];
+    const ZONES: [&str; 4] = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"];
+    let mut acks = FuturesUnordered::new();
+    for i in 0..n {
+        let mut spec = every_second_job(format!("load-{i:07}"), 10);
+        spec.schedule = SHAPES[i % SHAPES.len()].into();
+        spec.timezone = ZONES[i % ZONES.len()].into();
+        let subject = format!("$KV.{}.{}", store.names.jobs_bucket(), spec.name);
+        let ack = store.js.publish(subject, spec.to_json()).await.context("publishing a job")?;
+        acks.push(ack.into_future());
+        if acks.len() >= 4096 {
+            acks.next().await.transpose().context("storing a job")?;
+        }
+    }
+    while let Some(ack) = acks.next().await {
+        ack.context("storing a job")?;
+    }
+    Ok(())
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,90 @@
+//! Runs per second end to end: dispatched, run by an agent, recorded.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use chrono::Utc;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{every_second_job, open, run_plugin, store_plugin};
+use crate::cli::Ctx;
+use crate::config::AgentConfig;
+use crate::dispatch::{DispatchMsg, dispatch};
+use crate::record::{Trigger, fire_run_id};
+
+/// N runs of one job dispatched at once to an agent with production settings; the rate
+/// is runs recorded as finished per second, from the first dispatch to the last record.
+pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::path::PathBuf>) -> Result<()> {
+    let namespace = "benchthru";
+    let store = open(url, namespace).await?;
+    // Runs are spread over jobs of 500, below what history keeps, so none is pruned.
+    const PER_JOB: usize = 500;
+    let plugin = store_plugin(&store, wasm.as_deref()).await?;
+    let mut revisions = Vec::new();
+    for j in 0..runs.div_ceil(PER_JOB) {
+        let mut spec = every_second_job(format!("thru-{j:03}"), PER_JOB as u32);
+        spec.schedule = "@yearly".into();
+        spec.overlap = crate::spec::Overlap::Allow;
+        spec.output_lines = 5;
+        revisions.push(store.put_job(&run_plugin(spec, plugin.as_deref())).await?.0);
+    }
+    let cancel = CancellationToken::new();
+    let config = AgentConfig { namespace: namespace.into(), name: "bench".into(), ..AgentConfig::default() };
+    let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
+    let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Completion is counted from the runs' final events (plain NATS fan-out, no reads
+    // from JetStream while the runs go), then checked once against the records.
+    let mut finals = store.client.subscribe(format!("{namespace}.events.*.*")).await?;
+    let start = Instant::now();
+    let base = Utc::now();
+    let mut in_flight = FuturesUnordered::new();
+    for i in 0..runs {
+        let msg = DispatchMsg {
+            job: format!("thru-{:03}", i / PER_JOB),
+            run_id: format!("{}-b{i:06}", fire_run_id(base)),
+            attempt: 1,
+            trigger: Trigger::Manual,
+            scheduled_at: base,
+            spec_revision: revisions[i / PER_JOB],
+            queued: None,
+        };
+        let store = store.clone();
+        in_flight.push(async move { dispatch(&store, "default", &msg, Utc::now()).await });
+        if in_flight.len() >= 256 {
+            in_flight.next().await.transpose()?;
+        }
+    }
+    while let Some(r) = in_flight.next().await {
+        r?;
+    }
+    let dispatched = start.elapsed();
+    let mut ended = 0;
+    while ended < runs {
+        let event = tokio::time::timeout(Duration::from_secs(60), finals.next()).await;
+        let Ok(Some(event)) = event else { bail!("only {ended} of {runs} runs finished; none for a minute") };
+        let kind = event.subject.rsplit('.').next().unwrap_or_default();
+        if ["succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"].contains(&kind) {
+            ended += 1;
+        }
+    }
+    let finished = start.elapsed();
+    let mut ok = 0;
+    for j in 0..runs.div_ceil(PER_JOB) {
+        let done = store.list_runs(&format!("thru-{j:03}")).await?;
+        ok += done.iter().filter(|r| r.record.status == crate::record::Status::Succeeded).count();
+    }
+    cancel.cancel();
+    let _ = agent.await;
+    let rate = runs as f64 / finished.as_secs_f64();
+    let kind = if wasm.is_some() { "wasm" } else { "shell" };
+    let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
+                        "total_s": finished.as_secs_f64(), "runs_per_second": rate });
+    ctx.print(&value, || {
+        format!("{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s)",
+            finished.as_secs_f64(), dispatched.as_secs_f64())
+    })
+}
