@@ -50,7 +50,7 @@ async fn killing_the_shard_owner_twenty_times_loses_and_doubles_no_fire() {
     // Schedulers apart from the runner: the kills hit scheduling only.
     let scheduler = |name: &str| nats.agent(name, "roles = [\"scheduler\"]");
     let runner = nats.agent("r", "roles = [\"runner\"]");
-    let mut schedulers = vec![scheduler("s0"), scheduler("s1")];
+    let mut schedulers = [scheduler("s0"), scheduler("s1")];
     for agent in schedulers.iter().chain([&runner]) {
         ready(agent).await;
     }
