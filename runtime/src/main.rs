@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use cronrun::cli::{Cli, run};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // A run's supervisor: no CLI parsing, no logging, no multi-threaded runtime.
     let args: Vec<String> = std::env::args().collect();
