@@ -151,3 +151,30 @@ history = { succeeded = 2, failed = 2 }
     let runs = runs(&store, "flip").await;
     assert!(runs.iter().any(|r| r.status == Status::Succeeded) && runs.iter().any(|r| r.status == Status::Failed));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_pool_picks_the_runners_that_may_take_it() {
+    let nats = Nats::start().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    let gpu = nats.runner_in_pools("gpu-host", &["gpu"]);
+    let plain = nats.runner_in_pools("plain-host", &["default"]);
+    for agent in [&scheduler, &gpu, &plain] {
+        ready(agent).await;
+    }
+    // A tag pool, the default pool, and a pool named after one runner's agent name.
+    nats.ok(&["add", "train", "--schedule", "@yearly", "--pool", "gpu", "--", "true"]);
+    nats.ok(&["add", "report", "--schedule", "@yearly", "--", "true"]);
+    nats.ok(&["add", "pinned", "--schedule", "@yearly", "--pool", "gpu-host", "--", "true"]);
+    let mut hosts = std::collections::BTreeMap::new();
+    for _ in 0..4 {
+        for job in ["train", "report", "pinned"] {
+            let key = nats.trigger(job);
+            let done = run_status(&nats, &key).await;
+            assert_eq!(done.status, Status::Succeeded, "{done:?}");
+            hosts.entry(job).or_insert_with(std::collections::BTreeSet::new).insert(done.host.unwrap());
+        }
+    }
+    assert_eq!(hosts["train"], ["gpu-host".to_string()].into());
+    assert_eq!(hosts["report"], ["plain-host".to_string()].into());
+    assert_eq!(hosts["pinned"], ["gpu-host".to_string()].into());
+}

@@ -73,8 +73,18 @@ impl Nats {
 
     /// An agent process with test timings; `top_level` TOML keys go before its tables.
     pub fn agent(&self, name: &str, top_level: &str) -> Agent {
+        self.agent_with_config(name, &format!("{top_level}\n{}", test_config(name)))
+    }
+
+    /// A runner taking runs from `pools` (and its own name's pool).
+    pub fn runner_in_pools(&self, name: &str, pools: &[&str]) -> Agent {
+        let pools = format!("[runner]\npools = {pools:?}\n");
+        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &pools)))
+    }
+
+    fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&config, format!("{top_level}\n{}", test_config(name))).unwrap();
+        std::fs::write(&config, toml).unwrap();
         Agent::spawn(&self.url, &config, self.dir.path(), name)
     }
 }

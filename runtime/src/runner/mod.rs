@@ -46,7 +46,8 @@ pub use presence::RunnerPresence;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerConfig {
-    /// Pools this runner takes runs from. Default `["default"]`.
+    /// Pools this runner takes runs from, besides the pool named after the agent (so
+    /// `pool = "<agent name>"` pins a job to one host). Default `["default"]`.
     pub pools: Vec<String>,
     /// Runs held at once, waiting for their instant (at most the scheduler's lead) or
     /// running. Default 1024.
@@ -177,11 +178,14 @@ impl Runner {
     pub fn new(
         store: Store,
         catalog: Catalog,
-        config: RunnerConfig,
+        mut config: RunnerConfig,
         wasm: crate::wasm::WasmConfig,
         clock: SharedClock,
         host: String,
     ) -> Self {
+        if !config.pools.contains(&host) {
+            config.pools.push(host.clone());
+        }
         let wasm = crate::wasm::WasmRuntime::new(store.clone(), wasm).map_err(|e| {
             warn!("wasm jobs will fail on this runner: {e}");
             e.to_string()
