@@ -7,12 +7,17 @@
 //! not confirm in time are killed first; a killed supervisor may still take a line as it
 //! dies, so one spare line is written for each. Spare lines are harmless: the pipe is
 //! dropped with its group.
+//!
+//! Releases happen on a thread of their own, so a busy async runtime (a thousand runs
+//! claiming, finishing and instantiating at once) does not delay them.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nix::sys::signal::{Signal, kill};
@@ -41,10 +46,14 @@ struct Group {
     released: watch::Sender<Option<DateTime<Utc>>>,
 }
 
+type Groups = Arc<Mutex<HashMap<i64, Group>>>;
+
 #[derive(Clone)]
 pub struct Starter {
-    groups: Arc<Mutex<HashMap<i64, Group>>>,
+    groups: Groups,
     clock: SharedClock,
+    /// Instants for the release thread, which ends when every `Starter` is dropped.
+    releases: mpsc::Sender<DateTime<Utc>>,
 }
 
 /// A place in the group of one instant.
@@ -86,7 +95,17 @@ impl Ticket {
 
 impl Starter {
     pub fn new(clock: SharedClock) -> Self {
-        Self { groups: Arc::default(), clock }
+        let groups = Groups::default();
+        let (releases, instants) = mpsc::channel();
+        let (thread_groups, thread_clock) = (groups.clone(), clock.clone());
+        let spawned = std::thread::Builder::new()
+            .name("cronrun-release".into())
+            .spawn(move || release_thread(&thread_groups, &thread_clock, &instants));
+        if let Err(e) = spawned {
+            // Without the thread no group is ever released; runs then start on their own.
+            warn!("runs will start one by one: cannot start the release thread: {e}");
+        }
+        Self { groups, clock, releases }
     }
 
     /// A ticket for `instant`, or None when it is too close or past (start directly).
@@ -101,7 +120,7 @@ impl Starter {
             Entry::Vacant(e) => {
                 let (read, write) = nix::unistd::pipe().ok()?;
                 let (released, _) = watch::channel(None);
-                tokio::spawn(self.clone().release_at(instant));
+                self.releases.send(instant).ok()?;
                 e.insert(Group { write: write.into(), read, members: Vec::new(), released })
             }
         };
@@ -116,30 +135,62 @@ impl Starter {
         })
     }
 
-    async fn release_at(self, instant: DateTime<Utc>) {
-        let wait = (instant - self.clock.now()).to_std().unwrap_or_default();
-        tokio::time::sleep(wait).await;
-        let group = self.groups.lock().ok().and_then(|mut g| g.remove(&instant.timestamp_millis()));
-        let Some(mut group) = group else { return };
-        let mut lines = 0;
-        for member in &group.members {
-            match (member.go, member.pid) {
-                (true, _) => lines += 1,
-                (false, Some(pid)) => {
-                    let _ = kill(pid, Signal::SIGKILL);
-                    lines += 1;
-                }
-                (false, None) => {}
-            }
-        }
-        if let Err(e) = group.write.write_all(&vec![b'\n'; lines]) {
-            warn!("releasing {lines} runs of {instant}: {e}");
-        }
-        let _ = group.released.send(Some(self.clock.now()));
-    }
-
     /// How long before the instant runs must have confirmed.
     pub fn margin() -> TimeDelta {
         JOIN_MARGIN / 2
     }
+}
+
+/// Sleeps until the earliest pending instant and releases its group, until the channel
+/// closes.
+fn release_thread(groups: &Groups, clock: &SharedClock, instants: &mpsc::Receiver<DateTime<Utc>>) {
+    let mut pending: BTreeSet<DateTime<Utc>> = BTreeSet::new();
+    loop {
+        let next = match pending.first() {
+            Some(&at) => instants.recv_timeout((at - clock.now()).to_std().unwrap_or_default()),
+            None => instants.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match next {
+            Ok(at) => {
+                pending.insert(at);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // `recv_timeout` may wake a little early: release only what is due.
+                while let Some(&at) = pending.first() {
+                    let early = (at - clock.now()).to_std().unwrap_or_default();
+                    if early > Duration::ZERO {
+                        std::thread::sleep(early);
+                    }
+                    pending.pop_first();
+                    release(groups, clock, at);
+                    if pending.first().is_some_and(|&next| next > clock.now()) {
+                        break;
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Releases the group of `instant`: one line per run that goes, a spare line for each
+/// prepared process killed because it did not confirm.
+fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
+    let group = groups.lock().ok().and_then(|mut g| g.remove(&instant.timestamp_millis()));
+    let Some(mut group) = group else { return };
+    let mut lines = 0;
+    for member in &group.members {
+        match (member.go, member.pid) {
+            (true, _) => lines += 1,
+            (false, Some(pid)) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                lines += 1;
+            }
+            (false, None) => {}
+        }
+    }
+    if let Err(e) = group.write.write_all(&vec![b'\n'; lines]) {
+        warn!("releasing {lines} runs of {instant}: {e}");
+    }
+    let _ = group.released.send(Some(clock.now()));
 }
