@@ -87,6 +87,39 @@ impl Nats {
         std::fs::write(&config, toml).unwrap();
         Agent::spawn(&self.url, &config, self.dir.path(), name)
     }
+
+    /// As `agent`, with the runner heartbeat given (its runs' leases live three of them).
+    pub fn agent_with_heartbeat(&self, name: &str, top_level: &str, heartbeat: &str) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, format!("{top_level}\n{}", test_config_with_heartbeat(name, heartbeat))).unwrap();
+        Agent::spawn(&self.url, &config, self.dir.path(), name)
+    }
+
+    /// Kills nats-server with SIGKILL and waits until it is gone; its store stays.
+    pub async fn kill_server(&mut self) {
+        let server = self.server.take().expect("nats-server is running");
+        let pid = server.pid().unwrap() as i32;
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        drop(server);
+        eventually(Duration::from_secs(10), "nats-server to be gone", || async { (!alive(pid)).then_some(()) }).await;
+    }
+
+    /// Starts nats-server again on the port and with the store it had (after `kill_server`).
+    pub async fn restart_server(&mut self) {
+        assert!(self.server.is_none(), "nats-server is still running");
+        let port = self.url.rsplit(':').next().unwrap().parse().unwrap();
+        let opts = ServerOptions { port, ..ServerOptions::default() };
+        let server = EmbeddedNats::start(self.dir.path(), &opts).await.unwrap();
+        assert_eq!(server.url, self.url);
+        self.server = Some(server);
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command, which may hold spaces and parentheses.
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|state| state != "Z")
 }
 
 /// A cluster of nats-servers with JetStream, each killed on drop.
