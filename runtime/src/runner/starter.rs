@@ -118,7 +118,9 @@ impl Starter {
         let group = match groups.entry(key) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
-                let (read, write) = nix::unistd::pipe().ok()?;
+                // Close-on-exec: a supervisor gets the read end as its stdin and nothing
+                // else, so the runner's death closes the last write end and it sees EOF.
+                let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
                 let (released, _) = watch::channel(None);
                 self.releases.send(instant).ok()?;
                 e.insert(Group { write: write.into(), read, members: Vec::new(), released })
