@@ -446,3 +446,58 @@ async fn ten_agents_starting_at_once_create_the_layout_once() {
         created.len()
     );
 }
+
+/// Run supervisors (`cronrun __supervise`) of the agents on `url`: pid, parent and the
+/// instant each run is for.
+fn supervisors(url: &str) -> Vec<(i32, i32, chrono::DateTime<Utc>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let var = |name: &str| {
+            environ.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+        };
+        let is_supervisor = cmdline.split(|b| *b == 0).nth(1) == Some(b"__supervise".as_slice());
+        if !is_supervisor || var("CRONRUN_NATS").as_deref() != Some(url) || !alive(pid) {
+            continue;
+        }
+        let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let ppid = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+        out.push((pid, ppid, at.to_utc()));
+    }
+    out
+}
+
+/// A runner killed (SIGKILL) while runs wait prepared for their instant leaves no process
+/// behind: every prepared supervisor finds its release pipe closed and exits unreleased.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
+    let nats = Nats::start().await;
+    let mut agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(&nats, EVERY_SECOND);
+    // Runs are handed out half a second ahead (test `lead`): wait for one prepared well
+    // before its instant, so that it is still unreleased when the runner dies.
+    let prepared = eventually(Duration::from_secs(15), "a run prepared ahead of its instant", || async {
+        let soon = Utc::now() + chrono::Duration::milliseconds(150);
+        let mine: Vec<_> = supervisors(&nats.url).into_iter().filter(|(_, ppid, at)| *ppid == agent.pid() && *at > soon).collect();
+        (!mine.is_empty()).then_some(mine)
+    })
+    .await;
+    agent.kill9();
+    let killed = Instant::now();
+    // Without close-on-exec release pipes each supervisor held a write end of its own
+    // stdin, never saw EOF and lived on, an orphan, for good.
+    eventually(Duration::from_secs(5), "every supervisor to exit with its runner", || async {
+        supervisors(&nats.url).is_empty().then_some(())
+    })
+    .await;
+    println!(
+        "runner killed with {} run(s) prepared for {:?}: all supervisors gone after {} ms",
+        prepared.len(),
+        prepared.iter().map(|p| p.2).collect::<Vec<_>>(),
+        killed.elapsed().as_millis()
+    );
+}
