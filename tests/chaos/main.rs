@@ -1,0 +1,51 @@
+//! Chaos: a NATS node dies under load on a 3-node cluster (R3 buckets and streams), a
+//! runner is stopped past its run's lease and woken, a single nats-server restarts under
+//! running jobs, and ten agents start at once on an empty server. cronrun keeps running
+//! every fire exactly once throughout. Select with `cargo test -p cronrun --test chaos`.
+//!
+//! - `nats.rs`: a cluster node dies under load; a single server restarts.
+//! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
+//! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../procs.rs"]
+mod procs;
+
+mod nats;
+mod runners;
+mod schedulers;
+
+use procs::{group_members, pgrp_of};
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use cronrun::record::{RunRecord, Status, Trigger};
+use futures::StreamExt;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+const EVERY_SECOND: &str = "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = \"true\"\n\
+    overlap = \"allow\"\nhistory = { succeeded = 1000, failed = 1000 }\n";
+
+/// The run's record; None while NATS cannot be asked (it is restarting).
+async fn record(store: &cronrun::store::Store, key: &str) -> Option<RunRecord> {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    store.get_run(job, run).await.ok().map(|r| r.record)
+}
+
+/// The first line of `path` as a number, once the job has written it.
+fn read_pid(path: &std::path::Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.lines().next()?.trim().parse().ok()
+}
+
+/// When an event (JSON with `at`) happened.
+fn event_at(event: &serde_json::Value) -> chrono::DateTime<Utc> {
+    chrono::DateTime::parse_from_rfc3339(event["at"].as_str().unwrap()).unwrap().to_utc()
+}

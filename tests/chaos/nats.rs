@@ -1,0 +1,141 @@
+//! NATS trouble: a node of a 3-node cluster dies under load; a single server restarts.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
+    let mut cluster = Cluster::start(3).await;
+    // The layout, with three replicas, exists before any agent starts.
+    let store = cluster.store().await;
+    let agents = [cluster.agent("a", ""), cluster.agent("b", "")];
+    for agent in &agents {
+        ready(agent).await;
+    }
+    let path = cluster.dir.path().join("jobs.toml");
+    std::fs::write(&path, EVERY_SECOND).unwrap();
+    assert!(cluster.cli(&["apply", "-f", path.to_str().unwrap()]).status.success());
+    eventually(Duration::from_secs(15), "the job to run", || async {
+        runs(&store, "tick").await.iter().any(|r| r.status == Status::Succeeded).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(3000 + rand::random::<u64>() % 1000)).await;
+    let killed_at = Utc::now();
+    let victim = rand::random::<u64>() as usize % 3;
+    cluster.kill(victim);
+    println!("killed NATS node n{victim} at {killed_at}");
+    // The store's client reconnects to a live node as the agents' do.
+    let from = ceil_second(killed_at) - chrono::Duration::seconds(2);
+    assert_each_second_once(&store, "tick", from, 12).await;
+    for agent in &agents {
+        assert!(agent.log().contains("job catalog loaded"));
+    }
+}
+
+/// One nats-server (file store) is killed under a running job and an every-second job, and
+/// started again on its port with its store: the agent reconnects, the run that ended
+/// meanwhile is recorded, the schedule goes on, and no fire runs twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_keeps_finished_runs_and_doubles_no_fire() {
+    let mut nats = Nats::start().await;
+    // Heartbeat 5 s, the default: a run's lease (three heartbeats) outlasts the outage and
+    // the client's reconnect backoff (up to 4 s between attempts).
+    let mut agent = nats.agent_with_heartbeat("a", "", "5s");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            r#"{EVERY_SECOND}
+[[job]]
+name = "slow"
+schedule = "@yearly"
+retries = {{ max = 1, backoff = "1s" }}
+shell = 'echo $$ > {dir}/slow.pid; until [ -e {dir}/slow.go ]; do sleep 0.1; done; echo done'
+"#
+        ),
+    );
+    let store = nats.store().await;
+    let first_fire = eventually(Duration::from_secs(15), "tick to run", || async {
+        runs(&store, "tick").await.into_iter().filter(|r| r.status == Status::Succeeded).filter_map(|r| r.scheduled_at).min()
+    })
+    .await;
+    let key = nats.trigger("slow");
+    eventually(Duration::from_secs(10), "slow to run", || async {
+        record(&store, &key).await.filter(|r| r.status == Status::Running)
+    })
+    .await;
+    let shell = eventually(Duration::from_secs(5), "slow's shell", || async { read_pid(&nats.dir.path().join("slow.pid")) }).await;
+
+    // At a random moment relative to the fires, which come on whole seconds.
+    tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
+    let killed_at = Utc::now();
+    let down = Instant::now();
+    nats.kill_server().await;
+    // The run ends while NATS is away.
+    std::fs::write(nats.dir.path().join("slow.go"), "").unwrap();
+    eventually(Duration::from_secs(10), "slow's shell to end", || async { (!alive(shell)).then_some(()) }).await;
+    // Down for two seconds in all: longer than the scheduler lease (2 s), within the run's.
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(down.elapsed())).await;
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent exited while NATS was away");
+    nats.restart_server().await;
+    let outage = down.elapsed();
+    let restarted_at = Utc::now();
+    let back = Instant::now();
+
+    let done = eventually(Duration::from_secs(30), "slow's final record", || async {
+        record(&store, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    let recorded_after = back.elapsed();
+    assert_eq!(done.status, Status::Succeeded, "{done:?}");
+    assert_eq!(done.attempt, 1, "{done:?}");
+    assert_eq!(done.output, ["done"]);
+    assert!(done.finished_at.unwrap() < restarted_at, "slow ended while NATS was away: {done:?}");
+    // The first tick started after the restart, then a few more seconds of them.
+    let first = eventually(Duration::from_secs(30), "tick to run after the restart", || async {
+        runs(&store, "tick").await.into_iter().filter_map(|r| r.started_at).filter(|t| *t > restarted_at).min()
+    })
+    .await;
+    let until = ceil_second(first) + chrono::Duration::seconds(3);
+    eventually(Duration::from_secs(30), "ticks for three more seconds", || async {
+        let runs = runs(&store, "tick").await;
+        runs.iter().any(|r| r.scheduled_at.is_some_and(|t| t >= until) && r.status.is_final()).then_some(())
+    })
+    .await;
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent exited after NATS came back");
+    // Fires due while NATS was away ran late, each once, as the failure model says.
+    let from = first_fire.max(ceil_second(killed_at) - chrono::Duration::seconds(2));
+    assert_each_second_once(&store, "tick", from, (until - from).num_seconds()).await;
+
+    // No fire twice: one record per fire (its key), attempt 1, started at most once.
+    let ticks = runs(&store, "tick").await;
+    let started = events(&store, "tick", "started").await;
+    let mut starts: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &started {
+        *starts.entry(e["run_id"].as_str().unwrap()).or_default() += 1;
+    }
+    let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut fires: BTreeMap<_, usize> = BTreeMap::new();
+    for r in &ticks {
+        assert_eq!((r.attempt, r.trigger), (1, Trigger::Schedule), "{r:?}");
+        assert!(starts.get(r.run_id.as_str()).copied().unwrap_or(0) <= 1, "{} started twice", r.run_id);
+        *fires.entry(r.scheduled_at.unwrap()).or_default() += 1;
+        *statuses.entry(r.status.as_str()).or_default() += 1;
+    }
+    assert!(fires.values().all(|n| *n == 1), "a fire recorded twice: {fires:?}");
+    let slow_starts = events(&store, "slow", "started").await;
+    assert_eq!(slow_starts.len(), 1, "{slow_starts:?}");
+    // Fires that fell due while NATS was away, as they were recorded.
+    let (from, to) = (killed_at, restarted_at);
+    let in_outage: Vec<_> = ticks.iter().filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to)).collect();
+    let late: Vec<_> = in_outage.iter().filter_map(|r| Some((r.started_at? - r.scheduled_at?).num_milliseconds())).collect();
+    println!(
+        "NATS down {} ms; slow recorded {} ms after the restart; first tick started {} ms after it; \
+         ticks {statuses:?}, fires due during the outage: {} recorded ({:?}), started late by {late:?} ms",
+        outage.as_millis(),
+        recorded_after.as_millis(),
+        (first - restarted_at).num_milliseconds(),
+        in_outage.len(),
+        in_outage.iter().map(|r| r.status.as_str()).collect::<Vec<_>>()
+    );
+}

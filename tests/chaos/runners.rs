@@ -1,0 +1,190 @@
+//! Runners: one stopped past its run's lease and woken; one killed with runs prepared.
+
+use super::*;
+
+/// A runner frozen (SIGSTOP) past its run's lease loses the run to another runner; woken
+/// (SIGCONT), its heartbeat is refused: it kills the run's processes and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_stopped_past_its_lease_kills_its_run_when_woken_and_writes_nothing() {
+    let nats = Nats::start().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    ready(&scheduler).await;
+    for r in &runners {
+        ready(r).await;
+    }
+    let dir = nats.dir.path().display().to_string();
+    // Each attempt writes its shell's pid and waits for the test's go: a long run, with no
+    // sleep to race against.
+    apply(
+        &nats,
+        &format!(
+            r#"
+[[job]]
+name = "long"
+schedule = "@yearly"
+retries = {{ max = 1, backoff = "1s" }}
+shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sleep 0.1; done; echo done $CRONRUN_ATTEMPT'
+"#
+        ),
+    );
+    let store = nats.store().await;
+    let key = nats.trigger("long");
+    let first = eventually(Duration::from_secs(10), "attempt 1 to run", || async {
+        record(&store, &key).await.filter(|r| r.status == Status::Running)
+    })
+    .await;
+    assert_eq!(first.attempt, 1);
+    let host = first.host.clone().unwrap();
+    let child = eventually(Duration::from_secs(5), "attempt 1's shell", || async { read_pid(&nats.dir.path().join("attempt-1")) }).await;
+    let group = pgrp_of(child);
+    let stopped = runners.iter().position(|r| r.name == host).unwrap();
+    let other = runners[1 - stopped].name.clone();
+
+    let stop_wall = Utc::now();
+    let stop = Instant::now();
+    kill(Pid::from_raw(runners[stopped].pid()), Signal::SIGSTOP).unwrap();
+    // Lease TTL 3 s (three 1 s heartbeats), then the 1 s backoff.
+    let second = eventually(Duration::from_secs(30), "attempt 2 running on the other runner", || async {
+        record(&store, &key).await.filter(|r| r.attempt == 2 && r.status == Status::Running)
+    })
+    .await;
+    let to_second = stop.elapsed();
+    assert_eq!(second.host.as_deref(), Some(other.as_str()));
+    assert_eq!(second.trigger, Trigger::Retry);
+    let error = second.error.clone().unwrap_or_default();
+    assert!(error.contains(&format!("attempt 1 lost: runner {host} stopped renewing")), "{error}");
+    let lost = events(&store, "long", "lost").await;
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0]["attempt"], 1);
+    let to_lost = event_at(&lost[0]) - stop_wall;
+    let child2 = eventually(Duration::from_secs(5), "attempt 2's shell", || async { read_pid(&nats.dir.path().join("attempt-2")) }).await;
+    // A frozen runner cannot stop its child: attempt 1 still runs beside attempt 2.
+    assert!(alive(child), "attempt 1's shell died while its runner was stopped");
+    assert!(!runners[stopped].log().contains("run taken over elsewhere"));
+
+    // Every write to the record from here on, as the server sees them.
+    let writes = Arc::new(Mutex::new(Vec::<RunRecord>::new()));
+    let mut watch = store.runs.kv.watch(&key).await.unwrap();
+    let seen = writes.clone();
+    let watcher = tokio::spawn(async move {
+        while let Some(Ok(entry)) = watch.next().await {
+            if let Ok(r) = RunRecord::from_json(&entry.value) {
+                seen.lock().unwrap().push(r);
+            }
+        }
+    });
+    eventually(Duration::from_secs(5), "the watch to deliver the current record", || async {
+        (!writes.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+
+    let woken = Instant::now();
+    kill(Pid::from_raw(runners[stopped].pid()), Signal::SIGCONT).unwrap();
+    eventually(Duration::from_secs(10), "attempt 1's processes to be killed", || async {
+        (!alive(child) && group_members(group).is_empty()).then_some(())
+    })
+    .await;
+    let to_gone = woken.elapsed();
+    // The refused write is the lease renewal (key `run.<job>.<run-id>`), so nothing after it.
+    let refused = format!("run.{key} changed since revision");
+    let logged = eventually(Duration::from_secs(10), "the woken runner to log its refused renewal", || async {
+        let log = runners[stopped].log();
+        log.lines().find(|l| l.contains("run taken over elsewhere") && l.contains(&refused)).map(str::to_string)
+    })
+    .await;
+    println!("{host} logged: {logged}");
+    assert!(runners[stopped].child.try_wait().unwrap().is_none(), "the woken runner exited");
+    assert!(alive(child2), "attempt 2's shell was killed");
+    let now = record(&store, &key).await.unwrap();
+    assert_eq!((now.attempt, now.status, now.host.as_deref()), (2, Status::Running, Some(other.as_str())));
+
+    std::fs::write(nats.dir.path().join("go"), "").unwrap();
+    let done = eventually(Duration::from_secs(15), "attempt 2 to finish", || async {
+        record(&store, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!(done.status, Status::Succeeded, "{done:?}");
+    assert_eq!((done.attempt, done.host.as_deref()), (2, Some(other.as_str())));
+    assert_eq!(done.output, ["done 2"]);
+    eventually(Duration::from_secs(5), "the watch to deliver the final record", || async {
+        writes.lock().unwrap().last().is_some_and(|w| w.status.is_final()).then_some(())
+    })
+    .await;
+    watcher.abort();
+    let writes = writes.lock().unwrap().clone();
+    for w in &writes {
+        assert_eq!((w.attempt, w.host.as_deref()), (2, Some(other.as_str())), "a write not by attempt 2's runner: {w:?}");
+    }
+    let mut ends = Vec::new();
+    for kind in ["succeeded", "failed", "cancelled", "timed_out", "lost"] {
+        for e in events(&store, "long", kind).await {
+            ends.push((kind, e["attempt"].as_u64().unwrap()));
+        }
+    }
+    ends.sort();
+    assert_eq!(ends, [("lost", 1), ("succeeded", 2)], "one end per attempt, attempt 1's by the scheduler");
+    println!(
+        "runner {host} stopped: lost after {} ms, attempt 2 running on {other} after {} ms; \
+         woken: attempt 1's processes gone after {} ms; {} writes to the record since, all attempt 2 from {other}",
+        to_lost.num_milliseconds(),
+        to_second.as_millis(),
+        to_gone.as_millis(),
+        writes.len() - 1
+    );
+}
+
+/// Run supervisors (`cronrun __supervise`) of the agents on `url`: pid, parent and the
+/// instant each run is for.
+fn supervisors(url: &str) -> Vec<(i32, i32, chrono::DateTime<Utc>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let var = |name: &str| {
+            environ.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+        };
+        let is_supervisor = cmdline.split(|b| *b == 0).nth(1) == Some(b"__supervise".as_slice());
+        if !is_supervisor || var("CRONRUN_NATS").as_deref() != Some(url) || !alive(pid) {
+            continue;
+        }
+        let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let ppid = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+        out.push((pid, ppid, at.to_utc()));
+    }
+    out
+}
+
+/// A runner killed (SIGKILL) while runs wait prepared for their instant leaves no process
+/// behind: every prepared supervisor finds its release pipe closed and exits unreleased.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
+    let nats = Nats::start().await;
+    let mut agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(&nats, EVERY_SECOND);
+    // Runs are handed out half a second ahead (test `lead`): wait for one prepared well
+    // before its instant, so that it is still unreleased when the runner dies.
+    let prepared = eventually(Duration::from_secs(15), "a run prepared ahead of its instant", || async {
+        let soon = Utc::now() + chrono::Duration::milliseconds(150);
+        let mine: Vec<_> = supervisors(&nats.url).into_iter().filter(|(_, ppid, at)| *ppid == agent.pid() && *at > soon).collect();
+        (!mine.is_empty()).then_some(mine)
+    })
+    .await;
+    agent.kill9();
+    let killed = Instant::now();
+    // Without close-on-exec release pipes each supervisor held a write end of its own
+    // stdin, never saw EOF and lived on, an orphan, for good.
+    eventually(Duration::from_secs(5), "every supervisor to exit with its runner", || async {
+        supervisors(&nats.url).is_empty().then_some(())
+    })
+    .await;
+    println!(
+        "runner killed with {} run(s) prepared for {:?}: all supervisors gone after {} ms",
+        prepared.len(),
+        prepared.iter().map(|p| p.2).collect::<Vec<_>>(),
+        killed.elapsed().as_millis()
+    );
+}
