@@ -327,6 +327,9 @@ async fn sandbox_violations_fail_the_run_and_the_runtime_keeps_serving() {
     let (panic, lines) = h.run("panic", &spec(&h, "test_panic"), Some(Duration::from_secs(20))).await;
     assert!(matches!(&panic, WasmOutcome::Failed(m) if m.starts_with("the job panicked: deliberate panic in panic")), "{panic:?}");
     assert!(lines.iter().any(|l| l.source == Source::Stderr && l.text.contains("panicked at")), "{:?}", texts(&lines));
+    // Plain stdout and stderr lines reach the output too, stderr marked as such.
+    let plain: Vec<_> = lines.iter().filter(|l| l.text.starts_with("plain ")).map(|l| (l.source, l.text.as_str())).collect();
+    assert_eq!(plain, [(Source::Stdout, "plain stdout from panic"), (Source::Stderr, "plain stderr from panic")], "{:?}", texts(&lines));
 
     // After all of that, the same runtime runs a good job normally.
     assert_eq!(h.run("hello", &hello, Some(Duration::from_secs(5))).await.0, WasmOutcome::Succeeded(Some("hello, world".into())));
