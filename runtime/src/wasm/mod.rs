@@ -9,6 +9,7 @@
 //! - `bindings.rs`: the one `bindgen!`. `host.rs`: host interfaces, limits.
 //! - `grants.rs`: capability checks. `http.rs`: wasi:http hooks. `nats.rs`: kv, publish.
 //! - `cache.rs`: compiled components in memory and on disk. `run.rs`: one run.
+//! - `stdio.rs`: guest stdout/stderr as lines into the run's output.
 //! - `inspect.rs`: what `cronrun deploy` checks before storing a plugin.
 
 mod bindings;
@@ -21,6 +22,7 @@ mod http;
 mod inspect;
 mod nats;
 mod run;
+mod stdio;
 
 use std::sync::Arc;
 

@@ -1,17 +1,17 @@
 //! One run of a prepared component: a fresh store and sandbox (no preopens, env or
-//! network; memory and table limits; guest stdout/stderr read line by line into the
-//! run's output), the epoch deadline from the timeout, cancellation, and the mapping of
-//! how the call ended (result, trap, limit, deadline) to a [`WasmOutcome`].
+//! network; memory and table limits; guest stdout/stderr split into lines straight into
+//! the run's output, see `stdio.rs`), the epoch deadline from the timeout, cancellation,
+//! and the mapping of how the call ended (result, trap, limit, deadline) to a
+//! [`WasmOutcome`].
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::cli::AsyncStdoutStream;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::PreparedWasm;
@@ -19,8 +19,9 @@ use super::bindings::{self, Trigger as WitTrigger};
 use super::grants::Grants;
 use super::host::{HostState, Limits, human_bytes};
 use super::http::HttpGrants;
+use super::stdio::GuestOutput;
 use crate::record::Trigger;
-use crate::runner::output::{Line, Source, read_lines};
+use crate::runner::output::{Line, Source};
 
 /// What the runner tells the job about the run.
 #[derive(Debug, Clone)]
@@ -47,8 +48,8 @@ pub enum WasmOutcome {
 const ENDED_NOT: u8 = 0;
 const ENDED_TIMEOUT: u8 = 1;
 const ENDED_CANCEL: u8 = 2;
-/// Bytes a guest may have in flight to its stdout or stderr before its writes wait.
-const PIPE_BYTES: usize = 64 * 1024;
+/// Stderr lines kept to explain a panic (Rust prints its message over a few lines).
+const PANIC_TAIL_LINES: usize = 8;
 /// Time a host call stuck past the deadline (where epochs cannot interrupt) gets.
 const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
 
@@ -63,18 +64,56 @@ impl PreparedWasm {
         output: mpsc::Sender<Line>,
         cancel: CancellationToken,
     ) -> WasmOutcome {
-        let config = &self.inner.config;
-        let max_line = config.max_line_bytes;
-        let (stdout_w, stdout_r) = tokio::io::duplex(PIPE_BYTES);
-        let (stderr_w, stderr_r) = tokio::io::duplex(PIPE_BYTES);
-        let stdout_task = tokio::spawn(read_lines(stdout_r, Source::Stdout, max_line, output.clone()));
-        let stderr_tail = Arc::new(Mutex::new(Vec::<String>::new()));
-        let stderr_task = tokio::spawn(forward_stderr(stderr_r, max_line, output.clone(), stderr_tail.clone()));
+        let max_line = self.inner.config.max_line_bytes;
+        let stdout = GuestOutput::new(Source::Stdout, max_line, output.clone(), 0);
+        let stderr = GuestOutput::new(Source::Stderr, max_line, output.clone(), PANIC_TAIL_LINES);
+        let mut store = self.sandbox(&ctx.job, stdout.clone(), stderr.clone(), output);
+        let ended = Arc::new(AtomicU8::new(ENDED_NOT));
+        let deadline = timeout.map(|t| Instant::now() + t);
+        watch(&mut store, deadline, cancel.clone(), ended.clone());
+        let wit_ctx = self.wit_context(ctx);
+        let pre = self.pre;
+        let call = async move {
+            let job = pre.instantiate_async(&mut store).await?;
+            job.call_run(&mut store, &wit_ctx).await
+            // `store` drops here: the guest's stdout/stderr are done.
+        };
+        // Backstop for a host call that hangs (epochs only interrupt guest code).
+        let hard_stop = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until((d + HOST_CALL_GRACE).into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            result = call => classify(result, ended.load(Ordering::SeqCst), &self.inner.config),
+            _ = cancel.cancelled() => WasmOutcome::Cancelled,
+            _ = hard_stop => WasmOutcome::TimedOut,
+        };
+        // The last lines without a newline, or waiting for room in `output`, go out now;
+        // bounded, in case nobody reads `output` any more.
+        let drain = async {
+            stdout.finish().await;
+            stderr.finish().await;
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+        if let WasmOutcome::Failed(message) = &outcome
+            && message.contains("wasm `unreachable`")
+            && let Some(panic) = panic_message(&stderr.tail())
+        {
+            return WasmOutcome::Failed(format!("the job panicked: {panic}"));
+        }
+        outcome
+    }
 
+    /// A fresh store: WASI with no preopens, env or network, stdout/stderr into the
+    /// run's output, the memory and table limits.
+    fn sandbox(&self, job: &str, stdout: GuestOutput, stderr: GuestOutput, output: mpsc::Sender<Line>) -> Store<HostState> {
+        let config = &self.inner.config;
         let grants = Grants::from_spec(&self.spec);
         let wasi = WasiCtxBuilder::new()
-            .stdout(AsyncStdoutStream::new(PIPE_BYTES, stdout_w))
-            .stderr(AsyncStdoutStream::new(PIPE_BYTES, stderr_w))
+            .stdout(stdout)
+            .stderr(stderr)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -89,36 +128,20 @@ impl PreparedWasm {
                 memory_bytes: usize::try_from(config.memory_limit).unwrap_or(usize::MAX),
                 table_elements: config.max_table_elements as usize,
             },
-            job: ctx.job.clone(),
+            job: job.to_string(),
             config: self.spec.config.clone(),
             grants,
             nats: self.inner.nats.clone(),
             output,
-            max_line_bytes: max_line,
+            max_line_bytes: config.max_line_bytes,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);
-        let ended = Arc::new(AtomicU8::new(ENDED_NOT));
-        let deadline = timeout.map(|t| Instant::now() + t);
-        {
-            let ended = ended.clone();
-            let cancel = cancel.clone();
-            store.set_epoch_deadline(1);
-            // Every tick: stop if cancelled or past the deadline, else yield to the
-            // executor so other runs and the cancel/timeout branches below get polled.
-            store.epoch_deadline_callback(move |_| {
-                if cancel.is_cancelled() {
-                    ended.store(ENDED_CANCEL, Ordering::SeqCst);
-                    return Ok(UpdateDeadline::Interrupt);
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    ended.store(ENDED_TIMEOUT, Ordering::SeqCst);
-                    return Ok(UpdateDeadline::Interrupt);
-                }
-                Ok(UpdateDeadline::Yield(1))
-            });
-        }
-        let wit_ctx = bindings::JobContext {
+        store
+    }
+
+    fn wit_context(&self, ctx: JobContext) -> bindings::JobContext {
+        bindings::JobContext {
             job: ctx.job,
             run_id: ctx.run_id,
             scheduled_at: ctx.scheduled_at,
@@ -130,39 +153,26 @@ impl PreparedWasm {
                 Trigger::Catchup => WitTrigger::Catchup,
             },
             config: self.spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        };
-        let pre = self.pre;
-        let call = async move {
-            let job = pre.instantiate_async(&mut store).await?;
-            job.call_run(&mut store, &wit_ctx).await
-            // `store` drops here: the guest's stdout/stderr close.
-        };
-        // Backstop for a host call that hangs (epochs only interrupt guest code).
-        let hard_stop = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until((d + HOST_CALL_GRACE).into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        let outcome = tokio::select! {
-            result = call => classify(result, ended.load(Ordering::SeqCst), &self.inner.config),
-            _ = cancel.cancelled() => WasmOutcome::Cancelled,
-            _ = hard_stop => WasmOutcome::TimedOut,
-        };
-        // The pipes are closed (the store is gone); let the readers deliver the last lines.
-        let drain = async {
-            let _ = stdout_task.await;
-            let _ = stderr_task.await;
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
-        if let WasmOutcome::Failed(message) = &outcome
-            && message.contains("wasm `unreachable`")
-            && let Some(panic) = panic_message(&stderr_tail)
-        {
-            return WasmOutcome::Failed(format!("the job panicked: {panic}"));
         }
-        outcome
     }
+}
+
+/// Every epoch tick: stop if cancelled or past the deadline (recording which in
+/// `ended`), else yield to the executor so other runs and the cancel/timeout branches
+/// of [`PreparedWasm::run`] get polled.
+fn watch(store: &mut Store<HostState>, deadline: Option<Instant>, cancel: CancellationToken, ended: Arc<AtomicU8>) {
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if cancel.is_cancelled() {
+            ended.store(ENDED_CANCEL, Ordering::SeqCst);
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            ended.store(ENDED_TIMEOUT, Ordering::SeqCst);
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
 }
 
 type CallResult = wasmtime::Result<Result<Option<String>, String>>;
@@ -206,25 +216,8 @@ fn classify(result: CallResult, ended: u8, config: &super::WasmConfig) -> WasmOu
     }
 }
 
-/// Reads the guest's stderr into the output, keeping the last lines to explain a panic.
-async fn forward_stderr(reader: tokio::io::DuplexStream, max: usize, output: mpsc::Sender<Line>, tail: Arc<Mutex<Vec<String>>>) {
-    let (tx, mut rx) = mpsc::channel::<Line>(64);
-    let reading = tokio::spawn(read_lines(reader, Source::Stderr, max, tx));
-    while let Some(line) = rx.recv().await {
-        if let Ok(mut t) = tail.lock() {
-            if t.len() == 8 {
-                t.remove(0);
-            }
-            t.push(line.text.clone());
-        }
-        let _ = output.send(line).await;
-    }
-    let _ = reading.await;
-}
-
 /// From Rust's "panicked at FILE:LINE:COL:" line and the message after it.
-fn panic_message(tail: &Mutex<Vec<String>>) -> Option<String> {
-    let tail = tail.lock().ok()?;
+fn panic_message(tail: &[String]) -> Option<String> {
     let i = tail.iter().rposition(|l| l.contains("panicked at"))?;
     let at = tail[i].split("panicked at").nth(1).unwrap_or("").trim().trim_end_matches(':');
     let message: Vec<&str> = tail[i + 1..].iter().map(String::as_str).take_while(|l| !l.starts_with("note:")).collect();
