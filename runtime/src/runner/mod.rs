@@ -50,7 +50,8 @@ pub struct RunnerConfig {
     /// `pool = "<agent name>"` pins a job to one host). Default `["default"]`.
     pub pools: Vec<String>,
     /// Runs held at once, waiting for their instant (at most the scheduler's lead) or
-    /// running. Default 1024.
+    /// running. A job firing every second holds a slot for about a second plus its run
+    /// time, so a thousand such jobs need more than a thousand slots. Default 4096.
     pub slots: usize,
     /// How often a running run's record and message are refreshed. Default 5s.
     #[serde(with = "crate::spec::codec::duration")]
@@ -80,7 +81,7 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
             pools: vec!["default".into()],
-            slots: 1024,
+            slots: 4096,
             heartbeat: Duration::from_secs(5),
             kill_grace: Duration::from_secs(5),
             max_line_bytes: 8 * 1024,
