@@ -72,12 +72,7 @@ shell = "echo no; exit 4"
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_whose_runner_dies_is_lost_and_retried_on_another() {
     let nats = Nats::start().await;
-    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
-    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
-    ready(&scheduler).await;
-    for r in &runners {
-        ready(r).await;
-    }
+    let (_scheduler, mut runners) = nats.scheduler_and_two_runners().await;
     apply(
         &nats,
         &r#"

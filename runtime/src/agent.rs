@@ -10,7 +10,7 @@ use crate::config::{AgentConfig, Role};
 use crate::error::Error;
 use crate::names::Names;
 use crate::runner::Runner;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::Store;
 
 /// Runs until `cancel`; then the scheduler releases its lease, the runner drains, and
@@ -36,15 +36,15 @@ pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedC
         false => 0,
     };
     let scheduler = events_rx.map(|events| {
-        let scheduler = Scheduler {
+        let ctx = SchedulerCtx {
             store: store.clone(),
             catalog: catalog.clone(),
-            events,
             config: config.scheduler.clone(),
             clock: clock.clone(),
             holder: instance.clone(),
             shards,
         };
+        let scheduler = Scheduler { ctx, events };
         tokio::spawn(scheduler.run(cancel.clone()))
     });
     let runner = config.roles.contains(&Role::Runner).then(|| {

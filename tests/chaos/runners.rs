@@ -7,12 +7,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runner_stopped_past_its_lease_kills_its_run_when_woken_and_writes_nothing() {
     let nats = Nats::start().await;
-    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
-    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
-    ready(&scheduler).await;
-    for r in &runners {
-        ready(r).await;
-    }
+    let (_scheduler, mut runners) = nats.scheduler_and_two_runners().await;
     let dir = nats.dir.path().display().to_string();
     // Each attempt writes its shell's pid and waits for the test's go: a long run, with no
     // sleep to race against.

@@ -76,6 +76,17 @@ impl Nats {
         self.agent_with_config(name, &format!("{top_level}\n{}", test_config(name)))
     }
 
+    /// A scheduler `s` and two runners `r1`, `r2`, all ready: runs can move between
+    /// runners while scheduling goes on.
+    pub async fn scheduler_and_two_runners(&self) -> (Agent, [Agent; 2]) {
+        let scheduler = self.agent("s", "roles = [\"scheduler\"]");
+        let runners = [self.agent("r1", "roles = [\"runner\"]"), self.agent("r2", "roles = [\"runner\"]")];
+        for agent in runners.iter().chain([&scheduler]) {
+            ready(agent).await;
+        }
+        (scheduler, runners)
+    }
+
     /// A runner taking runs from `pools` (and its own name's pool).
     pub fn runner_in_pools(&self, name: &str, pools: &[&str]) -> Agent {
         let pools = format!("[runner]\npools = {pools:?}\n");

@@ -29,7 +29,7 @@ struct Watermark {
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
 pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
-    let now = s.clock.now();
+    let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
     // says so at once: a successor after a crash before the first renewal resumes here.
     let first_lead = watermark.revision == 0;
@@ -41,11 +41,11 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
     // would move their jobs' next fires from the watermark to now.
     while s.events.try_recv().is_ok() {}
     let mut queue = FireQueue::default();
-    let (n, shards) = (s.n, s.shards);
-    for job in s.catalog.snapshot_where(|name| shard_of(name, shards) == n) {
+    let (n, shards) = (s.n, s.ctx.shards);
+    for job in s.ctx.catalog.snapshot_where(|name| shard_of(name, shards) == n) {
         let start = match (&job.summary, first_lead) {
             (Ok(summary), false) => {
-                catchup::resume_from(&s.store, &job.name, summary, from, now, s.config.default_deadline).await
+                catchup::resume_from(&s.ctx.store, &job.name, summary, from, now, s.ctx.config.default_deadline).await
             }
             _ => from,
         };
@@ -56,20 +56,20 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
 
     let mut in_flight = FuturesUnordered::new();
     let mut in_flight_fires = InFlight::default();
-    let mut renew = tokio::time::interval(s.config.lease_ttl / 3);
+    let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
     renew.tick().await;
-    let lead = TimeDelta::from_std(s.config.lead).unwrap_or_default();
+    let lead = TimeDelta::from_std(s.ctx.config.lead).unwrap_or_default();
 
     loop {
-        let now = s.clock.now();
+        let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
-        while in_flight.len() < s.config.max_in_flight {
+        while in_flight.len() < s.ctx.config.max_in_flight {
             let Some(due) = queue.pop_due(now + lead) else { break };
             let Some(summary) = due.summary() else { continue };
             in_flight_fires.add(due.fire);
-            let store = s.store.clone();
-            match catchup::judge(summary, due.fire, now, s.config.default_deadline) {
-                Verdict::Run(trigger) => in_flight.push(fire(store, s.config.default_deadline, due, trigger, now).boxed()),
+            let store = s.ctx.store.clone();
+            match catchup::judge(summary, due.fire, now, s.ctx.config.default_deadline) {
+                Verdict::Run(trigger) => in_flight.push(fire(store, s.ctx.config.default_deadline, due, trigger, now).boxed()),
                 Verdict::Missed(why) => {
                     let count = missed_per_job.entry(due.job.name.clone()).or_default();
                     *count += 1;
@@ -91,7 +91,7 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
             }
         }
         let wake = match queue.peek() {
-            Some(next) if in_flight.len() < s.config.max_in_flight => (next - lead - now).to_std().unwrap_or_default(),
+            Some(next) if in_flight.len() < s.ctx.config.max_in_flight => (next - lead - now).to_std().unwrap_or_default(),
             _ => Duration::from_secs(3600),
         };
         tokio::select! {
@@ -108,7 +108,7 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
             }
             _ = tokio::time::sleep(wake) => {}
             Some(ev) = s.events.recv() => match ev.job {
-                Some(job) => queue.upsert(job, s.clock.now()),
+                Some(job) => queue.upsert(job, s.ctx.clock.now()),
                 None => queue.remove(&ev.name),
             },
             Some(done) = in_flight.next() => in_flight_fires.remove(done),
@@ -149,12 +149,12 @@ fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>
 
 async fn read_watermark(s: &Shard) -> Result<Watermark, Error> {
     let key = lease_keys::watermark(s.n);
-    Ok(match s.store.leases.get(&key).await? {
+    Ok(match s.ctx.store.leases.get(&key).await? {
         Some(v) => Watermark {
-            at: serde_json::from_slice(&v.value).unwrap_or_else(|_| s.clock.now()),
+            at: serde_json::from_slice(&v.value).unwrap_or_else(|_| s.ctx.clock.now()),
             revision: v.revision,
         },
-        None => Watermark { at: s.clock.now(), revision: 0 },
+        None => Watermark { at: s.ctx.clock.now(), revision: 0 },
     })
 }
 
@@ -166,7 +166,7 @@ async fn write_watermark(s: &Shard, w: &mut Watermark, at: DateTime<Utc>) -> Res
     }
     let key = lease_keys::watermark(s.n);
     let body = serde_json::to_vec(&at).unwrap_or_default().into();
-    w.revision = s.store.leases.update(&key, body, w.revision, None).await?;
+    w.revision = s.ctx.store.leases.update(&key, body, w.revision, None).await?;
     w.at = at;
     Ok(())
 }

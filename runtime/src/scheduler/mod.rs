@@ -76,16 +76,23 @@ impl Default for SchedulerConfig {
     }
 }
 
-pub struct Scheduler {
+/// What a scheduler and each of its shard tasks share.
+#[derive(Clone)]
+pub struct SchedulerCtx {
     pub store: Store,
     pub catalog: Catalog,
-    pub events: mpsc::UnboundedReceiver<CatalogEvent>,
     pub config: SchedulerConfig,
     pub clock: SharedClock,
     /// Who we are in lease values: `<host>/<instance>`.
     pub holder: String,
     /// The deployment's shard count (see `shard_count`).
     pub shards: u32,
+}
+
+pub struct Scheduler {
+    pub ctx: SchedulerCtx,
+    /// Catalog changes, routed to the shard tasks.
+    pub events: mpsc::UnboundedReceiver<CatalogEvent>,
 }
 
 /// A shard task of ours: standing by for the lease or leading.
@@ -101,17 +108,17 @@ impl Scheduler {
     pub async fn run(mut self, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = self.catalog.wait_loaded() => {}
+            _ = self.ctx.catalog.wait_loaded() => {}
         }
         let presence_stop = CancellationToken::new();
-        let presence = tokio::spawn(members::publish(self.store.clone(), self.holder.clone(), self.config.lease_ttl, presence_stop.clone()));
+        let presence = tokio::spawn(members::publish(self.ctx.store.clone(), self.ctx.holder.clone(), self.ctx.config.lease_ttl, presence_stop.clone()));
         let (members_tx, mut members) = watch::channel(Vec::new());
-        tokio::spawn(members::follow(self.store.clone(), members_tx, cancel.clone()));
+        tokio::spawn(members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
         let (state_tx, mut state) = mpsc::unbounded_channel();
-        let mut reaper = reaper::Reaper::new(self.store.clone(), self.catalog.clone(), self.clock.clone(), self.shards);
+        let mut reaper = reaper::Reaper::new(self.ctx.store.clone(), self.ctx.catalog.clone(), self.ctx.clock.clone(), self.ctx.shards);
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
-        info!(holder = %self.holder, shards = self.shards, "scheduler started");
+        info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -124,7 +131,7 @@ impl Scheduler {
                     stopping.extend(self.rebalance(&list, &mut running, &state_tx));
                 }
                 Some(ev) = self.events.recv() => {
-                    if let Some(task) = running.get(&shard_of(&ev.name, self.shards)) {
+                    if let Some(task) = running.get(&shard_of(&ev.name, self.ctx.shards)) {
                         let _ = task.events.send(ev);
                     }
                 }
@@ -153,8 +160,8 @@ impl Scheduler {
         running: &mut HashMap<u32, Running>,
         state: &mpsc::UnboundedSender<(u32, bool)>,
     ) -> Vec<JoinHandle<()>> {
-        let owners = shards::assign(members, self.shards);
-        let ours = |shard: u32| owners.get(shard as usize).is_some_and(|&i| members[i] == self.holder);
+        let owners = shards::assign(members, self.ctx.shards);
+        let ours = |shard: u32| owners.get(shard as usize).is_some_and(|&i| members[i] == self.ctx.holder);
         let moved: Vec<u32> = running.keys().copied().filter(|&s| !ours(s)).collect();
         let stopping = moved
             .into_iter()
@@ -164,21 +171,11 @@ impl Scheduler {
                 task.handle
             })
             .collect();
-        let missing: Vec<u32> = (0..self.shards).filter(|&s| ours(s) && !running.contains_key(&s)).collect();
+        let missing: Vec<u32> = (0..self.ctx.shards).filter(|&s| ours(s) && !running.contains_key(&s)).collect();
         for n in missing {
             let (events_tx, events) = mpsc::unbounded_channel();
             let cancel = CancellationToken::new();
-            let task = shard::Shard {
-                n,
-                shards: self.shards,
-                store: self.store.clone(),
-                catalog: self.catalog.clone(),
-                events,
-                config: self.config.clone(),
-                clock: self.clock.clone(),
-                holder: self.holder.clone(),
-                state: state.clone(),
-            };
+            let task = shard::Shard { n, ctx: self.ctx.clone(), events, state: state.clone() };
             let handle = tokio::spawn(task.run(cancel.clone()));
             running.insert(n, Running { cancel, events: events_tx, handle });
         }

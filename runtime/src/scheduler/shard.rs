@@ -7,23 +7,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::SchedulerConfig;
-use crate::catalog::{Catalog, CatalogEvent};
-use crate::clock::SharedClock;
+use super::SchedulerCtx;
+use crate::catalog::CatalogEvent;
 use crate::names::lease_keys;
-use crate::store::Store;
 use crate::store::lease::Lease;
 
 pub(super) struct Shard {
     pub n: u32,
-    pub shards: u32,
-    pub store: Store,
-    pub catalog: Catalog,
+    pub ctx: SchedulerCtx,
     /// Catalog changes of this shard's jobs.
     pub events: mpsc::UnboundedReceiver<CatalogEvent>,
-    pub config: SchedulerConfig,
-    pub clock: SharedClock,
-    pub holder: String,
     /// Tells the scheduler when we start (true) and stop (false) leading.
     pub state: mpsc::UnboundedSender<(u32, bool)>,
 }
@@ -39,7 +32,7 @@ impl Shard {
                     _ = cancel.cancelled() => return,
                     lease = self.acquire(&key) => lease,
                 };
-                info!(holder = %self.holder, "shard lease acquired");
+                info!(holder = %self.ctx.holder, "shard lease acquired");
                 let _ = self.state.send((self.n, true));
                 let led = super::leader::lead(&mut self, lease, &cancel).await;
                 let _ = self.state.send((self.n, false));
@@ -59,14 +52,14 @@ impl Shard {
     async fn acquire(&mut self, key: &str) -> Lease {
         let mut lease_watch = None;
         loop {
-            match Lease::try_acquire(&self.store.leases, key, &self.holder, self.config.lease_ttl).await {
+            match Lease::try_acquire(&self.ctx.store.leases, key, &self.ctx.holder, self.ctx.config.lease_ttl).await {
                 Ok(Some(lease)) => return lease,
                 Ok(None) => {}
                 Err(e) => warn!("shard lease: {e}"),
             }
             // Watched only once taken by someone else: most leases are free at start.
             if lease_watch.is_none() {
-                lease_watch = self.store.leases.watch(key).await.ok();
+                lease_watch = self.ctx.store.leases.watch(key).await.ok();
             }
             let retry = tokio::time::sleep(Duration::from_secs(1));
             tokio::pin!(retry);
