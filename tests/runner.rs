@@ -178,3 +178,32 @@ async fn a_jobs_pool_picks_the_runners_that_may_take_it() {
     assert_eq!(hosts["report"], ["plain-host".to_string()].into());
     assert_eq!(hosts["pinned"], ["gpu-host".to_string()].into());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runners_take_runs_only_into_free_slots() {
+    let nats = Nats::start().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    let narrow = nats.runner_with("narrow", "slots = 1");
+    let wide = nats.runner_with("wide", "slots = 8");
+    for agent in [&scheduler, &narrow, &wide] {
+        ready(agent).await;
+    }
+    nats.ok(&["add", "work", "--schedule", "@yearly", "--overlap", "allow", "--", "sleep 1"]);
+    let keys: Vec<String> = (0..6).map(|_| nats.trigger("work")).collect();
+    let mut runs = Vec::new();
+    for key in &keys {
+        runs.push(run_status(&nats, key).await);
+    }
+    assert!(runs.iter().all(|r| r.status == Status::Succeeded), "{runs:?}");
+    // The narrow runner never held two runs at once; the wide one took the rest.
+    let on = |host: &str| runs.iter().filter(|r| r.host.as_deref() == Some(host)).collect::<Vec<_>>();
+    let narrow_runs = on("narrow");
+    for (i, a) in narrow_runs.iter().enumerate() {
+        for b in &narrow_runs[i + 1..] {
+            let apart = a.finished_at.unwrap() <= b.started_at.unwrap() || b.finished_at.unwrap() <= a.started_at.unwrap();
+            assert!(apart, "narrow ran {} and {} at once", a.run_id, b.run_id);
+        }
+    }
+    println!("six one-second runs: {} on the 1-slot runner, {} on the 8-slot runner", narrow_runs.len(), on("wide").len());
+    assert!(on("wide").len() > narrow_runs.len(), "the runner with free slots takes more");
+}

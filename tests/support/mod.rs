@@ -89,8 +89,13 @@ impl Nats {
 
     /// A runner taking runs from `pools` (and its own name's pool).
     pub fn runner_in_pools(&self, name: &str, pools: &[&str]) -> Agent {
-        let pools = format!("[runner]\npools = {pools:?}\n");
-        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &pools)))
+        self.runner_with(name, &format!("pools = {pools:?}"))
+    }
+
+    /// A runner with `lines` added to its `[runner]` settings.
+    pub fn runner_with(&self, name: &str, lines: &str) -> Agent {
+        let runner = format!("[runner]\n{lines}\n");
+        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &runner)))
     }
 
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
