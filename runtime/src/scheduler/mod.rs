@@ -114,8 +114,10 @@ impl Scheduler {
         let presence = tokio::spawn(members::publish(self.ctx.store.clone(), self.ctx.holder.clone(), self.ctx.config.lease_ttl, presence_stop.clone()));
         let (members_tx, mut members) = watch::channel(Vec::new());
         tokio::spawn(members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
-        let (state_tx, mut state) = mpsc::unbounded_channel();
-        let mut reaper = reaper::Reaper::new(self.ctx.store.clone(), self.ctx.catalog.clone(), self.ctx.clock.clone(), self.ctx.shards);
+        // The reaper has a task of its own, so that catalog events (a million at start)
+        // do not interrupt its watch.
+        let (state_tx, state) = mpsc::unbounded_channel();
+        tokio::spawn(reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
@@ -135,8 +137,6 @@ impl Scheduler {
                         let _ = task.events.send(ev);
                     }
                 }
-                Some((shard, leading)) = state.recv() => reaper.set_leading(shard, leading),
-                () = reaper.step() => {}
             }
         }
         // Leave first, so the others start taking our shards as we release them.

@@ -12,9 +12,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::shard_of;
+use super::{SchedulerCtx, shard_of};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::dispatch::retry;
@@ -24,6 +26,7 @@ use crate::record::{Status, parse_run_key};
 use crate::store::kv::Watch;
 use crate::store::{LEASE_MARKER_TTL, Store};
 
+/// Every scheduler runs one, beside its shard tasks.
 pub(super) struct Reaper {
     store: Store,
     catalog: Catalog,
@@ -36,12 +39,37 @@ pub(super) struct Reaper {
 }
 
 impl Reaper {
-    pub fn new(store: Store, catalog: Catalog, clock: SharedClock, shards: u32) -> Self {
-        Self { store, catalog, clock, shards, watch: None, leading: HashSet::new(), pending: HashMap::new() }
+    /// Follows run leases until `cancel`; `leading` says which of our shards lead.
+    pub async fn run(ctx: SchedulerCtx, mut leading: mpsc::UnboundedReceiver<(u32, bool)>, cancel: CancellationToken) {
+        let mut reaper = Self {
+            store: ctx.store,
+            catalog: ctx.catalog,
+            clock: ctx.clock,
+            shards: ctx.shards,
+            watch: None,
+            leading: HashSet::new(),
+            pending: HashMap::new(),
+        };
+        loop {
+            // Opened with nothing else to interrupt it: a dropped open would leave a
+            // consumer behind on the server.
+            if reaper.watch.is_none() {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    () = reaper.open() => {}
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                Some((shard, now_leading)) = leading.recv() => reaper.set_leading(shard, now_leading),
+                () = reaper.next_change() => {}
+            }
+        }
     }
 
     /// A shard of ours started or stopped leading; expiries kept for it are handled now.
-    pub fn set_leading(&mut self, shard: u32, leading: bool) {
+    fn set_leading(&mut self, shard: u32, leading: bool) {
         if !leading {
             self.leading.remove(&shard);
             return;
@@ -54,18 +82,19 @@ impl Reaper {
         }
     }
 
-    /// Waits for the next run lease change and handles it. Cancel-safe.
-    pub async fn step(&mut self) {
-        let Some(watch) = self.watch.as_mut() else {
-            match self.store.leases.watch("run.>").await {
-                Ok(w) => self.watch = Some(w),
-                Err(e) => {
-                    warn!("watching run leases: {e}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+    async fn open(&mut self) {
+        match self.store.leases.watch("run.>").await {
+            Ok(w) => self.watch = Some(w),
+            Err(e) => {
+                warn!("watching run leases: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            return;
-        };
+        }
+    }
+
+    /// Waits for the next run lease change and handles it. Cancel-safe.
+    async fn next_change(&mut self) {
+        let Some(watch) = self.watch.as_mut() else { return };
         match watch.next().await {
             Some(Ok(change)) if change.expired => self.expired(change.key),
             Some(Ok(_)) => {}
