@@ -164,3 +164,23 @@ async fn a_lease_that_is_not_renewed_expires_on_the_server() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_into_a_closed_pipe_ends_quietly() {
+    let nats = Nats::start().await;
+    nats.ok(&["add", "tick", "--schedule", "@hourly", "--", "true"]);
+    for args in [&["ls"][..], &["get", "tick"], &["status", "--output", "json"]] {
+        // `cronrun ls | head -0`: the reader is gone before the first write.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cronrun"))
+            .args(args)
+            .env("CRONRUN_NATS", &nats.url)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

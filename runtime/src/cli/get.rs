@@ -21,7 +21,7 @@ pub async fn run(ctx: &Ctx, a: GetArgs) -> Result<()> {
         Err(e) => {
             let raw = store.jobs.get(&a.name).await?.map(|v| String::from_utf8_lossy(&v.value).into_owned());
             if let Some(raw) = raw {
-                println!("{raw}");
+                super::out(&raw)?;
             }
             bail!("job {:?} (revision {}) is stored but invalid, so it never runs: {e}; fix it with `cronrun apply`", a.name, job.revision)
         }

@@ -62,8 +62,8 @@ pub async fn run(ctx: &Ctx, a: LogsArgs) -> Result<()> {
         let line = String::from_utf8_lossy(&message.payload);
         if headers.and_then(|h| h.get(STREAM_HEADER)).is_some() {
             eprintln!("{line}");
-        } else {
-            println!("{line}");
+        } else if !super::out(&line)? {
+            return Ok(());
         }
         pending = message.info().map(|i| i.pending).unwrap_or(0);
         if pending == 0 && !a.follow {

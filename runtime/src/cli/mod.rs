@@ -132,14 +132,26 @@ impl Ctx {
     /// Prints `value` as JSON, or `text()` as text.
     pub fn print<T: Serialize>(&self, value: &T, text: impl FnOnce() -> String) -> Result<()> {
         if self.json() {
-            println!("{}", serde_json::to_string_pretty(value)?);
+            out(&serde_json::to_string_pretty(value)?)?;
         } else {
             let t = text();
             if !t.is_empty() {
-                println!("{}", t.trim_end());
+                out(t.trim_end())?;
             }
         }
         Ok(())
+    }
+}
+
+/// Writes `text` and a newline to stdout. False once nobody reads it any more (`| head`
+/// has what it wanted): the command should end quietly, not panic as `println!` does.
+pub fn out(text: &str) -> Result<bool> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
     }
 }
 

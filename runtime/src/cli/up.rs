@@ -70,13 +70,12 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
     if !a.no_examples {
         add_examples(&client, &config).await?;
     }
-    println!(
+    // The agent runs on whether or not anyone reads the banner.
+    let _ = super::out(&format!(
         "cronrun is up: NATS at {}. Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, \
          `nats --server {} kv ls {}_jobs`. Ctrl-C stops.",
-        config.nats,
-        config.nats,
-        config.namespace
-    );
+        config.nats, config.nats, config.namespace
+    ));
     let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
     if let Some(server) = server {
         server.stop().await;
