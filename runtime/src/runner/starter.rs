@@ -17,7 +17,6 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nix::sys::signal::{Signal, kill};
@@ -157,18 +156,11 @@ fn release_thread(groups: &Groups, clock: &SharedClock, instants: &mpsc::Receive
             Ok(at) => {
                 pending.insert(at);
             }
+            // Everything due now; anything not quite due yet is waited for again above.
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                // `recv_timeout` may wake a little early: release only what is due.
-                while let Some(&at) = pending.first() {
-                    let early = (at - clock.now()).to_std().unwrap_or_default();
-                    if early > Duration::ZERO {
-                        std::thread::sleep(early);
-                    }
+                while let Some(at) = pending.first().copied().filter(|&at| at <= clock.now()) {
                     pending.pop_first();
                     release(groups, clock, at);
-                    if pending.first().is_some_and(|&next| next > clock.now()) {
-                        break;
-                    }
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
