@@ -106,9 +106,7 @@ impl Nats {
 
     /// As `agent`, with the runner heartbeat given (its runs' leases live three of them).
     pub fn agent_with_heartbeat(&self, name: &str, top_level: &str, heartbeat: &str) -> Agent {
-        let config = self.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&config, format!("{top_level}\n{}", test_config_with_heartbeat(name, heartbeat))).unwrap();
-        Agent::spawn(&self.url, &config, self.dir.path(), name)
+        self.agent_with_config(name, &format!("{top_level}\n{}", test_config_with_heartbeat(name, heartbeat)))
     }
 
     /// Kills nats-server with SIGKILL and waits until it is gone; its store stays.
