@@ -32,10 +32,8 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
         .filter_map(|(k, v)| Some((k.strip_prefix("shard.")?.parse().ok()?, serde_json::from_slice(&v.value).ok()?)))
         .collect();
     shards.sort_by_key(|(n, _)| *n);
-    let count = match store.leases.get(crate::scheduler::SHARDS_KEY).await? {
-        Some(v) => String::from_utf8_lossy(&v.value).trim().parse().unwrap_or(0),
-        None => 0u32,
-    };
+    let stored = store.leases.get(crate::scheduler::SHARDS_KEY).await?;
+    let count = stored.and_then(|v| crate::scheduler::parse_count(&String::from_utf8_lossy(&v.value))).unwrap_or(0);
     let value = json!({
         "runners": runners,
         "schedulers": schedulers,

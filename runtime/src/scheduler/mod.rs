@@ -39,7 +39,7 @@ use crate::clock::SharedClock;
 use crate::store::Store;
 
 pub use queue::{Due, FireQueue};
-pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, shard_count, shard_of};
+pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, shard_count, shard_of};
 
 /// Scheduler settings (`[scheduler]` in `cronrun.toml`).
 #[derive(Debug, Clone, Deserialize)]

@@ -78,7 +78,7 @@ pub async fn shard_count(store: &Store, configured: Option<u32>) -> Result<u32, 
         Err(e) => return Err(e),
     };
     let text = stored.map(|v| String::from_utf8_lossy(&v.value).into_owned()).unwrap_or_default();
-    let count: u32 = text.trim().parse().ok().filter(|n| (1..=MAX_SHARDS).contains(n)).ok_or_else(|| {
+    let count = parse_count(&text).ok_or_else(|| {
         Error::invalid(
             "scheduler.shards",
             format!("key {SHARDS_KEY:?} in the leases bucket holds {text:?}, not a shard count: put the deployment's count back (`nats kv put <ns>_leases shards 64`)"),
@@ -91,6 +91,11 @@ pub async fn shard_count(store: &Store, configured: Option<u32>) -> Result<u32, 
         )),
         _ => Ok(count),
     }
+}
+
+/// The count stored under `SHARDS_KEY`, if it is one.
+pub fn parse_count(stored: &str) -> Option<u32> {
+    stored.trim().parse().ok().filter(|n| (1..=MAX_SHARDS).contains(n))
 }
 
 /// The most shards a deployment may have.
