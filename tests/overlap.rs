@@ -99,9 +99,12 @@ async fn a_lock_shared_by_two_jobs_on_two_agents_excludes() {
     let b = nats.agent("b", "");
     ready(&a).await;
     ready(&b).await;
+    // Not left to a race for the lock, which one job may keep winning: left runs at
+    // seconds 0, 4, 8, .. for 1.5 s, so right (at odd seconds, 0.3 s) finds the lock
+    // held at second 1 and free at second 3, and left finds it free again at 4.
     let file = [
-        job("left", "* * * * * *", "sleep 1.2", "lock = \"shared\"\noverlap = \"allow\""),
-        job("right", "* * * * * *", "sleep 1.2", "lock = \"shared\"\noverlap = \"allow\""),
+        job("left", "0-59/4 * * * * *", "sleep 1.5", "lock = \"shared\"\noverlap = \"allow\""),
+        job("right", "1-59/2 * * * * *", "sleep 0.3", "lock = \"shared\"\noverlap = \"allow\""),
     ]
     .concat();
     apply(&nats, &file);
