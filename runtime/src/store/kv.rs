@@ -99,7 +99,7 @@ impl Bucket {
             .await;
         match ack {
             Ok(ack) => Ok(ack.sequence),
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            Err(e) if is_wrong_last_sequence(&e) => {
                 Err(Error::conflict(format!("{key} changed since revision {}", expect.unwrap_or(0))))
             }
             Err(e) => Err(Error::nats(&format!("writing {key}"), e)),
@@ -232,5 +232,36 @@ impl Watch {
             caught_up: pending == 0,
             expired,
         }))
+    }
+}
+
+/// A lost compare-and-set. A clustered stream also answers one that raced another write
+/// to the same key still being replicated with code 10164 ("wrong last sequence", no
+/// number), which async-nats does not map to `WrongLastSequence`: seen as two agents
+/// starting at once on a 3-node cluster both creating the same key, and the loser failing.
+fn is_wrong_last_sequence(e: &async_nats::jetstream::context::PublishError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    e.kind() == PublishErrorKind::WrongLastSequence
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+            .is_some_and(|j| j.error_code() == ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT)
+}
+
+#[cfg(test)]
+mod tests {
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+
+    fn answer(err_code: u64) -> PublishError {
+        let json = format!(r#"{{"code":400,"err_code":{err_code},"description":"wrong last sequence"}}"#);
+        let error: async_nats::jetstream::Error = serde_json::from_str(&json).unwrap();
+        PublishError::with_source(PublishErrorKind::Other, error)
+    }
+
+    #[test]
+    fn both_wrong_last_sequence_answers_are_lost_races() {
+        assert!(super::is_wrong_last_sequence(&PublishError::new(PublishErrorKind::WrongLastSequence)));
+        assert!(super::is_wrong_last_sequence(&answer(10164)));
+        assert!(!super::is_wrong_last_sequence(&answer(10077)));
+        assert!(!super::is_wrong_last_sequence(&PublishError::new(PublishErrorKind::TimedOut)));
     }
 }
