@@ -54,7 +54,8 @@ async fn fires_missed_while_no_scheduler_ran_follow_each_jobs_catchup() {
         async move {
             eventually(Duration::from_secs(20), &format!("{name} to settle after the outage"), || async {
                 let runs = runs(&store, name).await;
-                let resumed_ok = runs.iter().any(|r| r.scheduled_at.is_some_and(|t| t > resumed) && r.status == Status::Succeeded);
+                let resumed_ok =
+                    runs.iter().any(|r| r.scheduled_at.is_some_and(|t| t > resumed) && r.status == Status::Succeeded);
                 (resumed_ok && runs.iter().filter(in_gap).all(|r| r.status.is_final())).then_some(runs)
             })
             .await
@@ -66,7 +67,10 @@ async fn fires_missed_while_no_scheduler_ran_follow_each_jobs_catchup() {
     assert!(gap.len() >= gap_seconds - 1, "every missed fire is recorded: {} of ~{gap_seconds}", gap.len());
     for r in &gap {
         assert_eq!(r.status, Status::Skipped, "{r:?}");
-        assert!(r.error.as_deref().unwrap().contains("missed: found") && r.error.as_deref().unwrap().contains("catchup none"));
+        assert!(
+            r.error.as_deref().unwrap().contains("missed: found")
+                && r.error.as_deref().unwrap().contains("catchup none")
+        );
     }
     assert!(nats.ok(&["runs", "none"]).contains("missed: found"));
     assert!(events(&store, "none", "missed").await.len() >= gap.len());

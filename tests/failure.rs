@@ -114,7 +114,11 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     println!("runner {host} killed; attempt 2 running on {:?} after {} ms", second.host, took.as_millis());
     assert_ne!(second.host.as_deref(), Some(host.as_str()));
     assert!(took < Duration::from_secs(3 + 1 + 2 + 2), "lost and retried in {took:?}");
-    assert!(second.error.as_deref().unwrap().contains(&format!("attempt 1 lost: runner {host} stopped renewing")), "{:?}", second.error);
+    assert!(
+        second.error.as_deref().unwrap().contains(&format!("attempt 1 lost: runner {host} stopped renewing")),
+        "{:?}",
+        second.error
+    );
     let lost = events(&nats.store().await, "long", "lost").await;
     assert_eq!(lost.len(), 1, "{lost:?}");
 }
@@ -149,7 +153,12 @@ async fn sigterm_drains_running_jobs_and_hands_the_shards_over_at_once() {
     .await;
     kill(Pid::from_raw(first.pid()), Signal::SIGTERM).unwrap();
     let signalled = std::time::Instant::now();
-    eventually(Duration::from_secs(3), "second to lead every shard once first released its leases", held_by("second", all)).await;
+    eventually(
+        Duration::from_secs(3),
+        "second to lead every shard once first released its leases",
+        held_by("second", all),
+    )
+    .await;
     println!("{} shard leases handed over {} ms after SIGTERM (TTL 2000 ms)", all / 2, signalled.elapsed().as_millis());
     assert!(signalled.elapsed() < Duration::from_millis(1500), "the leases were released, not left to expire");
     let done = eventually(Duration::from_secs(10), "the running job to finish", || async {

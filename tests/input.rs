@@ -44,7 +44,11 @@ async fn a_bad_jobs_file_writes_nothing() {
     let path = nats.dir.path().join("jobs.toml");
     let good = "[[job]]\nname = \"good\"\nschedule = \"@daily\"\nshell = \"true\"\n";
     let files = [
-        (format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"@daily\"\nshell = \"true\"\ncolour = \"red\"\n"), "jobs.toml:10", "colour"),
+        (
+            format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"@daily\"\nshell = \"true\"\ncolour = \"red\"\n"),
+            "jobs.toml:10",
+            "colour",
+        ),
         (format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"@hourly\"\n"), "job 2", "shell"),
         (format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"1-2-3 * * * *\"\nshell = \"x\"\n"), "job 2", "minute"),
         (format!("{good}{good}"), "jobs.toml", "appears twice"),

@@ -33,10 +33,7 @@ async fn finished_runs(nats: &Nats, jobs: &[&str], count: usize) -> Vec<RunRecor
 
 /// Intervals of runs that started, in start order.
 fn intervals(runs: &[RunRecord]) -> Vec<(DateTime<Utc>, DateTime<Utc>, String)> {
-    let mut v: Vec<_> = runs
-        .iter()
-        .filter_map(|r| Some((r.started_at?, r.finished_at?, r.key())))
-        .collect();
+    let mut v: Vec<_> = runs.iter().filter_map(|r| Some((r.started_at?, r.finished_at?, r.key()))).collect();
     v.sort();
     v
 }
@@ -110,8 +107,10 @@ async fn a_lock_shared_by_two_jobs_on_two_agents_excludes() {
     apply(&nats, &file);
     let all = finished_runs(&nats, &["left", "right"], 6).await;
     assert_never_overlapping(&all);
-    let hosts: std::collections::HashSet<_> = all.iter().filter(|r| r.started_at.is_some()).filter_map(|r| r.host.clone()).collect();
-    let jobs: std::collections::HashSet<_> = all.iter().filter(|r| r.started_at.is_some()).map(|r| r.job.clone()).collect();
+    let hosts: std::collections::HashSet<_> =
+        all.iter().filter(|r| r.started_at.is_some()).filter_map(|r| r.host.clone()).collect();
+    let jobs: std::collections::HashSet<_> =
+        all.iter().filter(|r| r.started_at.is_some()).map(|r| r.job.clone()).collect();
     println!("lock held in turn by jobs {jobs:?} on hosts {hosts:?}");
     assert_eq!(jobs.len(), 2, "both jobs got the lock at some point");
     assert!(!skipped_with(&all, "lock shared is held by run").is_empty());

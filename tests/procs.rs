@@ -22,4 +22,3 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     }
     out
 }
-

@@ -103,7 +103,14 @@ async fn logs_show_output_and_follow_ends_with_the_run() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
-    nats.ok(&["add", "talk", "--schedule", "@yearly", "--", "for i in 1 2 3; do echo line $i; sleep 0.3; done; echo oops >&2; exit 3"]);
+    nats.ok(&[
+        "add",
+        "talk",
+        "--schedule",
+        "@yearly",
+        "--",
+        "for i in 1 2 3; do echo line $i; sleep 0.3; done; echo oops >&2; exit 3",
+    ]);
     let key = nats.trigger("talk");
     // Follows from the start of the run and returns on its own when the run ends.
     let out = nats.cli(&["logs", &key, "-f"]);
@@ -200,10 +207,15 @@ async fn runners_take_runs_only_into_free_slots() {
     let narrow_runs = on("narrow");
     for (i, a) in narrow_runs.iter().enumerate() {
         for b in &narrow_runs[i + 1..] {
-            let apart = a.finished_at.unwrap() <= b.started_at.unwrap() || b.finished_at.unwrap() <= a.started_at.unwrap();
+            let apart =
+                a.finished_at.unwrap() <= b.started_at.unwrap() || b.finished_at.unwrap() <= a.started_at.unwrap();
             assert!(apart, "narrow ran {} and {} at once", a.run_id, b.run_id);
         }
     }
-    println!("six one-second runs: {} on the 1-slot runner, {} on the 8-slot runner", narrow_runs.len(), on("wide").len());
+    println!(
+        "six one-second runs: {} on the 1-slot runner, {} on the 8-slot runner",
+        narrow_runs.len(),
+        on("wide").len()
+    );
     assert!(on("wide").len() > narrow_runs.len(), "the runner with free slots takes more");
 }

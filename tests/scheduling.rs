@@ -41,10 +41,7 @@ async fn two_agents_run_every_second_exactly_once() {
 async fn scheduler_failover_loses_and_doubles_nothing() {
     let nats = Nats::start().await;
     // Two schedulers and a separate runner: the test kills the lease holder only.
-    let mut schedulers = [
-        nats.agent("s1", "roles = [\"scheduler\"]"),
-        nats.agent("s2", "roles = [\"scheduler\"]"),
-    ];
+    let mut schedulers = [nats.agent("s1", "roles = [\"scheduler\"]"), nats.agent("s2", "roles = [\"scheduler\"]")];
     let runner = nats.agent("r", "roles = [\"runner\"]");
     for agent in schedulers.iter().chain([&runner]) {
         ready(agent).await;

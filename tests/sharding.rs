@@ -28,7 +28,11 @@ fn every_second_jobs() -> String {
 
 /// Waits until every shard is held and the holders' loads are `want` (sorted, largest
 /// first); returns how long that took and who holds how many.
-async fn wait_for_spread(store: &cronrun::store::Store, want: &[usize], what: &str) -> (Duration, BTreeMap<String, usize>) {
+async fn wait_for_spread(
+    store: &cronrun::store::Store,
+    want: &[usize],
+    what: &str,
+) -> (Duration, BTreeMap<String, usize>) {
     let start = Instant::now();
     let counts = eventually(Duration::from_secs(20), what, || async {
         let counts = shard_counts(store).await?;
@@ -48,11 +52,13 @@ async fn wait_for_spread(store: &cronrun::store::Store, want: &[usize], what: &s
 async fn shards_follow_schedulers_joining_and_leaving_and_no_fire_is_lost_or_doubled() {
     let nats = Nats::start().await;
     let store = nats.store().await;
-    let shards: BTreeSet<u32> = (0..JOBS).map(|i| cronrun::scheduler::shard_of(&format!("tick-{i}"), TEST_SHARDS)).collect();
+    let shards: BTreeSet<u32> =
+        (0..JOBS).map(|i| cronrun::scheduler::shard_of(&format!("tick-{i}"), TEST_SHARDS)).collect();
     assert!(shards.len() >= 5, "the jobs cover only shards {shards:?}");
 
     let runner = nats.agent("r", "roles = [\"runner\"]");
-    let mut schedulers: Vec<Agent> = ["s1", "s2", "s3"].iter().map(|n| nats.agent(n, "roles = [\"scheduler\"]")).collect();
+    let mut schedulers: Vec<Agent> =
+        ["s1", "s2", "s3"].iter().map(|n| nats.agent(n, "roles = [\"scheduler\"]")).collect();
     for agent in schedulers.iter().chain([&runner]) {
         ready(agent).await;
     }
@@ -88,7 +94,8 @@ async fn shards_follow_schedulers_joining_and_leaving_and_no_fire_is_lost_or_dou
 
     let status: serde_json::Value = serde_json::from_str(&nats.ok(&["status", "--output", "json"])).unwrap();
     assert_eq!(status["shards"]["count"], TEST_SHARDS);
-    let members: BTreeSet<&str> = status["schedulers"].as_array().unwrap().iter().map(|m| m["holder"].as_str().unwrap()).collect();
+    let members: BTreeSet<&str> =
+        status["schedulers"].as_array().unwrap().iter().map(|m| m["holder"].as_str().unwrap()).collect();
     assert_eq!(members.len(), 2, "{status}");
     assert!(members.iter().all(|m| m.starts_with("s2/") || m.starts_with("s3/")), "{members:?}");
 }

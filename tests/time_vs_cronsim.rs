@@ -20,14 +20,8 @@ use chrono::{DateTime, Offset, SecondsFormat, TimeZone, Utc};
 use cronrun::schedule::{Schedule, Tz, parse_timezone};
 use serde_json::{Value, json};
 
-const ZONES: [&str; 6] = [
-    "Europe/Berlin",
-    "America/New_York",
-    "Australia/Lord_Howe",
-    "Pacific/Chatham",
-    "Asia/Kolkata",
-    "UTC",
-];
+const ZONES: [&str; 6] =
+    ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "Asia/Kolkata", "UTC"];
 const FIRES: usize = 8;
 const STARTS_PER_ZONE: usize = 2;
 
@@ -57,20 +51,14 @@ impl Rng {
 }
 
 const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
-const MONTH_NAMES: [&str; 12] = [
-    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-];
+const MONTH_NAMES: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
 
 /// Upper, lower or mixed case, as users write names.
 fn cased(rng: &mut Rng, s: &str) -> String {
     match rng.below(3) {
         0 => s.to_string(),
         1 => s.to_lowercase(),
-        _ => s
-            .chars()
-            .enumerate()
-            .map(|(i, c)| if i == 0 { c } else { c.to_ascii_lowercase() })
-            .collect(),
+        _ => s.chars().enumerate().map(|(i, c)| if i == 0 { c } else { c.to_ascii_lowercase() }).collect(),
     }
 }
 
@@ -91,11 +79,7 @@ fn numeric(rng: &mut Rng, lo: u32, hi: u32) -> String {
 fn gen_second(rng: &mut Rng) -> String {
     match rng.below(4) {
         0 => numeric(rng, 0, 59),
-        _ => rng
-            .pick(&[
-                "0", "30", "*/15", "*/20", "10,40", "0-10/5", "5/20", "45", "*/30", "*",
-            ])
-            .into(),
+        _ => rng.pick(&["0", "30", "*/15", "*/20", "10,40", "0-10/5", "5/20", "45", "*/30", "*"]).into(),
     }
 }
 
@@ -104,8 +88,8 @@ fn gen_minute(rng: &mut Rng) -> String {
         0..=2 => numeric(rng, 0, 59),
         _ => rng
             .pick(&[
-                "0", "30", "15", "45", "0/30", "*/15", "*/10", "*/7", "*", "5,35", "0-30/10",
-                "0,30", "15,45", "59", "*/30",
+                "0", "30", "15", "45", "0/30", "*/15", "*/10", "*/7", "*", "5,35", "0-30/10", "0,30", "15,45", "59",
+                "*/30",
             ])
             .into(),
     }
@@ -116,8 +100,8 @@ fn gen_hour(rng: &mut Rng) -> String {
         0 | 1 => numeric(rng, 0, 23),
         _ => rng
             .pick(&[
-                "2", "1", "3", "0", "2", "1", "3", "23", "*/2", "*/3", "*/5", "*", "1-3", "1,2,3",
-                "2-4/2", "0/6", "12", "1-2", "2,3", "4", "*/4",
+                "2", "1", "3", "0", "2", "1", "3", "23", "*/2", "*/3", "*/5", "*", "1-3", "1,2,3", "2-4/2", "0/6",
+                "12", "1-2", "2,3", "4", "*/4",
             ])
             .into(),
     }
@@ -131,8 +115,7 @@ fn gen_dom(rng: &mut Rng) -> String {
         25 => format!("{}W", rng.range(1, 31)), // cronrun only
         _ => rng
             .pick(&[
-                "1", "15", "L", "LW", "1-15", "*/2", "1,15", "31", "30", "29", "5/7", "10-20/3",
-                "L,15", "28-31", "lw",
+                "1", "15", "L", "LW", "1-15", "*/2", "1,15", "31", "30", "29", "5/7", "10-20/3", "L,15", "28-31", "lw",
             ])
             .into(),
     }
@@ -145,11 +128,7 @@ fn gen_month(rng: &mut Rng) -> String {
         12 => {
             let a = rng.below(12) as usize;
             let b = a + rng.below((12 - a) as u64) as usize;
-            format!(
-                "{}-{}",
-                cased(rng, MONTH_NAMES[a]),
-                cased(rng, MONTH_NAMES[b])
-            )
+            format!("{}-{}", cased(rng, MONTH_NAMES[a]), cased(rng, MONTH_NAMES[b]))
         }
         13 => {
             let m = MONTH_NAMES[rng.below(12) as usize];
@@ -178,11 +157,7 @@ fn gen_month(rng: &mut Rng) -> String {
 fn gen_dow(rng: &mut Rng) -> String {
     let day = |rng: &mut Rng| -> String {
         let d = rng.below(8) as usize;
-        if rng.chance(50) {
-            d.to_string()
-        } else {
-            cased(rng, DAY_NAMES[d % 7])
-        }
+        if rng.chance(50) { d.to_string() } else { cased(rng, DAY_NAMES[d % 7]) }
     };
     match rng.below(40) {
         0..=19 => "*".into(),
@@ -198,8 +173,8 @@ fn gen_dow(rng: &mut Rng) -> String {
         }
         _ => {
             let s = rng.pick(&[
-                "MON-FRI", "5L", "SUN#1", "0", "7", "1-5", "SAT,SUN", "*/2", "FRI#2", "0L", "MON",
-                "6#5", "2#1,4#3", "1L", "mon-fri",
+                "MON-FRI", "5L", "SUN#1", "0", "7", "1-5", "SAT,SUN", "*/2", "FRI#2", "0L", "MON", "6#5", "2#1,4#3",
+                "1L", "mon-fri",
             ]);
             cased(rng, s)
         }
@@ -207,18 +182,10 @@ fn gen_dow(rng: &mut Rng) -> String {
 }
 
 /// Terms both should refuse, dropped into a random field now and then.
-const BAD: [&str; 14] = [
-    "*/0", "61", "5-1", "", "1,,2", "x", "-1", "1-", "24", "32", "13", "8", "MON#6", "1/2/3",
-];
+const BAD: [&str; 14] = ["*/0", "61", "5-1", "", "1,,2", "x", "-1", "1-", "24", "32", "13", "8", "MON#6", "1/2/3"];
 
 fn gen_expr(rng: &mut Rng) -> String {
-    let mut fields = [
-        gen_minute(rng),
-        gen_hour(rng),
-        gen_dom(rng),
-        gen_month(rng),
-        gen_dow(rng),
-    ];
+    let mut fields = [gen_minute(rng), gen_hour(rng), gen_dom(rng), gen_month(rng), gen_dow(rng)];
     if rng.chance(2) {
         let i = rng.below(5) as usize;
         fields[i] = rng.pick(&BAD).to_string();
@@ -227,28 +194,16 @@ fn gen_expr(rng: &mut Rng) -> String {
         }
     } else if rng.chance(1) {
         // day-of-month that no selected month has, both day fields ANDed
-        fields = [
-            "0".into(),
-            "0".into(),
-            "30,31".into(),
-            "2".into(),
-            "*".into(),
-        ];
+        fields = ["0".into(), "0".into(), "30,31".into(), "2".into(), "*".into()];
     }
     let five = fields.join(" ");
-    if rng.chance(70) {
-        five
-    } else {
-        format!("{} {five}", gen_second(rng))
-    }
+    if rng.chance(70) { five } else { format!("{} {five}", gen_second(rng)) }
 }
 
 /// UTC instants in 2024-2027 where the zone's UTC offset changes.
 fn transitions(tz: Tz) -> Vec<i64> {
     let off = |t: i64| -> i32 {
-        let at = DateTime::from_timestamp(t, 0)
-            .map(|d| d.naive_utc())
-            .unwrap_or_default();
+        let at = DateTime::from_timestamp(t, 0).map(|d| d.naive_utc()).unwrap_or_default();
         tz.offset_from_utc_datetime(&at).fix().local_minus_utc()
     };
     let (from, to) = (1_704_067_200_i64, 1_830_297_600_i64); // 2024-01-01 .. 2028-01-01
@@ -259,11 +214,7 @@ fn transitions(tz: Tz) -> Vec<i64> {
             let (mut lo, mut hi) = (t, t + 3600);
             while hi - lo > 1 {
                 let mid = (lo + hi) / 2;
-                if off(mid) == off(lo) {
-                    lo = mid
-                } else {
-                    hi = mid
-                }
+                if off(mid) == off(lo) { lo = mid } else { hi = mid }
             }
             out.push(hi);
         }
@@ -287,33 +238,19 @@ fn gen_start(rng: &mut Rng, trans: &[i64]) -> DateTime<Utc> {
     } else {
         1_704_067_200 + rng.below(4 * 365 * 86400) as i64
     };
-    let secs = if rng.chance(70) {
-        secs - secs.rem_euclid(60)
-    } else {
-        secs
-    };
-    let ms = if rng.chance(10) {
-        rng.below(1000) as u32
-    } else {
-        0
-    };
+    let secs = if rng.chance(70) { secs - secs.rem_euclid(60) } else { secs };
+    let ms = if rng.chance(10) { rng.below(1000) as u32 } else { 0 };
     DateTime::from_timestamp(secs, ms * 1_000_000).unwrap_or_default()
 }
 
 fn require_cronsim() {
     let out = Command::new("python3")
-        .args([
-            "-c",
-            "import cronsim, importlib.metadata as m; print(m.version('cronsim'))",
-        ])
+        .args(["-c", "import cronsim, importlib.metadata as m; print(m.version('cronsim'))"])
         .output();
     match out {
         Ok(o) if o.status.success() => {
             let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            assert_eq!(
-                v, "2.8",
-                "cronsim {v} found, the oracle is pinned: pip install cronsim==2.8"
-            );
+            assert_eq!(v, "2.8", "cronsim {v} found, the oracle is pinned: pip install cronsim==2.8");
         }
         Ok(o) => panic!(
             "python3 cannot import cronsim ({}): pip install cronsim==2.8",
@@ -335,14 +272,8 @@ fn rfc(t: DateTime<Utc>) -> String {
 #[test]
 fn fires_equal_cronsim() {
     require_cronsim();
-    let seed = std::env::var("CRONRUN_DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_240_331);
-    let n_exprs: usize = std::env::var("CRONRUN_DIFF_EXPRS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let seed = std::env::var("CRONRUN_DIFF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20_240_331);
+    let n_exprs: usize = std::env::var("CRONRUN_DIFF_EXPRS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let mut rng = Rng(seed);
     let zones: Vec<(&str, Tz, Vec<i64>)> = ZONES
         .iter()
@@ -355,10 +286,7 @@ fn fires_equal_cronsim() {
             (*z, tz, tr)
         })
         .collect();
-    assert!(
-        zones[0].2.len() >= 8,
-        "Berlin should have 8 DST changes in 2024-2027"
-    );
+    assert!(zones[0].2.len() >= 8, "Berlin should have 8 DST changes in 2024-2027");
 
     let mut cases: Vec<Case> = Vec::new();
     for _ in 0..n_exprs {
@@ -379,41 +307,20 @@ fn fires_equal_cronsim() {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     for (expr, zi, start, _) in &cases {
         let start = start.to_rfc3339_opts(SecondsFormat::Millis, true);
-        writeln!(
-            file,
-            "{}",
-            json!({"expr": expr, "tz": zones[*zi].0, "start": start, "n": FIRES})
-        )
-        .unwrap();
+        writeln!(file, "{}", json!({"expr": expr, "tz": zones[*zi].0, "start": start, "n": FIRES})).unwrap();
     }
     file.flush().unwrap();
     if let Ok(keep) = std::env::var("CRONRUN_DIFF_KEEP") {
         std::fs::copy(file.path(), keep).unwrap();
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/oracle/cronsim_oracle.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "oracle failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("python3").arg(script).arg(file.path()).output().unwrap();
+    assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
-    assert_eq!(
-        lines.len(),
-        cases.len(),
-        "oracle answered {} of {} cases",
-        lines.len(),
-        cases.len()
-    );
+    assert_eq!(lines.len(), cases.len(), "oracle answered {} of {} cases", lines.len(), cases.len());
 
-    let (mut compared, mut fires, mut mismatches, mut skipped_cases) =
-        (0usize, 0usize, 0usize, 0usize);
-    let (mut both_refuse, mut only_cronsim_refuses, mut only_we_refuse, mut crashes, mut loops) =
-        (0, 0, 0, 0, 0);
+    let (mut compared, mut fires, mut mismatches, mut skipped_cases) = (0usize, 0usize, 0usize, 0usize);
+    let (mut both_refuse, mut only_cronsim_refuses, mut only_we_refuse, mut crashes, mut loops) = (0, 0, 0, 0, 0);
     let mut report = Vec::new();
     let mut examples_seen = std::collections::HashSet::new();
     for ((expr, zi, start, ours), line) in cases.iter().zip(&lines) {
@@ -441,12 +348,8 @@ fn fires_equal_cronsim() {
                 }
             }
             (Ok(ours), Some(f)) => {
-                let theirs: Vec<String> = f
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_str().unwrap().to_string())
-                    .collect();
+                let theirs: Vec<String> =
+                    f.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
                 compared += 1;
                 fires += theirs.len();
                 if answer["skipped"] != 0 {
@@ -457,10 +360,7 @@ fn fires_equal_cronsim() {
                 let ours = if let Some(why) = answer.get("loop") {
                     loops += 1;
                     if loops <= 5 {
-                        println!(
-                            "cronsim never returns for {what} after {} fires: {why}",
-                            theirs.len()
-                        );
+                        println!("cronsim never returns for {what} after {} fires: {why}", theirs.len());
                     }
                     &ours[..theirs.len().min(ours.len())]
                 } else {
@@ -469,9 +369,7 @@ fn fires_equal_cronsim() {
                 if ours != theirs {
                     mismatches += 1;
                     if report.len() < 20 {
-                        report.push(format!(
-                            "{what}\n  cronrun: {ours:?}\n  cronsim: {theirs:?}"
-                        ));
+                        report.push(format!("{what}\n  cronrun: {ours:?}\n  cronsim: {theirs:?}"));
                     }
                 }
             }
@@ -484,12 +382,8 @@ fn fires_equal_cronsim() {
         cases.len()
     );
     println!("  compared cases: {compared}, fires compared: {fires}, mismatches: {mismatches}");
-    println!(
-        "  cases where cronsim yielded fires at/before the start (skipped by both): {skipped_cases}"
-    );
-    println!(
-        "  cases where cronsim never returns (prefix compared, rest from our fallback): {loops}"
-    );
+    println!("  cases where cronsim yielded fires at/before the start (skipped by both): {skipped_cases}");
+    println!("  cases where cronsim never returns (prefix compared, rest from our fallback): {loops}");
     println!(
         "  refused by both: {both_refuse}, only by cronsim: {only_cronsim_refuses}, \
          only by cronrun: {only_we_refuse}, cronsim crashed: {crashes}"
@@ -498,9 +392,6 @@ fn fires_equal_cronsim() {
         println!("MISMATCH {r}");
     }
     assert_eq!(mismatches, 0, "fire instants differ from cronsim");
-    assert_eq!(
-        only_we_refuse, 0,
-        "cronrun refuses generated expressions that cronsim accepts"
-    );
+    assert_eq!(only_we_refuse, 0, "cronrun refuses generated expressions that cronsim accepts");
     assert!(compared >= 10_000, "only {compared} cases compared");
 }

@@ -43,7 +43,8 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     let listed = eventually(Duration::from_secs(20), "cronrun up to list its example jobs", || async {
         let out = cli(&["ls"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        (out.status.success() && ["hello ", "disk-usage", "hello-wasm"].iter().all(|j| text.contains(j))).then_some(text)
+        (out.status.success() && ["hello ", "disk-usage", "hello-wasm"].iter().all(|j| text.contains(j)))
+            .then_some(text)
     })
     .await;
     assert!(listed.contains("*/10 * * * * *"), "{listed}");

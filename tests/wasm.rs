@@ -57,14 +57,29 @@ async fn deploy_each_plugin_then_redeploy_changes_nothing() {
         let again = nats.ok(&["deploy", path_str(&file)]);
         assert!(again.starts_with(&format!("unchanged {name}")), "{again}");
         let again: Value = serde_json::from_str(&nats.ok(&["deploy", path_str(&file), "--output", "json"])).unwrap();
-        assert_eq!((again["changed"].clone(), again["plugin_stored"].clone()), (Value::Bool(false), Value::Bool(false)));
+        assert_eq!(
+            (again["changed"].clone(), again["plugin_stored"].clone()),
+            (Value::Bool(false), Value::Bool(false))
+        );
         assert_eq!(again["revision"], out["revision"]);
     }
     // Flags override the manifest; the plugin is not stored twice.
     let hello = plugin("hello");
     let out: Value = serde_json::from_str(&nats.ok(&[
-        "deploy", path_str(&hello), "--name", "greeter", "--schedule", "@hourly", "--tz", "Europe/Berlin",
-        "--config", "greeting=moin", "--allow-publish", "greetings.>", "--output", "json",
+        "deploy",
+        path_str(&hello),
+        "--name",
+        "greeter",
+        "--schedule",
+        "@hourly",
+        "--tz",
+        "Europe/Berlin",
+        "--config",
+        "greeting=moin",
+        "--allow-publish",
+        "greetings.>",
+        "--output",
+        "json",
     ]))
     .unwrap();
     assert_eq!((out["changed"].clone(), out["plugin_stored"].clone()), (Value::Bool(true), Value::Bool(false)));
@@ -75,7 +90,8 @@ async fn deploy_each_plugin_then_redeploy_changes_nothing() {
     assert_eq!(got["spec"]["wasm"]["allow_publish"][0], "greetings.>");
     // A new version under the same name: one spec write pointing at the new digest.
     let emit = plugin("emit_event");
-    let swapped: Value = serde_json::from_str(&nats.ok(&["deploy", path_str(&emit), "--name", "greeter", "--output", "json"])).unwrap();
+    let swapped: Value =
+        serde_json::from_str(&nats.ok(&["deploy", path_str(&emit), "--name", "greeter", "--output", "json"])).unwrap();
     assert_eq!(swapped["changed"], true);
     assert!(swapped["revision"].as_u64() > out["revision"].as_u64());
     let got: Value = serde_json::from_str(&nats.ok(&["get", "greeter", "--output", "json"])).unwrap();
@@ -155,11 +171,19 @@ impl Host {
         self.run_with(job, spec, timeout, CancellationToken::new()).await
     }
 
-    async fn run_with(&self, job: &str, spec: &WasmSpec, timeout: Option<Duration>, cancel: CancellationToken) -> (WasmOutcome, Vec<Line>) {
+    async fn run_with(
+        &self,
+        job: &str,
+        spec: &WasmSpec,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> (WasmOutcome, Vec<Line>) {
         let name = std::fs::read_dir(plugins())
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "wasm") && plugin_digest(&std::fs::read(p).unwrap()) == spec.plugin)
+            .find(|p| {
+                p.extension().is_some_and(|e| e == "wasm") && plugin_digest(&std::fs::read(p).unwrap()) == spec.plugin
+            })
             .unwrap();
         self.store.put_plugin(&std::fs::read(name).unwrap()).await.unwrap();
         let prepared = self.rt.prepare(spec).await.unwrap();
@@ -195,14 +219,21 @@ async fn hello_logs_and_returns_its_message() {
     assert_eq!(outcome, WasmOutcome::Succeeded(Some("hi, world".into())));
     let t = texts(&lines);
     assert!(t.contains(&"hi from hello"), "{t:?}");
-    assert!(t.contains(&"run 20261121T193000Z (attempt 1, trigger manual) scheduled at 2026-11-21T19:30:00.000Z"), "{t:?}");
+    assert!(
+        t.contains(&"run 20261121T193000Z (attempt 1, trigger manual) scheduled at 2026-11-21T19:30:00.000Z"),
+        "{t:?}"
+    );
     assert!(t.contains(&"[debug] config keys: greeting"), "{t:?}");
     assert!(lines.iter().all(|l| l.source == Source::Stdout));
     // Compiled once, kept on disk by digest and engine fingerprint.
     let cached: Vec<_> = std::fs::read_dir(h._cache.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(cached.iter().any(|n| n.to_string_lossy().starts_with(&s.plugin)), "{cached:?}");
     // A second runtime (a restarted agent) loads it from disk and runs it the same.
-    let again = WasmRuntime::new(h.store.clone(), WasmConfig { cache_dir: Some(h._cache.path().into()), ..WasmConfig::default() }).unwrap();
+    let again = WasmRuntime::new(
+        h.store.clone(),
+        WasmConfig { cache_dir: Some(h._cache.path().into()), ..WasmConfig::default() },
+    )
+    .unwrap();
     let h2 = Host { rt: again, store: h.store.clone(), _cache: tempfile::tempdir().unwrap() };
     assert_eq!(h2.run("hello", &s, None).await.0, WasmOutcome::Succeeded(Some("hi, world".into())));
 }
@@ -223,7 +254,10 @@ async fn emit_event_publishes_once_to_granted_subject_only() {
         .unwrap();
     let mut s = spec(&h, "emit_event");
     s.allow_publish = vec!["orders.*".into()];
-    s.config = BTreeMap::from([("subject".to_string(), "orders.tick".to_string()), ("payload".to_string(), "{\"n\":1}".to_string())]);
+    s.config = BTreeMap::from([
+        ("subject".to_string(), "orders.tick".to_string()),
+        ("payload".to_string(), "{\"n\":1}".to_string()),
+    ]);
     // Two attempts of one fire: the stream keeps one message (Nats-Msg-Id dedup).
     for _ in 0..2 {
         let (outcome, _) = h.run("emit", &s, Some(Duration::from_secs(10))).await;
@@ -240,7 +274,10 @@ async fn emit_event_publishes_once_to_granted_subject_only() {
 
     s.config.insert("subject".into(), "billing.tick".into());
     let (outcome, _) = h.run("emit", &s, Some(Duration::from_secs(10))).await;
-    assert!(matches!(&outcome, WasmOutcome::Failed(m) if m.starts_with("publish to billing.tick denied: not granted")), "{outcome:?}");
+    assert!(
+        matches!(&outcome, WasmOutcome::Failed(m) if m.starts_with("publish to billing.tick denied: not granted")),
+        "{outcome:?}"
+    );
     assert_eq!(stream.info().await.unwrap().state.messages, 1);
 }
 
@@ -254,7 +291,8 @@ async fn http_server() -> u16 {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 let _ = conn.read(&mut buf).await;
-                let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                let _ =
+                    conn.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
                 let _ = conn.shutdown().await;
             });
         }
@@ -319,20 +357,35 @@ async fn sandbox_violations_fail_the_run_and_the_runtime_keeps_serving() {
     assert_eq!(h.run_with("spin", &spec(&h, "test_spin"), None, cancel).await.0, WasmOutcome::Cancelled);
 
     let (grow, _) = h.run("grow", &spec(&h, "test_grow"), Some(Duration::from_secs(20))).await;
-    assert!(matches!(&grow, WasmOutcome::Failed(m) if m.starts_with("memory limit exceeded") && m.contains("32 MiB")), "{grow:?}");
+    assert!(
+        matches!(&grow, WasmOutcome::Failed(m) if m.starts_with("memory limit exceeded") && m.contains("32 MiB")),
+        "{grow:?}"
+    );
 
     let (recurse, _) = h.run("recurse", &spec(&h, "test_recurse"), Some(Duration::from_secs(20))).await;
     assert!(matches!(&recurse, WasmOutcome::Failed(m) if m.starts_with("stack overflow")), "{recurse:?}");
 
     let (panic, lines) = h.run("panic", &spec(&h, "test_panic"), Some(Duration::from_secs(20))).await;
-    assert!(matches!(&panic, WasmOutcome::Failed(m) if m.starts_with("the job panicked: deliberate panic in panic")), "{panic:?}");
+    assert!(
+        matches!(&panic, WasmOutcome::Failed(m) if m.starts_with("the job panicked: deliberate panic in panic")),
+        "{panic:?}"
+    );
     assert!(lines.iter().any(|l| l.source == Source::Stderr && l.text.contains("panicked at")), "{:?}", texts(&lines));
     // Plain stdout and stderr lines reach the output too, stderr marked as such.
-    let plain: Vec<_> = lines.iter().filter(|l| l.text.starts_with("plain ")).map(|l| (l.source, l.text.as_str())).collect();
-    assert_eq!(plain, [(Source::Stdout, "plain stdout from panic"), (Source::Stderr, "plain stderr from panic")], "{:?}", texts(&lines));
+    let plain: Vec<_> =
+        lines.iter().filter(|l| l.text.starts_with("plain ")).map(|l| (l.source, l.text.as_str())).collect();
+    assert_eq!(
+        plain,
+        [(Source::Stdout, "plain stdout from panic"), (Source::Stderr, "plain stderr from panic")],
+        "{:?}",
+        texts(&lines)
+    );
 
     // After all of that, the same runtime runs a good job normally.
-    assert_eq!(h.run("hello", &hello, Some(Duration::from_secs(5))).await.0, WasmOutcome::Succeeded(Some("hello, world".into())));
+    assert_eq!(
+        h.run("hello", &hello, Some(Duration::from_secs(5))).await.0,
+        WasmOutcome::Succeeded(Some("hello, world".into()))
+    );
 }
 
 /// p50, p99, max and mean of `samples`, for the bench's report.
@@ -365,7 +418,13 @@ async fn bench_instantiate_and_call_hello() {
         let prepared = t.elapsed();
         let (tx, mut rx) = mpsc::channel(100);
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let ctx = JobContext { job: "hello".into(), run_id: "r".into(), scheduled_at: "2026-11-21T19:30:00.000Z".into(), attempt: 1, trigger: Trigger::Manual };
+        let ctx = JobContext {
+            job: "hello".into(),
+            run_id: "r".into(),
+            scheduled_at: "2026-11-21T19:30:00.000Z".into(),
+            attempt: 1,
+            trigger: Trigger::Manual,
+        };
         let t = Instant::now();
         let outcome = p.run(ctx, Some(Duration::from_secs(5)), tx, CancellationToken::new()).await;
         let ran = t.elapsed();

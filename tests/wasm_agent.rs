@@ -51,8 +51,18 @@ async fn deployed_wasm_jobs_run_on_the_agent() {
     .await
     .unwrap();
     nats.ok(&[
-        "deploy", &plugin("emit_event"), "--name", "emitter", "--schedule", "*/2 * * * * *",
-        "--config", "subject=demo.events", "--config", "payload={\"n\":1}", "--allow-publish", "demo.>",
+        "deploy",
+        &plugin("emit_event"),
+        "--name",
+        "emitter",
+        "--schedule",
+        "*/2 * * * * *",
+        "--config",
+        "subject=demo.events",
+        "--config",
+        "payload={\"n\":1}",
+        "--allow-publish",
+        "demo.>",
     ]);
     let done = eventually(Duration::from_secs(20), "three scheduled emitter runs", || async {
         let ok: Vec<_> = runs(&store, "emitter").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();

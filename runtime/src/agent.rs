@@ -15,7 +15,12 @@ use crate::store::Store;
 
 /// Runs until `cancel`; then the scheduler releases its lease, the runner drains, and
 /// the function returns.
-pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedClock, cancel: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    client: async_nats::Client,
+    config: AgentConfig,
+    clock: SharedClock,
+    cancel: CancellationToken,
+) -> Result<(), Error> {
     let names = Names::new(&config.namespace)?;
     let store = Store::open(client, names, &config.layout).await?;
     // The catalog outlives the runner's drain, which still reads specs.
@@ -48,7 +53,14 @@ pub async fn run(client: async_nats::Client, config: AgentConfig, clock: SharedC
         tokio::spawn(scheduler.run(cancel.clone()))
     });
     let runner = config.roles.contains(&Role::Runner).then(|| {
-        let runner = Runner::new(store.clone(), catalog.clone(), config.runner.clone(), config.wasm.clone(), clock.clone(), config.name.clone());
+        let runner = Runner::new(
+            store.clone(),
+            catalog.clone(),
+            config.runner.clone(),
+            config.wasm.clone(),
+            clock.clone(),
+            config.name.clone(),
+        );
         tokio::spawn(runner.run(cancel.clone()))
     });
 

@@ -81,12 +81,7 @@ impl Catalog {
     pub fn start(store: Store, events: Option<mpsc::UnboundedSender<CatalogEvent>>, cancel: CancellationToken) -> Self {
         let jobs = Arc::new(RwLock::new(HashMap::new()));
         let (loaded_tx, loaded) = watch::channel(false);
-        let task = Follower {
-            store,
-            jobs: jobs.clone(),
-            events,
-            loaded: loaded_tx,
-        };
+        let task = Follower { store, jobs: jobs.clone(), events, loaded: loaded_tx };
         tokio::spawn(task.run(cancel));
         Self { jobs, loaded }
     }

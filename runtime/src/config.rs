@@ -57,10 +57,8 @@ impl Default for AgentConfig {
 /// The host name, made safe for a KV key.
 pub fn default_name() -> String {
     let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
-    let clean: String = host
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
-        .collect();
+    let clean: String =
+        host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).collect();
     if clean.is_empty() { "agent".into() } else { clean }
 }
 
@@ -76,8 +74,9 @@ impl AgentConfig {
 
     pub fn validate(&self) -> Result<(), Error> {
         crate::names::Names::new(&self.namespace)?;
-        crate::names::validate_job_name(&self.name)
-            .map_err(|_| Error::invalid("name", format!("agent name {:?} must be 1 to 128 of A-Z a-z 0-9 _ -", self.name)))?;
+        crate::names::validate_job_name(&self.name).map_err(|_| {
+            Error::invalid("name", format!("agent name {:?} must be 1 to 128 of A-Z a-z 0-9 _ -", self.name))
+        })?;
         if self.roles.is_empty() {
             return Err(Error::invalid("roles", "roles must name scheduler, runner or both"));
         }
@@ -88,7 +87,10 @@ impl AgentConfig {
         if let Some(n) = self.scheduler.shards
             && !(1..=crate::scheduler::MAX_SHARDS).contains(&n)
         {
-            return Err(Error::invalid("scheduler.shards", format!("scheduler.shards must be 1 to {}", crate::scheduler::MAX_SHARDS)));
+            return Err(Error::invalid(
+                "scheduler.shards",
+                format!("scheduler.shards must be 1 to {}", crate::scheduler::MAX_SHARDS),
+            ));
         }
         if self.scheduler.lease_ttl < std::time::Duration::from_secs(2) {
             return Err(Error::invalid("scheduler.lease_ttl", "scheduler.lease_ttl must be at least 2s"));

@@ -16,11 +16,12 @@ pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async
             .map_err(|e| Error::invalid("creds", format!("cannot read NATS credentials {path}: {e}")))?;
     }
     // A comma-separated list: the client moves to the next server when one is lost.
-    let servers = url
-        .split(',')
-        .map(|u| u.trim().parse::<async_nats::ServerAddr>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::invalid("nats", format!("--nats {url:?}: {e}; give URLs like nats://host:4222, comma-separated")))?;
+    let servers =
+        url.split(',').map(|u| u.trim().parse::<async_nats::ServerAddr>()).collect::<Result<Vec<_>, _>>().map_err(
+            |e| {
+                Error::invalid("nats", format!("--nats {url:?}: {e}; give URLs like nats://host:4222, comma-separated"))
+            },
+        )?;
     opts.connect(servers).await.map_err(|e| {
         Error::nats(
             &format!("cannot reach NATS at {url}"),

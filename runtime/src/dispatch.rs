@@ -66,7 +66,15 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
 
 /// Records a fire that will not run as a `skipped` run (create-if-absent: a fire that
 /// was dispatched after all keeps its record).
-pub async fn record_skipped(store: &Store, job: &str, run_id: &str, fire: DateTime<Utc>, revision: u64, why: &str, now: DateTime<Utc>) {
+pub async fn record_skipped(
+    store: &Store,
+    job: &str,
+    run_id: &str,
+    fire: DateTime<Utc>,
+    revision: u64,
+    why: &str,
+    now: DateTime<Utc>,
+) {
     let mut record = RunRecord::queued(job, run_id, Trigger::Schedule, fire, revision);
     record.status = Status::Skipped;
     record.error = Some(why.to_string());
@@ -108,7 +116,8 @@ pub async fn retry(
         queued: Some(Queued { revision, record: record.clone() }),
     };
     publish(store, pool, &msg).await?;
-    let event = Event::new(&msg.job, &msg.run_id, "retrying", msg.attempt, now).with_detail(record.error.unwrap_or_default());
+    let event =
+        Event::new(&msg.job, &msg.run_id, "retrying", msg.attempt, now).with_detail(record.error.unwrap_or_default());
     publish_event(store, &event).await;
     Ok(())
 }

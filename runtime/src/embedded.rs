@@ -25,9 +25,7 @@ pub fn find_binary() -> Result<PathBuf, Error> {
         return Ok(PathBuf::from(path));
     }
     let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("nats-server"))
-            .find(|candidate| candidate.is_file())
+        std::env::split_paths(&paths).map(|dir| dir.join("nats-server")).find(|candidate| candidate.is_file())
     });
     found.ok_or_else(|| {
         Error::new(

@@ -28,18 +28,10 @@ pub struct Error {
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(
-            ErrorKind::Invalid {
-                field: field.into(),
-            },
-            message,
-        )
+        Self::new(ErrorKind::Invalid { field: field.into() }, message)
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)

@@ -12,16 +12,11 @@ pub const DEFAULT_NAMESPACE: &str = "cronrun";
 /// Checks a job name: 1 to 128 of `A-Z a-z 0-9 _ -`.
 pub fn validate_job_name(name: &str) -> Result<(), Error> {
     let ok_len = (1..=128).contains(&name.len());
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok_len && ok_chars {
         return Ok(());
     }
-    Err(Error::invalid(
-        "name",
-        format!("job name {name:?} must be 1 to 128 characters of A-Z a-z 0-9 _ -"),
-    ))
+    Err(Error::invalid("name", format!("job name {name:?} must be 1 to 128 characters of A-Z a-z 0-9 _ -")))
 }
 
 /// The names of one deployment's buckets, streams and subjects.
@@ -35,18 +30,14 @@ impl Names {
     pub fn new(namespace: &str) -> Result<Self, Error> {
         let ok = !namespace.is_empty()
             && namespace.len() <= 32
-            && namespace
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !ok {
             return Err(Error::invalid(
                 "namespace",
                 format!("namespace {namespace:?} must be 1 to 32 characters of A-Z a-z 0-9 _ -"),
             ));
         }
-        Ok(Self {
-            ns: namespace.to_string(),
-        })
+        Ok(Self { ns: namespace.to_string() })
     }
 
     pub fn namespace(&self) -> &str {

@@ -140,21 +140,14 @@ pub fn run_key(job: &str, run_id: &str) -> String {
 pub fn parse_run_key(key: &str) -> Result<(&str, &str), Error> {
     match key.split_once('.') {
         Some((job, run)) if !job.is_empty() && !run.is_empty() && !run.contains('.') => Ok((job, run)),
-        _ => Err(Error::invalid(
-            "run",
-            format!("run {key:?} must be JOB.RUN_ID as shown by `cronrun runs JOB`"),
-        )),
+        _ => Err(Error::invalid("run", format!("run {key:?} must be JOB.RUN_ID as shown by `cronrun runs JOB`"))),
     }
 }
 
 /// The run id of the fire at `at`.
 pub fn fire_run_id(at: DateTime<Utc>) -> String {
     let ms = at.timestamp_subsec_millis();
-    if ms == 0 {
-        at.format("%Y%m%dT%H%M%SZ").to_string()
-    } else {
-        format!("{}_{ms:03}Z", at.format("%Y%m%dT%H%M%S"))
-    }
+    if ms == 0 { at.format("%Y%m%dT%H%M%SZ").to_string() } else { format!("{}_{ms:03}Z", at.format("%Y%m%dT%H%M%S")) }
 }
 
 /// The run id of a manual trigger at `at`: unique, sorting with the fires around it.

@@ -11,7 +11,5 @@ pub fn get(key: &str) -> Option<String> {
 
 /// The value of `key`, or an error naming the missing key, for use with `?`.
 pub fn require(key: &str) -> Result<String, String> {
-    get(key).ok_or_else(|| {
-        format!("config key `{key}` is not set: add it to the job spec's wasm.config")
-    })
+    get(key).ok_or_else(|| format!("config key `{key}` is not set: add it to the job spec's wasm.config"))
 }

@@ -47,13 +47,7 @@ pub struct Context {
 
 impl Context {
     /// Builds a context by hand, e.g. to unit-test a job's function on the host.
-    pub fn new(
-        job: &str,
-        run_id: &str,
-        scheduled_at: &str,
-        attempt: u32,
-        trigger: Trigger,
-    ) -> Self {
+    pub fn new(job: &str, run_id: &str, scheduled_at: &str, attempt: u32, trigger: Trigger) -> Self {
         Context {
             job: job.to_string(),
             run_id: run_id.to_string(),
@@ -104,10 +98,7 @@ impl Context {
 
     /// The config value of `key` from the context (no host call), or none.
     pub fn config(&self, key: &str) -> Option<&str> {
-        self.config
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.config.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// Every config entry, sorted by key.

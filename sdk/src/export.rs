@@ -43,7 +43,5 @@ where
     F: FnOnce(&Context) -> Result<T, E>,
 {
     let ctx = Context::from(ctx);
-    job(&ctx)
-        .map(IntoOutput::into_output)
-        .map_err(|e| e.to_string())
+    job(&ctx).map(IntoOutput::into_output).map_err(|e| e.to_string())
 }

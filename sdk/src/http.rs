@@ -11,9 +11,7 @@
 
 use std::time::Duration;
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{
-    Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
-};
+use wasip2::http::types::{Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
 use wasip2::io::streams::StreamError;
 
 /// A complete response: status, headers and the whole body.
@@ -31,10 +29,7 @@ impl Response {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| k.to_ascii_lowercase() == name)
-            .map(|(_, v)| v.as_slice())
+        self.headers.iter().find(|(k, _)| k.to_ascii_lowercase() == name).map(|(_, v)| v.as_slice())
     }
 
     /// The body as UTF-8 text (invalid sequences replaced).
@@ -72,8 +67,7 @@ impl Request {
 
     /// Adds a header.
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers
-            .push((name.to_string(), value.as_bytes().to_vec()));
+        self.headers.push((name.to_string(), value.as_bytes().to_vec()));
         self
     }
 
@@ -110,18 +104,10 @@ impl Request {
             "OPTIONS" => Method::Options,
             other => Method::Other(other.to_string()),
         };
-        request
-            .set_method(&method)
-            .map_err(|()| "invalid method".to_string())?;
-        request
-            .set_scheme(Some(&scheme))
-            .map_err(|()| "invalid scheme".to_string())?;
-        request
-            .set_authority(Some(authority))
-            .map_err(|()| "invalid host".to_string())?;
-        request
-            .set_path_with_query(Some(&path))
-            .map_err(|()| "invalid path".to_string())?;
+        request.set_method(&method).map_err(|()| "invalid method".to_string())?;
+        request.set_scheme(Some(&scheme)).map_err(|()| "invalid scheme".to_string())?;
+        request.set_authority(Some(authority)).map_err(|()| "invalid host".to_string())?;
+        request.set_path_with_query(Some(&path)).map_err(|()| "invalid path".to_string())?;
         let options = self.timeout.map(|t| {
             let nanos = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
             let options = RequestOptions::new();
@@ -131,9 +117,7 @@ impl Request {
             let _ = options.set_between_bytes_timeout(Some(nanos));
             options
         });
-        let body = request
-            .body()
-            .map_err(|()| "request body taken twice".to_string())?;
+        let body = request.body().map_err(|()| "request body taken twice".to_string())?;
         let pending = outgoing_handler::handle(request, options).map_err(describe)?;
         write_body(&body, &self.body)?;
         OutgoingBody::finish(body, None).map_err(describe)?;
@@ -141,27 +125,19 @@ impl Request {
         let response = loop {
             match pending.get() {
                 Some(result) => {
-                    break result
-                        .map_err(|()| "response taken twice".to_string())?
-                        .map_err(describe)?;
+                    break result.map_err(|()| "response taken twice".to_string())?.map_err(describe)?;
                 }
                 None => pending.subscribe().block(),
             }
         };
         let status = response.status();
         let headers = response.headers().entries();
-        let incoming = response
-            .consume()
-            .map_err(|()| "response body taken twice".to_string())?;
+        let incoming = response.consume().map_err(|()| "response body taken twice".to_string())?;
         let body = read_body(&incoming)?;
         // Child resources must go before their parents, or the host traps.
         drop(incoming);
         drop(response);
-        Ok(Response {
-            status,
-            headers,
-            body,
-        })
+        Ok(Response { status, headers, body })
     }
 }
 
@@ -169,22 +145,16 @@ fn write_body(body: &OutgoingBody, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
         return Ok(());
     }
-    let stream = body
-        .write()
-        .map_err(|()| "request body stream taken twice".to_string())?;
+    let stream = body.write().map_err(|()| "request body stream taken twice".to_string())?;
     // blocking-write-and-flush accepts at most 4096 bytes per call.
     for chunk in bytes.chunks(4096) {
-        stream
-            .blocking_write_and_flush(chunk)
-            .map_err(|e| stream_error("writing the body", e))?;
+        stream.blocking_write_and_flush(chunk).map_err(|e| stream_error("writing the body", e))?;
     }
     Ok(())
 }
 
 fn read_body(incoming: &IncomingBody) -> Result<Vec<u8>, String> {
-    let stream = incoming
-        .stream()
-        .map_err(|()| "response stream taken twice".to_string())?;
+    let stream = incoming.stream().map_err(|()| "response stream taken twice".to_string())?;
     let mut body = Vec::new();
     loop {
         match stream.blocking_read(64 * 1024) {
@@ -227,11 +197,7 @@ fn split_url(url: &str) -> Result<(Scheme, &str, String), String> {
     if authority.is_empty() {
         return Err("the URL has no host".to_string());
     }
-    let path = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("/{path}")
-    };
+    let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
     Ok((scheme, authority, path))
 }
 

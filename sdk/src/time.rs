@@ -22,12 +22,7 @@ pub fn format_rfc3339(unix_millis: i64) -> String {
     let ms = unix_millis.rem_euclid(1000);
     let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", sod / 3600, sod / 60 % 60, sod % 60)
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into milliseconds since the epoch
@@ -42,18 +37,11 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     }
     let num = |from: usize, to: usize| -> Option<i64> {
         let s = text.get(from..to)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())?
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok())?
     };
     let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
     let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
     let mut rest = &text[19..];
@@ -86,9 +74,7 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
 
 fn num_in(s: &str, from: usize, to: usize) -> Option<i64> {
     let part = s.get(from..to)?;
-    part.bytes()
-        .all(|c| c.is_ascii_digit())
-        .then(|| part.parse().ok())?
+    part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
@@ -121,22 +107,10 @@ mod tests {
     #[test]
     fn parses_and_formats_round_trip() {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            parse_rfc3339("2026-11-21T19:30:00Z"),
-            Some(1_795_289_400_000)
-        );
-        assert_eq!(
-            parse_rfc3339("2026-11-21T19:30:00.25Z"),
-            Some(1_795_289_400_250)
-        );
-        assert_eq!(
-            parse_rfc3339("2026-11-21T20:30:00+01:00"),
-            Some(1_795_289_400_000)
-        );
-        assert_eq!(
-            format_rfc3339(1_795_289_400_250),
-            "2026-11-21T19:30:00.250Z"
-        );
+        assert_eq!(parse_rfc3339("2026-11-21T19:30:00Z"), Some(1_795_289_400_000));
+        assert_eq!(parse_rfc3339("2026-11-21T19:30:00.25Z"), Some(1_795_289_400_250));
+        assert_eq!(parse_rfc3339("2026-11-21T20:30:00+01:00"), Some(1_795_289_400_000));
+        assert_eq!(format_rfc3339(1_795_289_400_250), "2026-11-21T19:30:00.250Z");
         assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999Z");
         for ms in [0, 951_782_400_000, 4_102_444_800_123, -86_400_000] {
             assert_eq!(parse_rfc3339(&format_rfc3339(ms)), Some(ms));
@@ -145,13 +119,7 @@ mod tests {
 
     #[test]
     fn refuses_other_text() {
-        for bad in [
-            "",
-            "2026-11-21",
-            "2026-13-01T00:00:00Z",
-            "2026-11-21T19:30:00",
-            "x026-11-21T19:30:00Z",
-        ] {
+        for bad in ["", "2026-11-21", "2026-13-01T00:00:00Z", "2026-11-21T19:30:00", "x026-11-21T19:30:00Z"] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

@@ -56,7 +56,12 @@ shell = 'echo $$ > {dir}/slow.pid; until [ -e {dir}/slow.go ]; do sleep 0.1; don
     );
     let store = nats.store().await;
     let first_fire = eventually(Duration::from_secs(15), "tick to run", || async {
-        runs(&store, "tick").await.into_iter().filter(|r| r.status == Status::Succeeded).filter_map(|r| r.scheduled_at).min()
+        runs(&store, "tick")
+            .await
+            .into_iter()
+            .filter(|r| r.status == Status::Succeeded)
+            .filter_map(|r| r.scheduled_at)
+            .min()
     })
     .await;
     let key = nats.trigger("slow");
@@ -64,7 +69,9 @@ shell = 'echo $$ > {dir}/slow.pid; until [ -e {dir}/slow.go ]; do sleep 0.1; don
         record(&store, &key).await.filter(|r| r.status == Status::Running)
     })
     .await;
-    let shell = eventually(Duration::from_secs(5), "slow's shell", || async { read_pid(&nats.dir.path().join("slow.pid")) }).await;
+    let shell =
+        eventually(Duration::from_secs(5), "slow's shell", || async { read_pid(&nats.dir.path().join("slow.pid")) })
+            .await;
 
     // At a random moment relative to the fires, which come on whole seconds.
     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
@@ -128,7 +135,8 @@ shell = 'echo $$ > {dir}/slow.pid; until [ -e {dir}/slow.go ]; do sleep 0.1; don
     // Fires that fell due while NATS was away, as they were recorded.
     let (from, to) = (killed_at, restarted_at);
     let in_outage: Vec<_> = ticks.iter().filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to)).collect();
-    let late: Vec<_> = in_outage.iter().filter_map(|r| Some((r.started_at? - r.scheduled_at?).num_milliseconds())).collect();
+    let late: Vec<_> =
+        in_outage.iter().filter_map(|r| Some((r.started_at? - r.scheduled_at?).num_milliseconds())).collect();
     println!(
         "NATS down {} ms; slow recorded {} ms after the restart; first tick started {} ms after it; \
          ticks {statuses:?}, fires due during the outage: {} recorded ({:?}), started late by {late:?} ms",

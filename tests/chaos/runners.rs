@@ -31,7 +31,10 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     .await;
     assert_eq!(first.attempt, 1);
     let host = first.host.clone().unwrap();
-    let child = eventually(Duration::from_secs(5), "attempt 1's shell", || async { read_pid(&nats.dir.path().join("attempt-1")) }).await;
+    let child = eventually(Duration::from_secs(5), "attempt 1's shell", || async {
+        read_pid(&nats.dir.path().join("attempt-1"))
+    })
+    .await;
     let group = pgrp_of(child);
     let stopped = runners.iter().position(|r| r.name == host).unwrap();
     let other = runners[1 - stopped].name.clone();
@@ -53,7 +56,10 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0]["attempt"], 1);
     let to_lost = event_at(&lost[0]) - stop_wall;
-    let child2 = eventually(Duration::from_secs(5), "attempt 2's shell", || async { read_pid(&nats.dir.path().join("attempt-2")) }).await;
+    let child2 = eventually(Duration::from_secs(5), "attempt 2's shell", || async {
+        read_pid(&nats.dir.path().join("attempt-2"))
+    })
+    .await;
     // A frozen runner cannot stop its child: attempt 1 still runs beside attempt 2.
     assert!(alive(child), "attempt 1's shell died while its runner was stopped");
     assert!(!runners[stopped].log().contains("run taken over elsewhere"));
@@ -109,7 +115,11 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     watcher.abort();
     let writes = writes.lock().unwrap().clone();
     for w in &writes {
-        assert_eq!((w.attempt, w.host.as_deref()), (2, Some(other.as_str())), "a write not by attempt 2's runner: {w:?}");
+        assert_eq!(
+            (w.attempt, w.host.as_deref()),
+            (2, Some(other.as_str())),
+            "a write not by attempt 2's runner: {w:?}"
+        );
     }
     let mut ends = Vec::new();
     for kind in ["succeeded", "failed", "cancelled", "timed_out", "lost"] {
@@ -138,13 +148,17 @@ fn supervisors(url: &str) -> Vec<(i32, i32, chrono::DateTime<Utc>)> {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         let var = |name: &str| {
-            environ.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+            environ.split(|b| *b == 0).find_map(|kv| {
+                kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned())
+            })
         };
         let is_supervisor = cmdline.split(|b| *b == 0).nth(1) == Some(b"__supervise".as_slice());
         if !is_supervisor || var("CRONRUN_NATS").as_deref() != Some(url) || !alive(pid) {
             continue;
         }
-        let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else { continue };
+        let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else {
+            continue;
+        };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         let ppid = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
         out.push((pid, ppid, at.to_utc()));
@@ -164,7 +178,8 @@ async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
     // before its instant, so that it is still unreleased when the runner dies.
     let prepared = eventually(Duration::from_secs(15), "a run prepared ahead of its instant", || async {
         let soon = Utc::now() + chrono::Duration::milliseconds(150);
-        let mine: Vec<_> = supervisors(&nats.url).into_iter().filter(|(_, ppid, at)| *ppid == agent.pid() && *at > soon).collect();
+        let mine: Vec<_> =
+            supervisors(&nats.url).into_iter().filter(|(_, ppid, at)| *ppid == agent.pid() && *at > soon).collect();
         (!mine.is_empty()).then_some(mine)
     })
     .await;

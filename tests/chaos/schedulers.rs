@@ -67,7 +67,9 @@ async fn ten_agents_starting_at_once_create_the_layout_once() {
     let created: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let consumers: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let mut collectors = Vec::new();
-    for (filter, counts) in [("$JS.EVENT.ADVISORY.STREAM.CREATED.", &created), ("$JS.EVENT.ADVISORY.CONSUMER.CREATED.", &consumers)] {
+    for (filter, counts) in
+        [("$JS.EVENT.ADVISORY.STREAM.CREATED.", &created), ("$JS.EVENT.ADVISORY.CONSUMER.CREATED.", &consumers)]
+    {
         let mut sub = client.subscribe(format!("{filter}>")).await.unwrap();
         let counts = counts.clone();
         collectors.push(tokio::spawn(async move {
@@ -107,7 +109,12 @@ async fn ten_agents_starting_at_once_create_the_layout_once() {
     let store = nats.store().await;
     apply(&nats, EVERY_SECOND);
     let first = eventually(Duration::from_secs(15), "tick to run", || async {
-        runs(&store, "tick").await.into_iter().filter(|r| r.status == Status::Succeeded).filter_map(|r| r.scheduled_at).min()
+        runs(&store, "tick")
+            .await
+            .into_iter()
+            .filter(|r| r.status == Status::Succeeded)
+            .filter_map(|r| r.scheduled_at)
+            .min()
     })
     .await;
     assert_each_second_once(&store, "tick", first, 5).await;

@@ -95,7 +95,10 @@ impl Nats {
     /// A runner with `lines` added to its `[runner]` settings.
     pub fn runner_with(&self, name: &str, lines: &str) -> Agent {
         let runner = format!("[runner]\n{lines}\n");
-        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &runner)))
+        self.agent_with_config(
+            name,
+            &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &runner)),
+        )
     }
 
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {

@@ -27,9 +27,8 @@ fn run(ctx: &Context) -> Result<Option<String>, String> {
         Some(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
         None => Value::Null,
     };
-    let fire = ctx
-        .scheduled_unix_seconds()
-        .ok_or_else(|| format!("scheduled_at {:?} is not RFC 3339", ctx.scheduled_at()))?;
+    let fire =
+        ctx.scheduled_unix_seconds().ok_or_else(|| format!("scheduled_at {:?} is not RFC 3339", ctx.scheduled_at()))?;
     let msg_id = format!("{}-{fire}", ctx.job());
     let event = json!({
         "schedule_id": ctx.job(),
@@ -37,14 +36,7 @@ fn run(ctx: &Context) -> Result<Option<String>, String> {
         "payload": payload,
     });
     let body = serde_json::to_vec(&event).map_err(|e| format!("encoding the event: {e}"))?;
-    nats::publish(
-        &subject,
-        &body,
-        &[
-            ("Nats-Msg-Id", &msg_id),
-            ("Content-Type", "application/json"),
-        ],
-    )?;
+    nats::publish(&subject, &body, &[("Nats-Msg-Id", &msg_id), ("Content-Type", "application/json")])?;
     log::info!("published {} bytes to {subject} as {msg_id}", body.len());
     Ok(Some(format!("event {msg_id} published to {subject}")))
 }

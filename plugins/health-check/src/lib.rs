@@ -23,10 +23,7 @@ const KEY: &str = "last-status";
 )]
 fn run(_ctx: &Context) -> Result<Option<String>, String> {
     let url = config::require("url")?;
-    let status = match Request::new("GET", &url)
-        .timeout(Duration::from_secs(10))
-        .send()
-    {
+    let status = match Request::new("GET", &url).timeout(Duration::from_secs(10)).send() {
         Ok(response) => response.status.to_string(),
         Err(e) if e.contains("HttpRequestDenied") => return Err(e),
         Err(e) => {

@@ -22,11 +22,7 @@ fn run(ctx: &Context) -> Result<Option<String>, String> {
         ctx.trigger(),
         ctx.scheduled_at()
     );
-    let keys: Vec<&str> = ctx
-        .config_entries()
-        .iter()
-        .map(|(k, _)| k.as_str())
-        .collect();
+    let keys: Vec<&str> = ctx.config_entries().iter().map(|(k, _)| k.as_str()).collect();
     log::debug!("config keys: {}", keys.join(", "));
     Ok(Some(format!("{greeting}, world")))
 }

@@ -94,11 +94,7 @@ fn spec_from(a: &AddArgs) -> Result<JobSpec> {
 pub async fn run(ctx: &Ctx, a: AddArgs) -> Result<()> {
     let spec = spec_from(&a)?;
     let store = ctx.store().await?;
-    let revision = if a.replace {
-        store.put_job(&spec).await?.0
-    } else {
-        store.create_job(&spec).await?
-    };
+    let revision = if a.replace { store.put_job(&spec).await?.0 } else { store.create_job(&spec).await? };
     let (schedule, tz) = spec.parsed_schedule()?;
     let next = schedule.next_after(chrono::Utc::now(), tz);
     ctx.print(&json!({ "name": spec.name, "revision": revision, "next": next.map(|t| fmt_time(&t)) }), || {

@@ -65,7 +65,9 @@ pub async fn run(ctx: &Ctx, a: AgentArgs) -> Result<()> {
     let config = a.config(ctx)?;
     let cancel = CancellationToken::new();
     crate::shutdown::cancel_on_signals(cancel.clone()).context("installing signal handlers")?;
-    let client = crate::connect::connect(&config.nats, config.creds.as_deref(), &format!("cronrun-agent {}", config.name)).await?;
+    let client =
+        crate::connect::connect(&config.nats, config.creds.as_deref(), &format!("cronrun-agent {}", config.name))
+            .await?;
     crate::agent::run(client, config, crate::clock::system(), cancel).await?;
     Ok(())
 }

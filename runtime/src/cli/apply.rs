@@ -21,10 +21,7 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let store = ctx.store().await?;
     let mut results = Vec::new();
     for spec in &jobs {
-        let (revision, changed) = store
-            .put_job(spec)
-            .await
-            .with_context(|| format!("writing job {}", spec.name))?;
+        let (revision, changed) = store.put_job(spec).await.with_context(|| format!("writing job {}", spec.name))?;
         results.push(json!({ "name": spec.name, "revision": revision, "changed": changed }));
     }
     ctx.print(&results, || {

@@ -56,11 +56,7 @@ fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &
     }
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => a
-            .plugin
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        None => a.plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
     };
     let mut config = Map::new();
     for kv in &a.config {

@@ -23,7 +23,11 @@ pub async fn run(ctx: &Ctx, a: GetArgs) -> Result<()> {
             if let Some(raw) = raw {
                 super::out(&raw)?;
             }
-            bail!("job {:?} (revision {}) is stored but invalid, so it never runs: {e}; fix it with `cronrun apply`", a.name, job.revision)
+            bail!(
+                "job {:?} (revision {}) is stored but invalid, so it never runs: {e}; fix it with `cronrun apply`",
+                a.name,
+                job.revision
+            )
         }
     }
 }

@@ -32,11 +32,9 @@ pub async fn run(ctx: &Ctx, a: KillArgs) -> Result<()> {
     }
     let subject = store.names.kill_subject(job, run_id);
     let host = run.host.unwrap_or_default();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(5),
-        store.client.request(subject, signal.as_str().to_string().into()),
-    )
-    .await;
+    let reply =
+        tokio::time::timeout(Duration::from_secs(5), store.client.request(subject, signal.as_str().to_string().into()))
+            .await;
     match reply {
         Ok(Ok(_)) => ctx.print(&json!({ "run": a.run, "signal": signal.as_str(), "host": host }), || {
             format!("sent {signal} to {} on {host}", a.run)

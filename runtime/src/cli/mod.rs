@@ -120,9 +120,7 @@ impl Ctx {
     pub async fn store(&self) -> Result<Store> {
         let names = self.names()?;
         let client = crate::connect::connect(&self.nats_url(), self.global.creds.as_deref(), "cronrun-cli").await?;
-        Store::open(client, names, &LayoutOptions::default())
-            .await
-            .context("opening the cronrun layout in NATS")
+        Store::open(client, names, &LayoutOptions::default()).await.context("opening the cronrun layout in NATS")
     }
 
     pub fn json(&self) -> bool {

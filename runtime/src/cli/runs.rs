@@ -40,6 +40,9 @@ pub async fn run(ctx: &Ctx, a: RunsArgs) -> Result<()> {
                 ]
             })
             .collect();
-        table(&["RUN", "STATUS", "TRIGGER", "ATTEMPT", "SCHEDULED", "STARTED", "DURATION", "HOST", "EXIT", "ERROR"], &rows)
+        table(
+            &["RUN", "STATUS", "TRIGGER", "ATTEMPT", "SCHEDULED", "STARTED", "DURATION", "HOST", "EXIT", "ERROR"],
+            &rows,
+        )
     })
 }

@@ -52,7 +52,9 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                 ]
             })
             .collect();
-        let owned = |holder: &str| shards.iter().filter(|(_, l)| l.holder == holder).map(|(n, _)| n.to_string()).collect::<Vec<_>>();
+        let owned = |holder: &str| {
+            shards.iter().filter(|(_, l)| l.holder == holder).map(|(n, _)| n.to_string()).collect::<Vec<_>>()
+        };
         let members: Vec<Vec<String>> = schedulers
             .iter()
             .map(|m| {

@@ -29,7 +29,8 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
         let jobs = parse_jobs_file(&text, &origin)?;
         let names: Vec<_> = jobs.iter().map(|j| j.name.as_str()).collect();
-        return ctx.print(&json!({ "file": origin, "valid": names }), || format!("{origin}: {} jobs valid", jobs.len()));
+        return ctx
+            .print(&json!({ "file": origin, "valid": names }), || format!("{origin}: {} jobs valid", jobs.len()));
     }
     if let Some(expr) = &a.schedule {
         Schedule::parse(expr).map_err(|e| anyhow::anyhow!("schedule: {e}"))?;

@@ -36,7 +36,12 @@ pub(super) enum Decision {
 const POLL: Duration = Duration::from_millis(200);
 
 /// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
-pub(super) async fn acquire(ctx: &RunnerCtx, spec: &JobSpec, run_key: &str, mut run_lease: Option<&mut Lease>) -> Result<Decision, Error> {
+pub(super) async fn acquire(
+    ctx: &RunnerCtx,
+    spec: &JobSpec,
+    run_key: &str,
+    mut run_lease: Option<&mut Lease>,
+) -> Result<Decision, Error> {
     let ttl = ctx.config.run_lease_ttl();
     let leases = &ctx.store.leases;
     let mut held = Vec::new();
@@ -48,11 +53,19 @@ pub(super) async fn acquire(ctx: &RunnerCtx, spec: &JobSpec, run_key: &str, mut 
             None => {
                 let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
                 let waiter = match spec.overlap {
-                    Overlap::Skip | Overlap::Allow => return Ok(Decision::Skip(format!("run {current} is still running (overlap skip)"))),
-                    Overlap::Queue => match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
-                        Some(waiter) => Some(waiter),
-                        None => return Ok(Decision::Skip(format!("run {current} is running and another waits (overlap queue)"))),
-                    },
+                    Overlap::Skip | Overlap::Allow => {
+                        return Ok(Decision::Skip(format!("run {current} is still running (overlap skip)")));
+                    }
+                    Overlap::Queue => {
+                        match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
+                            Some(waiter) => Some(waiter),
+                            None => {
+                                return Ok(Decision::Skip(format!(
+                                    "run {current} is running and another waits (overlap queue)"
+                                )));
+                            }
+                        }
+                    }
                     Overlap::Replace => {
                         replace(ctx, &current).await;
                         None

@@ -269,7 +269,13 @@ async fn pool_consumer(store: &Store, pool: &str, heartbeat: Duration) -> Result
         .map_err(|e| Error::nats(&format!("opening consumer {name}"), e))
 }
 
-async fn pull_loop(ctx: Arc<RunnerCtx>, consumer: PullConsumer, slots: Arc<Semaphore>, tracker: TaskTracker, stops: run::Stops) {
+async fn pull_loop(
+    ctx: Arc<RunnerCtx>,
+    consumer: PullConsumer,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    stops: run::Stops,
+) {
     let cancel = stops.shutdown.clone();
     loop {
         // Pull only as many runs as there are free slots.
@@ -284,12 +290,7 @@ async fn pull_loop(ctx: Arc<RunnerCtx>, consumer: PullConsumer, slots: Arc<Semap
                 break;
             }
         }
-        let batch = consumer
-            .batch()
-            .max_messages(permits.len())
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await;
+        let batch = consumer.batch().max_messages(permits.len()).expires(Duration::from_secs(2)).messages().await;
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {

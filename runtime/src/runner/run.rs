@@ -15,20 +15,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::RunnerCtx;
-use super::output::{Line, Source, Tail, read_lines};
-use super::shell::{self, RunEnv, ShellProcess};
 use super::finish::{Ended, finish, publish_eof, publish_line, shut_down, timed_out};
 use super::guards::{self, Decision};
-use super::wasm_job;
+use super::output::{Line, Source, Tail, read_lines};
+use super::shell::{self, RunEnv, ShellProcess};
 use super::starter::{Starter, Ticket};
+use super::wasm_job;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
-use crate::names::lease_keys;
-use crate::store::StoredRun;
-use crate::store::lease::Lease;
 use crate::events::{Event, publish_event};
+use crate::names::lease_keys;
 use crate::record::{RunRecord, Status, Trigger};
 use crate::spec::JobSpec;
+use crate::store::StoredRun;
+use crate::store::lease::Lease;
 
 /// Runs one dispatch message to its end and acks it.
 /// The runner's two shutdown signals: `shutdown` at once (runs not started yet are handed
@@ -185,8 +185,13 @@ async fn hand_back(ctx: &RunnerCtx, held: &mut Held) -> Result<Disposition, Erro
 }
 
 /// The run from its claim to its end. Ok(false): not started, to be handed back.
-async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Held, stops: &Stops) -> Result<bool, Error> {
-
+async fn claimed(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    d: &DispatchMsg,
+    held: &mut Held,
+    stops: &Stops,
+) -> Result<bool, Error> {
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
     let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
@@ -194,7 +199,10 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
     match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some((revision, spec))) => match &spec.wasm {
             Some(wasm) => {
-                let ready = wasm_job::Ready { loaded: wasm_job::prepare(ctx, wasm).await, ticket: ctx.starter.ticket(d.scheduled_at) };
+                let ready = wasm_job::Ready {
+                    loaded: wasm_job::prepare(ctx, wasm).await,
+                    ticket: ctx.starter.ticket(d.scheduled_at),
+                };
                 prepared_wasm = Some((revision, ready));
             }
             None => prepared = prepare(ctx, &spec, revision, d.scheduled_at, &env),
@@ -289,7 +297,13 @@ async fn claimed(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, held: &mut Hel
 
 /// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
 /// meanwhile. Ok(false) when shut down; a conflict when the run was taken away.
-pub(super) async fn wait_until(ctx: &RunnerCtx, msg: &Message, at: DateTime<Utc>, held: &mut Held, cancel: &CancellationToken) -> Result<bool, Error> {
+pub(super) async fn wait_until(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    at: DateTime<Utc>,
+    held: &mut Held,
+    cancel: &CancellationToken,
+) -> Result<bool, Error> {
     loop {
         let left = (at - ctx.clock.now()).to_std().unwrap_or_default();
         if left.is_zero() {
@@ -341,7 +355,12 @@ async fn discard(prepared: Option<Ready>) {
 }
 
 /// Ends a run that never started. Ok(true): it is done with.
-pub(super) async fn finish_without_start(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
+pub(super) async fn finish_without_start(
+    ctx: &RunnerCtx,
+    held: &mut Held,
+    status: Status,
+    why: &str,
+) -> Result<bool, Error> {
     info!("run {}: {why}", status.as_str());
     held.record.status = status;
     held.record.error = Some(why.to_string());
@@ -446,6 +465,3 @@ async fn supervise(
     let exit_code = exit.as_ref().map(shell::exit_code);
     finish(ctx, held, spec, Ended { status, error, exit_code, output: tail.to_vec() }).await
 }
-
-
-

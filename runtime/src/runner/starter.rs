@@ -11,11 +11,11 @@
 //! Releases happen on a thread of their own, so a busy async runtime (a thousand runs
 //! claiming, finishing and instantiating at once) does not delay them.
 
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, mpsc};
 
 use chrono::{DateTime, TimeDelta, Utc};

@@ -77,7 +77,11 @@ pub(super) async fn run(
     let job_ctx = JobContext {
         job: d.job.clone(),
         run_id: d.run_id.clone(),
-        scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        scheduled_at: held
+            .record
+            .scheduled_at
+            .unwrap_or(d.scheduled_at)
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         attempt: d.attempt,
         trigger: d.trigger,
     };

@@ -36,9 +36,7 @@ pub(crate) struct CronSpec {
     years: Option<Box<[u64; 4]>>,
 }
 
-const MONTH_NAMES: [&str; 12] = [
-    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-];
+const MONTH_NAMES: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
 /// cronsim's DAYS_IN_MONTH: February counts 29.
 const MAX_DAYS: [u32; 13] = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
@@ -67,8 +65,7 @@ impl CronSpec {
         let years = match rest.get(5) {
             Some(text) => {
                 let y = fields::parse(&YEAR, text)?;
-                let all = (0..=(YEAR.max - YEAR.min))
-                    .all(|i| y.bits[(i / 64) as usize] >> (i % 64) & 1 == 1);
+                let all = (0..=(YEAR.max - YEAR.min)).all(|i| y.bits[(i / 64) as usize] >> (i % 64) & 1 == 1);
                 if all { None } else { Some(Box::new(y.bits)) }
             }
             None => None,
@@ -113,16 +110,11 @@ impl CronSpec {
         }
         let all = self.days | self.weekday_near;
         let min_day = all.trailing_zeros();
-        let max_len = (1..=12)
-            .filter(|m| self.months >> m & 1 == 1)
-            .map(|m| MAX_DAYS[m])
-            .max();
+        let max_len = (1..=12).filter(|m| self.months >> m & 1 == 1).map(|m| MAX_DAYS[m]).max();
         let max_len = max_len.unwrap_or(31);
         if min_day > max_len {
-            let months: Vec<&str> = (1..=12)
-                .filter(|m| self.months >> m & 1 == 1)
-                .map(|m| MONTH_NAMES[m - 1])
-                .collect();
+            let months: Vec<&str> =
+                (1..=12).filter(|m| self.months >> m & 1 == 1).map(|m| MONTH_NAMES[m - 1]).collect();
             return Err(ScheduleError {
                 field: DOM.name,
                 reason: format!(
@@ -149,8 +141,7 @@ impl CronSpec {
             None => true,
             Some(bits) => {
                 let i = i64::from(y) - i64::from(YEAR.min);
-                (0..=i64::from(YEAR.max - YEAR.min)).contains(&i)
-                    && bits[(i / 64) as usize] >> (i % 64) & 1 == 1
+                (0..=i64::from(YEAR.max - YEAR.min)).contains(&i) && bits[(i / 64) as usize] >> (i % 64) & 1 == 1
             }
         }
     }
@@ -188,9 +179,7 @@ impl CronSpec {
         if self.weekday_near != 0 {
             let lo = day.saturating_sub(2).max(1);
             for n in lo..=(day + 2).min(31) {
-                if self.weekday_near >> n & 1 == 1
-                    && nearest_weekday(d.year(), d.month(), n) == Some(day)
-                {
+                if self.weekday_near >> n & 1 == 1 && nearest_weekday(d.year(), d.month(), n) == Some(day) {
                     return true;
                 }
             }

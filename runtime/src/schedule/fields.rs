@@ -23,34 +23,19 @@ pub(crate) struct FieldDef {
     accepts: &'static str,
 }
 
-const MONTHS: &[&str] = &[
-    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-];
+const MONTHS: &[&str] = &["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
 const DAYS: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 const fn def(name: &'static str, min: u32, max: u32, accepts: &'static str) -> FieldDef {
-    FieldDef {
-        name,
-        min,
-        max,
-        names: &[],
-        name_base: 0,
-        accepts,
-    }
+    FieldDef { name, min, max, names: &[], name_base: 0, accepts }
 }
 
 pub(crate) const SECOND: FieldDef = def("second", 0, 59, "0-59");
 pub(crate) const MINUTE: FieldDef = def("minute", 0, 59, "0-59");
 pub(crate) const HOUR: FieldDef = def("hour", 0, 23, "0-23");
 pub(crate) const DOM: FieldDef = def("day-of-month", 1, 31, "1-31, L, LW or NW");
-pub(crate) const MONTH: FieldDef = FieldDef {
-    name: "month",
-    min: 1,
-    max: 12,
-    names: MONTHS,
-    name_base: 1,
-    accepts: "1-12 or JAN-DEC",
-};
+pub(crate) const MONTH: FieldDef =
+    FieldDef { name: "month", min: 1, max: 12, names: MONTHS, name_base: 1, accepts: "1-12 or JAN-DEC" };
 pub(crate) const DOW: FieldDef = FieldDef {
     name: "day-of-week",
     min: 0,
@@ -96,27 +81,18 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, msg: String) -> ScheduleError {
-        ScheduleError {
-            field: self.def.name,
-            reason: format!("{:?}: {msg}", self.text),
-        }
+        ScheduleError { field: self.def.name, reason: format!("{:?}: {msg}", self.text) }
     }
 
     /// The user's spelling of a slice of `upper`.
     fn orig<'s>(&'s self, s: &'s str) -> &'s str {
         let start = (s.as_ptr() as usize).wrapping_sub(self.upper.as_ptr() as usize);
-        self.text
-            .get(start..start.wrapping_add(s.len()))
-            .unwrap_or(s)
+        self.text.get(start..start.wrapping_add(s.len())).unwrap_or(s)
     }
 
     /// `"<term>: "` when the term is not the whole field, else nothing.
     fn at(&self, term: &str) -> String {
-        if term.len() == self.text.len() {
-            String::new()
-        } else {
-            format!("{}: ", self.orig(term))
-        }
+        if term.len() == self.text.len() { String::new() } else { format!("{}: ", self.orig(term)) }
     }
 
     /// A single value: digits or (in month / day-of-week) a name.
@@ -128,18 +104,11 @@ impl Ctx<'_> {
             return Err(self.err(format!("missing value; use {}", self.def.accepts)));
         }
         if !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(self.err(format!(
-                "{:?} is not a valid value; use {}",
-                self.orig(s),
-                self.def.accepts
-            )));
+            return Err(self.err(format!("{:?} is not a valid value; use {}", self.orig(s), self.def.accepts)));
         }
         let v = s.parse::<u32>().unwrap_or(u32::MAX);
         if v < self.def.min || v > self.def.max {
-            return Err(self.err(format!(
-                "{s} is out of range {}-{}",
-                self.def.min, self.def.max
-            )));
+            return Err(self.err(format!("{s} is out of range {}-{}", self.def.min, self.def.max)));
         }
         Ok(v)
     }
@@ -159,11 +128,7 @@ impl Ctx<'_> {
         };
         let (lo, hi) = (self.value(a)?, self.value(b)?);
         if hi < lo {
-            let hint = if self.def.name == DOW.name {
-                "; SUN is 0, write e.g. FRI-7 or FRI,SAT,SUN"
-            } else {
-                ""
-            };
+            let hint = if self.def.name == DOW.name { "; SUN is 0, write e.g. FRI-7 or FRI,SAT,SUN" } else { "" };
             let s = self.orig(s);
             return Err(self.err(format!("range {s} is reversed (end before start){hint}")));
         }
@@ -174,11 +139,7 @@ impl Ctx<'_> {
 /// Parses one field; names are matched case-insensitively.
 pub(crate) fn parse(def: &FieldDef, text: &str) -> Result<Parsed, ScheduleError> {
     let upper = text.to_ascii_uppercase();
-    let cx = Ctx {
-        def,
-        text,
-        upper: &upper,
-    };
+    let cx = Ctx { def, text, upper: &upper };
     let mut out = Parsed::default();
     let day_field = def.name == DOM.name || def.name == DOW.name;
     if upper == "?" && day_field {
@@ -197,19 +158,14 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
         return Err(cx.err("empty item in list".into()));
     }
     if term == "?" {
-        return Err(
-            cx.err("? is only allowed as the whole day-of-month or day-of-week field".into())
-        );
+        return Err(cx.err("? is only allowed as the whole day-of-month or day-of-week field".into()));
     }
     if def.name == DOW.name {
         if let Some((d, n)) = term.split_once('#') {
             let d = cx.value(d)? % 7;
             let n = cx.count(n, "nth")?;
             if !(1..=5).contains(&n) {
-                return Err(cx.err(format!(
-                    "{}the week number after # must be 1-5",
-                    cx.at(term)
-                )));
+                return Err(cx.err(format!("{}the week number after # must be 1-5", cx.at(term))));
             }
             out.dow_nth |= 1 << ((n as u32 - 1) * 7 + d);
             return Ok(());
@@ -233,10 +189,7 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
         }
         if let Some(d) = term.strip_suffix('W') {
             if d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(cx.err(format!(
-                    "{}W needs a day number before it, like 15W",
-                    cx.at(term)
-                )));
+                return Err(cx.err(format!("{}W needs a day number before it, like 15W", cx.at(term))));
             }
             out.weekday_near |= 1 << cx.value(d)?;
             return Ok(());
@@ -250,17 +203,9 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
         if step == 0 {
             return Err(cx.err("step must be at least 1".into()));
         }
-        let (lo, hi) = if base == "*" {
-            (def.min, def.max)
-        } else {
-            cx.range(base)?
-        };
+        let (lo, hi) = if base == "*" { (def.min, def.max) } else { cx.range(base)? };
         // cronsim: a base with a single value runs to the field's maximum.
-        if lo == hi {
-            (lo, def.max, step)
-        } else {
-            (lo, hi, step)
-        }
+        if lo == hi { (lo, def.max, step) } else { (lo, hi, step) }
     } else if term == "*" {
         (def.min, def.max, 1)
     } else {

@@ -189,11 +189,7 @@ impl Cursor<'_> {
         let ahead = |c: &Self| -> i64 {
             let (v, set, len, _) = c.unit(u);
             let above = set & !((2u64 << v) - 1) & ((1u64 << len) - 1);
-            let stop = if above != 0 {
-                above.trailing_zeros()
-            } else {
-                len
-            };
+            let stop = if above != 0 { above.trailing_zeros() } else { len };
             i64::from(stop - v)
         };
         let stops = |c: &Self| {
@@ -236,11 +232,7 @@ impl Cursor<'_> {
             if self.dt.year() > start_year + 50 {
                 return None;
             }
-            if self.advance_day()?
-                || self.advance_hour()?
-                || self.advance_minute()?
-                || self.advance_second()?
-            {
+            if self.advance_day()? || self.advance_hour()? || self.advance_minute()? || self.advance_second()? {
                 continue;
             }
             return Some(());

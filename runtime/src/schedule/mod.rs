@@ -111,17 +111,11 @@ pub struct ScheduleError {
 }
 
 fn is_cron_field(f: &str) -> bool {
-    matches!(
-        f,
-        "second" | "minute" | "hour" | "day-of-month" | "month" | "day-of-week" | "year"
-    )
+    matches!(f, "second" | "minute" | "hour" | "day-of-month" | "month" | "day-of-week" | "year")
 }
 
 fn expr_err(reason: String) -> ScheduleError {
-    ScheduleError {
-        field: "expression",
-        reason,
-    }
+    ScheduleError { field: "expression", reason }
 }
 
 const MACROS: &str = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, \
@@ -155,18 +149,13 @@ impl Schedule {
                 (None, "every") => Kind::Every(parse_every(arg)?),
                 (None, "at") => Kind::At(parse_at(arg)?),
                 _ => {
-                    return Err(expr_err(format!(
-                        "{text:?}: unknown macro; use one of {MACROS}"
-                    )));
+                    return Err(expr_err(format!("{text:?}: unknown macro; use one of {MACROS}")));
                 }
             }
         } else {
             Kind::Cron(Box::new(CronSpec::parse(&split(text))?))
         };
-        Ok(Schedule {
-            expr: expr.into(),
-            kind,
-        })
+        Ok(Schedule { expr: expr.into(), kind })
     }
 
     /// First fire strictly after `after`, evaluated in `tz` (ignored by
@@ -185,11 +174,7 @@ impl Schedule {
     }
 
     /// The fires after `after`, in order (at most one for `@at`).
-    pub fn fires_after(
-        &self,
-        after: DateTime<Utc>,
-        tz: Tz,
-    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+    pub fn fires_after(&self, after: DateTime<Utc>, tz: Tz) -> impl Iterator<Item = DateTime<Utc>> + '_ {
         std::iter::successors(self.next_after(after, tz), move |t| self.next_after(*t, tz))
     }
 
@@ -204,39 +189,26 @@ fn split(text: &str) -> Vec<&str> {
 }
 
 fn parse_every(arg: &str) -> Result<u64, ScheduleError> {
-    let err = |msg: String| ScheduleError {
-        field: "@every",
-        reason: format!("{arg:?}: {msg}"),
-    };
+    let err = |msg: String| ScheduleError { field: "@every", reason: format!("{arg:?}: {msg}") };
     if arg.is_empty() {
-        return Err(err(
-            "missing duration; write e.g. @every 30s, @every 5m or @every 1h30m".into(),
-        ));
+        return Err(err("missing duration; write e.g. @every 30s, @every 5m or @every 1h30m".into()));
     }
-    let d = humantime::parse_duration(arg).map_err(|e| {
-        err(format!(
-            "{e}; write a duration like 30s, 5m, 1h30m or 1500ms"
-        ))
-    })?;
+    let d = humantime::parse_duration(arg)
+        .map_err(|e| err(format!("{e}; write a duration like 30s, 5m, 1h30m or 1500ms")))?;
     if d.as_secs() < 1 {
         return Err(err("must be at least 1s".into()));
     }
     if d.subsec_nanos() % 1_000_000 != 0 {
         return Err(err("must be a whole number of milliseconds".into()));
     }
-    u64::try_from(d.as_millis())
-        .ok()
-        .filter(|ms| *ms <= i64::MAX as u64)
-        .ok_or_else(|| err("is too long".into()))
+    u64::try_from(d.as_millis()).ok().filter(|ms| *ms <= i64::MAX as u64).ok_or_else(|| err("is too long".into()))
 }
 
 fn parse_at(arg: &str) -> Result<DateTime<Utc>, ScheduleError> {
-    DateTime::parse_from_rfc3339(arg)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| ScheduleError {
-            field: "@at",
-            reason: format!("{arg:?}: {e}; write an RFC 3339 time like 2030-01-31T09:00:00Z"),
-        })
+    DateTime::parse_from_rfc3339(arg).map(|t| t.with_timezone(&Utc)).map_err(|e| ScheduleError {
+        field: "@at",
+        reason: format!("{arg:?}: {e}; write an RFC 3339 time like 2030-01-31T09:00:00Z"),
+    })
 }
 
 /// Parses an IANA time zone name such as `Europe/Berlin`.

@@ -30,9 +30,7 @@ pub(crate) fn search(spec: &CronSpec, tz: Tz, after: i64) -> Option<i64> {
         }
         let (h, m, s) = (local.hour(), local.minute(), local.second());
         let since_midnight = i64::from(h * 3600 + m * 60 + s);
-        let day_ok = spec.has_year(local.year())
-            && spec.has_month(local.month())
-            && spec.match_day(local.date());
+        let day_ok = spec.has_year(local.year()) && spec.has_month(local.month()) && spec.match_day(local.date());
         // Wall-clock seconds to the next candidate, assuming no transition.
         let jump = if !day_ok {
             86_400 - since_midnight
@@ -42,11 +40,7 @@ pub(crate) fn search(spec: &CronSpec, tz: Tz, after: i64) -> Option<i64> {
             60 - i64::from(s)
         } else if spec.seconds >> s & 1 == 0 {
             let above = spec.seconds & !((2u64 << s) - 1) & ((1u64 << 60) - 1);
-            if above != 0 {
-                i64::from(above.trailing_zeros() - s)
-            } else {
-                60 - i64::from(s)
-            }
+            if above != 0 { i64::from(above.trailing_zeros() - s) } else { 60 - i64::from(s) }
         } else {
             return Some(u);
         };
@@ -60,11 +54,7 @@ pub(crate) fn search(spec: &CronSpec, tz: Tz, after: i64) -> Option<i64> {
         let (mut lo, mut hi) = (u, target);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if offset_at(tz, mid)? == off {
-                lo = mid
-            } else {
-                hi = mid
-            }
+            if offset_at(tz, mid)? == off { lo = mid } else { hi = mid }
         }
         u = hi;
     }

@@ -70,10 +70,7 @@ pub(crate) fn classify(tz: Tz, local: NaiveDateTime) -> Wall {
         LocalResult::Single(o) => Wall::Single(o.fix().local_minus_utc()),
         LocalResult::Ambiguous(a, b) => {
             let (a, b) = (a.fix().local_minus_utc(), b.fix().local_minus_utc());
-            Wall::Repeated {
-                before: a.max(b),
-                after: a.min(b),
-            }
+            Wall::Repeated { before: a.max(b), after: a.min(b) }
         }
         LocalResult::None => {
             let gap = GapInfo::new(&local, &tz);

@@ -68,14 +68,23 @@ pub(super) async fn resume_from(
         return watermark;
     }
     if let Some(first) = job.schedule.next_after(watermark, job.tz).filter(|f| *f <= horizon) {
-        let detail = format!("fires from {first} to {horizon} were missed: no scheduler ran, and they are beyond the catch-up window");
+        let detail = format!(
+            "fires from {first} to {horizon} were missed: no scheduler ran, and they are beyond the catch-up window"
+        );
         publish_event(store, &Event::new(name, &fire_run_id(first), "missed", 1, now).with_detail(detail)).await;
     }
     horizon
 }
 
 /// Records a missed fire (record `skipped` + `missed` event).
-pub(super) async fn record_missed(store: &Store, name: &str, revision: u64, fire: DateTime<Utc>, why: &str, now: DateTime<Utc>) {
+pub(super) async fn record_missed(
+    store: &Store,
+    name: &str,
+    revision: u64,
+    fire: DateTime<Utc>,
+    why: &str,
+    now: DateTime<Utc>,
+) {
     let run_id = fire_run_id(fire);
     record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await;
     publish_event(store, &Event::new(name, &run_id, "missed", 1, now).with_detail(why)).await;

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -69,7 +69,9 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
             in_flight_fires.add(due.fire);
             let store = s.ctx.store.clone();
             match catchup::judge(summary, due.fire, now, s.ctx.config.default_deadline) {
-                Verdict::Run(trigger) => in_flight.push(fire(store, s.ctx.config.default_deadline, due, trigger, now).boxed()),
+                Verdict::Run(trigger) => {
+                    in_flight.push(fire(store, s.ctx.config.default_deadline, due, trigger, now).boxed())
+                }
                 Verdict::Missed(why) => {
                     let count = missed_per_job.entry(due.job.name.clone()).or_default();
                     *count += 1;
@@ -91,7 +93,9 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
             }
         }
         let wake = match queue.peek() {
-            Some(next) if in_flight.len() < s.ctx.config.max_in_flight => (next - lead - now).to_std().unwrap_or_default(),
+            Some(next) if in_flight.len() < s.ctx.config.max_in_flight => {
+                (next - lead - now).to_std().unwrap_or_default()
+            }
             _ => Duration::from_secs(3600),
         };
         tokio::select! {
@@ -172,7 +176,13 @@ async fn write_watermark(s: &Shard, w: &mut Watermark, at: DateTime<Utc>) -> Res
 }
 
 /// Dispatches one due fire. Returns the fire instant for the watermark.
-async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigger, now: DateTime<Utc>) -> DateTime<Utc> {
+async fn fire(
+    store: Store,
+    default_deadline: Duration,
+    due: Due,
+    trigger: Trigger,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
     let Some(summary) = due.summary() else { return due.fire };
     let name = &due.job.name;
     let run_id = fire_run_id(due.fire);

@@ -25,7 +25,12 @@ pub(super) async fn publish(store: Store, holder: String, ttl: Duration, cancel:
             _ = cancel.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let value = LeaseValue { holder: holder.clone(), acquired_at: started, renewed_at: Utc::now(), ttl_ms: ttl.as_millis() as u64 };
+        let value = LeaseValue {
+            holder: holder.clone(),
+            acquired_at: started,
+            renewed_at: Utc::now(),
+            ttl_ms: ttl.as_millis() as u64,
+        };
         let body = serde_json::to_vec(&value).unwrap_or_default().into();
         if let Err(e) = store.leases.put(&key, body, Some(ttl)).await {
             warn!("scheduler presence not written: {e}");

@@ -111,7 +111,12 @@ impl Scheduler {
             _ = self.ctx.catalog.wait_loaded() => {}
         }
         let presence_stop = CancellationToken::new();
-        let presence = tokio::spawn(members::publish(self.ctx.store.clone(), self.ctx.holder.clone(), self.ctx.config.lease_ttl, presence_stop.clone()));
+        let presence = tokio::spawn(members::publish(
+            self.ctx.store.clone(),
+            self.ctx.holder.clone(),
+            self.ctx.config.lease_ttl,
+            presence_stop.clone(),
+        ));
         let (members_tx, mut members) = watch::channel(Vec::new());
         tokio::spawn(members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
         // The reaper has a task of its own, so that catalog events (a million at start)

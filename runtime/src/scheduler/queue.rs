@@ -6,8 +6,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use crate::catalog::{CatalogJob, JobSummary};
+use chrono::{DateTime, Utc};
 
 struct Slot {
     generation: u32,
@@ -65,10 +65,7 @@ impl FireQueue {
             return;
         }
         self.generation = self.generation.wrapping_add(1);
-        let slot = Slot {
-            generation: self.generation,
-            job: job.clone(),
-        };
+        let slot = Slot { generation: self.generation, job: job.clone() };
         let index = match self.by_name.get(job.name.as_str()) {
             Some(&i) => i,
             None => {
@@ -115,10 +112,7 @@ impl FireQueue {
         if let Some(next) = slot.next_after(at) {
             self.heap.push(Reverse((next.timestamp_millis(), index, generation)));
         }
-        Some(Due {
-            job: slot.job.clone(),
-            fire: at,
-        })
+        Some(Due { job: slot.job.clone(), fire: at })
     }
 
     fn is_current(&self, index: u32, generation: u32) -> bool {

@@ -154,7 +154,9 @@ async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: Dat
     let revision = store.update_run(&record, stored.revision).await?;
     let detail = record.error.clone().unwrap_or_default();
     publish_event(store, &Event::new(job, run_id, "lost", record.attempt, now).with_detail(detail)).await;
-    let Some(summary) = catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone()))) else {
+    let Some(summary) =
+        catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())))
+    else {
         return Ok(());
     };
     let (retries, pool) = summary;

@@ -87,7 +87,9 @@ pub async fn shard_count(store: &Store, configured: Option<u32>) -> Result<u32, 
     match configured {
         Some(c) if c != count => Err(Error::invalid(
             "scheduler.shards",
-            format!("scheduler.shards is {c} but this deployment was started with {count} shards, which cannot change: remove the setting or set it to {count}"),
+            format!(
+                "scheduler.shards is {c} but this deployment was started with {count} shards, which cannot change: remove the setting or set it to {count}"
+            ),
         )),
         _ => Ok(count),
     }
@@ -135,9 +137,7 @@ mod tests {
         after.push("host-new/00000001".into());
         after.sort();
         let (old, new) = (assign(&before, 64), assign(&after, 64));
-        let moved = (0..64)
-            .filter(|&s| before[old[s]] != after[new[s]])
-            .count();
+        let moved = (0..64).filter(|&s| before[old[s]] != after[new[s]]).count();
         // The newcomer takes about 64/5 shards; a few more move to keep loads bounded.
         assert!(moved <= 24, "{moved} shards moved");
         let taken = new.iter().filter(|&&o| after[o] == "host-new/00000001").count();

@@ -11,11 +11,8 @@ use serde::{Deserialize, Deserializer, Serializer};
 use super::ShellSpec;
 
 fn parse_duration<E: de::Error>(s: &str) -> Result<Duration, E> {
-    humantime::parse_duration(s).map_err(|_| {
-        E::custom(format!(
-            "invalid duration {s:?}: write it like 500ms, 30s, 5m or 1h30m"
-        ))
-    })
+    humantime::parse_duration(s)
+        .map_err(|_| E::custom(format!("invalid duration {s:?}: write it like 500ms, 30s, 5m or 1h30m")))
 }
 
 fn format_duration(d: &Duration) -> String {
@@ -105,19 +102,11 @@ impl<'de> Deserialize<'de> for ShellSpec {
                 f.write_str("a command string or a table with command or argv, env, cwd")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ShellSpec, E> {
-                Ok(ShellSpec {
-                    command: Some(v.to_string()),
-                    ..ShellSpec::default()
-                })
+                Ok(ShellSpec { command: Some(v.to_string()), ..ShellSpec::default() })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ShellSpec, A::Error> {
                 let t = ShellTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ShellSpec {
-                    command: t.command,
-                    argv: t.argv,
-                    env: t.env,
-                    cwd: t.cwd,
-                })
+                Ok(ShellSpec { command: t.command, argv: t.argv, env: t.env, cwd: t.cwd })
             }
         }
         d.deserialize_any(ShellVisitor)

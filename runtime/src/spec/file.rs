@@ -22,9 +22,8 @@ pub fn parse_jobs_file(text: &str, origin: &str) -> Result<Vec<JobSpec>, Error> 
     }
     let mut seen = std::collections::HashSet::new();
     for (i, spec) in file.job.iter().enumerate() {
-        spec.validate().map_err(|e| {
-            Error::invalid("file", format!("{origin}: job {} ({:?}): {e}", i + 1, spec.name))
-        })?;
+        spec.validate()
+            .map_err(|e| Error::invalid("file", format!("{origin}: job {} ({:?}): {e}", i + 1, spec.name)))?;
         if !seen.insert(spec.name.as_str()) {
             return Err(Error::invalid("file", format!("{origin}: job {:?} appears twice", spec.name)));
         }
@@ -68,12 +67,10 @@ mod tests {
         assert!(err.contains("colour"), "{err}");
         assert!(!err.contains('\n'));
 
-        let err = parse_jobs_file(
-            "[[job]]\nname = \"a\"\nschedule = \"* * * * * * * *\"\nshell = \"x\"\n",
-            "jobs.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err =
+            parse_jobs_file("[[job]]\nname = \"a\"\nschedule = \"* * * * * * * *\"\nshell = \"x\"\n", "jobs.toml")
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("job 1 (\"a\"): schedule:"), "{err}");
 
         let dup = "[[job]]\nname = \"a\"\nschedule = \"@daily\"\nshell = \"x\"\n";

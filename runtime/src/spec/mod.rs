@@ -154,10 +154,7 @@ impl Retries {
 
 impl Default for Retries {
     fn default() -> Self {
-        Self {
-            max: 0,
-            backoff: defaults::backoff(),
-        }
+        Self { max: 0, backoff: defaults::backoff() }
     }
 }
 
@@ -174,10 +171,7 @@ pub struct History {
 
 impl Default for History {
     fn default() -> Self {
-        Self {
-            succeeded: defaults::history(),
-            failed: defaults::history(),
-        }
+        Self { succeeded: defaults::history(), failed: defaults::history() }
     }
 }
 

@@ -11,9 +11,7 @@ const MAX_OUTPUT_LINES: u32 = 10_000;
 const MAX_RETRIES: u32 = 100;
 
 fn token_ok(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl JobSpec {
@@ -33,7 +31,10 @@ impl JobSpec {
                 }
                 for key in shell.env.keys() {
                     if key.is_empty() || key.contains('=') || key.contains('\0') {
-                        return Err(invalid("shell.env", format!("environment name {key:?} must be non-empty without = or NUL")));
+                        return Err(invalid(
+                            "shell.env",
+                            format!("environment name {key:?} must be non-empty without = or NUL"),
+                        ));
                     }
                 }
                 if let Some(cwd) = &shell.cwd
@@ -45,7 +46,13 @@ impl JobSpec {
             (None, Some(wasm)) => {
                 let hex = wasm.plugin.strip_prefix("sha256-").unwrap_or("");
                 if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(invalid("wasm.plugin", format!("plugin {:?} must be sha256-<64 hex digits>, as printed by cronrun deploy", wasm.plugin)));
+                    return Err(invalid(
+                        "wasm.plugin",
+                        format!(
+                            "plugin {:?} must be sha256-<64 hex digits>, as printed by cronrun deploy",
+                            wasm.plugin
+                        ),
+                    ));
                 }
             }
             (Some(_), Some(_)) => return Err(invalid("shell", "a job has either shell or wasm, not both")),

@@ -24,11 +24,7 @@ impl StoredJob {
                 Err(Error::invalid("name", format!("name: spec says {:?} but is stored under {name:?}", spec.name)))
             }
         });
-        Self {
-            name: name.to_string(),
-            revision: v.revision,
-            spec,
-        }
+        Self { name: name.to_string(), revision: v.revision, spec }
     }
 }
 
@@ -42,11 +38,7 @@ impl Store {
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<StoredJob>, Error> {
-        let mut jobs: Vec<_> = self.jobs.scan(">")
-            .await?
-            .iter()
-            .map(|(k, v)| StoredJob::decode(k, v))
-            .collect();
+        let mut jobs: Vec<_> = self.jobs.scan(">").await?.iter().map(|(k, v)| StoredJob::decode(k, v)).collect();
         jobs.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(jobs)
     }
@@ -54,15 +46,13 @@ impl Store {
     /// Creates a job that must not exist yet.
     pub async fn create_job(&self, spec: &JobSpec) -> Result<u64, Error> {
         spec.validate()?;
-        self.jobs.create(&spec.name, spec.to_json(), None)
-            .await
-            .map_err(|e| match e.kind() {
-                ErrorKind::AlreadyExists => Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("job {:?} already exists; use `cronrun apply` or `cronrun rm` first", spec.name),
-                ),
-                _ => e,
-            })
+        self.jobs.create(&spec.name, spec.to_json(), None).await.map_err(|e| match e.kind() {
+            ErrorKind::AlreadyExists => Error::new(
+                ErrorKind::AlreadyExists,
+                format!("job {:?} already exists; use `cronrun apply` or `cronrun rm` first", spec.name),
+            ),
+            _ => e,
+        })
     }
 
     /// Creates or replaces a job; unchanged specs are not rewritten.

@@ -57,16 +57,10 @@ impl Bucket {
 
     /// The value of `key`, or None if absent, deleted or expired.
     pub async fn get(&self, key: &str) -> Result<Option<Versioned>, Error> {
-        let entry = self
-            .kv
-            .entry(key)
-            .await
-            .map_err(|e| Error::nats(&format!("reading {key} from {}", self.name()), e))?;
+        let entry =
+            self.kv.entry(key).await.map_err(|e| Error::nats(&format!("reading {key} from {}", self.name()), e))?;
         Ok(entry.and_then(|e| match e.operation {
-            Operation::Put => Some(Versioned {
-                value: e.value,
-                revision: e.revision,
-            }),
+            Operation::Put => Some(Versioned { value: e.value, revision: e.revision }),
             Operation::Delete | Operation::Purge => None,
         }))
     }
@@ -115,11 +109,7 @@ impl Bucket {
         }
         // The key has history: a delete or expiry marker may be overwritten, by
         // compare-and-set on the marker's revision; a live value means taken.
-        let entry = self
-            .kv
-            .entry(key)
-            .await
-            .map_err(|e| Error::nats(&format!("reading {key}"), e))?;
+        let entry = self.kv.entry(key).await.map_err(|e| Error::nats(&format!("reading {key}"), e))?;
         let already_exists = || Error::new(ErrorKind::AlreadyExists, format!("{key} already exists"));
         match entry {
             Some(e) if e.operation != Operation::Put => self
@@ -140,10 +130,7 @@ impl Bucket {
 
     /// Removes `key` and its history; the marker left behind expires after `ttl`.
     pub async fn purge(&self, key: &str, ttl: Duration) -> Result<(), Error> {
-        self.kv
-            .purge_with_ttl(key, ttl)
-            .await
-            .map_err(|e| Error::nats(&format!("purging {key}"), e))
+        self.kv.purge_with_ttl(key, ttl).await.map_err(|e| Error::nats(&format!("purging {key}"), e))
     }
 
     /// Changes of keys matching `filter` (NATS wildcards), starting with each key's
@@ -163,15 +150,8 @@ impl Bucket {
             .await
             .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
         let initially_empty = consumer.cached_info().num_pending == 0;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
-        Ok(Watch {
-            initially_empty,
-            messages,
-            prefix,
-        })
+        let messages = consumer.messages().await.map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
+        Ok(Watch { initially_empty, messages, prefix })
     }
 
     /// The latest live value of every key matching `filter`.
@@ -212,19 +192,12 @@ impl Watch {
             Ok(info) => (info.stream_sequence, info.pending),
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
-        let key = message
-            .subject
-            .strip_prefix(self.prefix.as_str())
-            .unwrap_or_default()
-            .to_string();
+        let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
         let deleted = message.headers.as_ref().is_some_and(|h| {
             h.get("KV-Operation").is_some_and(|op| op.as_str() != "PUT") || h.get("Nats-Marker-Reason").is_some()
         });
-        let expired = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Marker-Reason"))
-            .is_some_and(|r| r.as_str() == "MaxAge");
+        let expired =
+            message.headers.as_ref().and_then(|h| h.get("Nats-Marker-Reason")).is_some_and(|r| r.as_str() == "MaxAge");
         Some(Ok(Change {
             key,
             value: (!deleted).then(|| message.payload.clone()),

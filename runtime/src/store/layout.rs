@@ -49,32 +49,41 @@ pub(super) async fn ensure(
     names: &Names,
     opts: &LayoutOptions,
 ) -> Result<(kv::Store, kv::Store, kv::Store), Error> {
-    let jobs = ensure_kv(js, kv::Config {
-        bucket: names.jobs_bucket(),
-        description: "cronrun job specs".into(),
-        history: 5,
-        num_replicas: opts.replicas,
-        ..Default::default()
-    })
+    let jobs = ensure_kv(
+        js,
+        kv::Config {
+            bucket: names.jobs_bucket(),
+            description: "cronrun job specs".into(),
+            history: 5,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        },
+    )
     .await?;
-    let runs = ensure_kv(js, kv::Config {
-        bucket: names.runs_bucket(),
-        description: "cronrun run records".into(),
-        history: 1,
-        num_replicas: opts.replicas,
-        // Run records are pruned by purging; the purge markers carry a TTL.
-        limit_markers: Some(LEASE_MARKER_TTL),
-        ..Default::default()
-    })
+    let runs = ensure_kv(
+        js,
+        kv::Config {
+            bucket: names.runs_bucket(),
+            description: "cronrun run records".into(),
+            history: 1,
+            num_replicas: opts.replicas,
+            // Run records are pruned by purging; the purge markers carry a TTL.
+            limit_markers: Some(LEASE_MARKER_TTL),
+            ..Default::default()
+        },
+    )
     .await?;
-    let leases = ensure_kv(js, kv::Config {
-        bucket: names.leases_bucket(),
-        description: "cronrun leases, locks and runner presence".into(),
-        history: 1,
-        num_replicas: opts.replicas,
-        limit_markers: Some(LEASE_MARKER_TTL),
-        ..Default::default()
-    })
+    let leases = ensure_kv(
+        js,
+        kv::Config {
+            bucket: names.leases_bucket(),
+            description: "cronrun leases, locks and runner presence".into(),
+            history: 1,
+            num_replicas: opts.replicas,
+            limit_markers: Some(LEASE_MARKER_TTL),
+            ..Default::default()
+        },
+    )
     .await?;
     if js.get_object_store(names.plugins_store()).await.is_err() {
         js.create_object_store(object_store::Config {
@@ -86,36 +95,45 @@ pub(super) async fn ensure(
         .await
         .map_err(|e| Error::nats(&format!("creating object store {}", names.plugins_store()), e))?;
     }
-    ensure_stream(js, stream::Config {
-        name: names.dispatch_stream(),
-        description: Some("cronrun due runs, pulled by runners".into()),
-        subjects: vec![names.wildcard("dispatch")],
-        retention: stream::RetentionPolicy::WorkQueue,
-        duplicate_window: opts.dedup_window,
-        num_replicas: opts.replicas,
-        ..Default::default()
-    })
+    ensure_stream(
+        js,
+        stream::Config {
+            name: names.dispatch_stream(),
+            description: Some("cronrun due runs, pulled by runners".into()),
+            subjects: vec![names.wildcard("dispatch")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: opts.dedup_window,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        },
+    )
     .await?;
-    ensure_stream(js, stream::Config {
-        name: names.logs_stream(),
-        description: Some("cronrun live output lines".into()),
-        subjects: vec![names.wildcard("logs")],
-        max_age: opts.logs_max_age,
-        max_bytes: opts.logs_max_bytes,
-        discard: stream::DiscardPolicy::Old,
-        num_replicas: opts.replicas,
-        ..Default::default()
-    })
+    ensure_stream(
+        js,
+        stream::Config {
+            name: names.logs_stream(),
+            description: Some("cronrun live output lines".into()),
+            subjects: vec![names.wildcard("logs")],
+            max_age: opts.logs_max_age,
+            max_bytes: opts.logs_max_bytes,
+            discard: stream::DiscardPolicy::Old,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        },
+    )
     .await?;
-    ensure_stream(js, stream::Config {
-        name: names.events_stream(),
-        description: Some("cronrun run events".into()),
-        subjects: vec![names.wildcard("events")],
-        max_messages: opts.events_max_msgs,
-        discard: stream::DiscardPolicy::Old,
-        num_replicas: opts.replicas,
-        ..Default::default()
-    })
+    ensure_stream(
+        js,
+        stream::Config {
+            name: names.events_stream(),
+            description: Some("cronrun run events".into()),
+            subjects: vec![names.wildcard("events")],
+            max_messages: opts.events_max_msgs,
+            discard: stream::DiscardPolicy::Old,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        },
+    )
     .await?;
     Ok((jobs, runs, leases))
 }
@@ -129,10 +147,9 @@ async fn ensure_kv(js: &jetstream::Context, config: kv::Config) -> Result<kv::St
     // a differing one finds the winner's bucket on the second look.
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        Err(create_err) => js
-            .get_key_value(&bucket)
-            .await
-            .map_err(|_| Error::nats(&format!("creating bucket {bucket}"), create_err)),
+        Err(create_err) => {
+            js.get_key_value(&bucket).await.map_err(|_| Error::nats(&format!("creating bucket {bucket}"), create_err))
+        }
     }
 }
 

@@ -41,13 +41,7 @@ impl Lease {
         };
         let bytes = serde_json::to_vec(&value).unwrap_or_default().into();
         match kv.create(key, bytes, Some(ttl)).await {
-            Ok(revision) => Ok(Some(Lease {
-                kv: kv.clone(),
-                key: key.to_string(),
-                value,
-                ttl,
-                revision,
-            })),
+            Ok(revision) => Ok(Some(Lease { kv: kv.clone(), key: key.to_string(), value, ttl, revision })),
             Err(e) if *e.kind() == crate::error::ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(e),
         }
@@ -79,7 +73,5 @@ impl Lease {
 
 /// The holder of `key`, if held.
 pub async fn holder(kv: &Bucket, key: &str) -> Result<Option<LeaseValue>, Error> {
-    Ok(kv.get(key)
-        .await?
-        .and_then(|v| serde_json::from_slice(&v.value).ok()))
+    Ok(kv.get(key).await?.and_then(|v| serde_json::from_slice(&v.value).ok()))
 }

@@ -22,10 +22,7 @@ pub fn plugin_digest(bytes: &[u8]) -> String {
 impl Store {
     async fn plugins(&self) -> Result<ObjectStore, Error> {
         let name = self.names.plugins_store();
-        self.js
-            .get_object_store(&name)
-            .await
-            .map_err(|e| Error::nats(&format!("opening object store {name}"), e))
+        self.js.get_object_store(&name).await.map_err(|e| Error::nats(&format!("opening object store {name}"), e))
     }
 
     /// Whether a plugin of this digest is stored.
@@ -74,11 +71,17 @@ impl Store {
             .await
             .map_err(|e| Error::nats(&format!("reading plugin {digest}"), e))?;
         if bytes.len() > MAX_PLUGIN_BYTES {
-            return Err(Error::invalid("wasm.plugin", format!("plugin {digest} is larger than {MAX_PLUGIN_BYTES} bytes")));
+            return Err(Error::invalid(
+                "wasm.plugin",
+                format!("plugin {digest} is larger than {MAX_PLUGIN_BYTES} bytes"),
+            ));
         }
         let actual = plugin_digest(&bytes);
         if actual != digest {
-            return Err(Error::invalid("wasm.plugin", format!("plugin {digest} is corrupt: its bytes hash to {actual}")));
+            return Err(Error::invalid(
+                "wasm.plugin",
+                format!("plugin {digest} is corrupt: its bytes hash to {actual}"),
+            ));
         }
         Ok(bytes)
     }

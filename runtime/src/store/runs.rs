@@ -26,13 +26,12 @@ impl Store {
 
     pub async fn get_run(&self, job: &str, run_id: &str) -> Result<StoredRun, Error> {
         let key = run_key(job, run_id);
-        let v = self.runs.get(&key)
+        let v = self
+            .runs
+            .get(&key)
             .await?
             .ok_or_else(|| Error::not_found(format!("run {key} not found; `cronrun runs {job}` lists runs")))?;
-        Ok(StoredRun {
-            record: RunRecord::from_json(&v.value)?,
-            revision: v.revision,
-        })
+        Ok(StoredRun { record: RunRecord::from_json(&v.value)?, revision: v.revision })
     }
 
     /// Writes `record` if it is still at `revision`; `ErrorKind::Conflict` otherwise.
@@ -42,18 +41,16 @@ impl Store {
 
     /// All records of `job`, oldest fire first.
     pub async fn list_runs(&self, job: &str) -> Result<Vec<StoredRun>, Error> {
-        let mut runs: Vec<StoredRun> = self.runs.scan(&format!("{job}.*"))
+        let mut runs: Vec<StoredRun> = self
+            .runs
+            .scan(&format!("{job}.*"))
             .await?
             .into_iter()
             .filter_map(|(_, v)| {
-                RunRecord::from_json(&v.value)
-                    .ok()
-                    .map(|record| StoredRun { record, revision: v.revision })
+                RunRecord::from_json(&v.value).ok().map(|record| StoredRun { record, revision: v.revision })
             })
             .collect();
-        runs.sort_by(|a, b| {
-            (a.record.scheduled_at, &a.record.run_id).cmp(&(b.record.scheduled_at, &b.record.run_id))
-        });
+        runs.sort_by(|a, b| (a.record.scheduled_at, &a.record.run_id).cmp(&(b.record.scheduled_at, &b.record.run_id)));
         Ok(runs)
     }
 
@@ -61,14 +58,11 @@ impl Store {
     /// Returns how many were removed.
     pub async fn prune_runs(&self, job: &str, history: &History) -> Result<usize, Error> {
         let runs = self.list_runs(job).await?;
-        let (ok, not_ok): (Vec<_>, Vec<_>) = runs
-            .iter()
-            .filter(|r| r.record.status.is_final())
-            .partition(|r| r.record.status == Status::Succeeded);
+        let (ok, not_ok): (Vec<_>, Vec<_>) =
+            runs.iter().filter(|r| r.record.status.is_final()).partition(|r| r.record.status == Status::Succeeded);
         let excess = |v: &Vec<&StoredRun>, keep: u32| v.len().saturating_sub(keep as usize);
-        let doomed = ok[..excess(&ok, history.succeeded)]
-            .iter()
-            .chain(not_ok[..excess(&not_ok, history.failed)].iter());
+        let doomed =
+            ok[..excess(&ok, history.succeeded)].iter().chain(not_ok[..excess(&not_ok, history.failed)].iter());
         let mut removed = 0;
         for run in doomed {
             self.runs.purge(&run.record.key(), PRUNE_MARKER_TTL).await?;

@@ -58,7 +58,8 @@ impl Default for WasmConfig {
 impl WasmConfig {
     /// Checks the ranges the engine needs.
     pub fn validate(&self) -> Result<(), Error> {
-        let invalid = |field: &str, reason: &str| Err(Error::invalid(format!("wasm.{field}"), format!("wasm.{field}: {reason}")));
+        let invalid =
+            |field: &str, reason: &str| Err(Error::invalid(format!("wasm.{field}"), format!("wasm.{field}: {reason}")));
         if !(64 << 10..=4 << 30).contains(&self.memory_limit) {
             return invalid("memory_limit", "must be between 64KiB and 4GiB");
         }

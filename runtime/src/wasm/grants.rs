@@ -67,9 +67,9 @@ impl Grants {
 pub fn valid_subject(subject: &str) -> bool {
     !subject.is_empty()
         && subject.len() <= 1024
-        && subject.split('.').all(|t| {
-            !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic() && b != b'*' && b != b'>')
-        })
+        && subject
+            .split('.')
+            .all(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic() && b != b'*' && b != b'>'))
 }
 
 /// Whether `subject` matches `pattern` under NATS rules.
@@ -98,9 +98,7 @@ pub fn valid_kv_key(key: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "kv key {key:?} is invalid: use 1 to 256 of A-Z a-z 0-9 _ - / = . not starting or ending with ."
-        ))
+        Err(format!("kv key {key:?} is invalid: use 1 to 256 of A-Z a-z 0-9 _ - / = . not starting or ending with ."))
     }
 }
 

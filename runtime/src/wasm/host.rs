@@ -11,8 +11,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::cronrun::job::{config, kv, log, nats, types};
 use super::bindings::Level;
+use super::bindings::cronrun::job::{config, kv, log, nats, types};
 use super::grants::Grants;
 use super::http::HttpGrants;
 use super::nats::NatsAccess;
@@ -99,7 +99,12 @@ impl kv::Host for HostState {
 }
 
 impl nats::Host for HostState {
-    async fn publish(&mut self, subject: String, payload: Vec<u8>, headers: Vec<(String, String)>) -> Result<(), String> {
+    async fn publish(
+        &mut self,
+        subject: String,
+        payload: Vec<u8>,
+        headers: Vec<(String, String)>,
+    ) -> Result<(), String> {
         self.grants.check_publish(&subject)?;
         self.nats.publish(&subject, payload, headers).await
     }

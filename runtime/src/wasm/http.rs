@@ -18,7 +18,12 @@ type Pending = Box<dyn Future<Output = Result<(), Error>> + Send>;
 type Sent = Box<dyn Future<Output = Result<(http::Response<WasiBody>, Pending), Error>> + Send>;
 
 impl WasiHttpHooks for HttpGrants {
-    fn send_request(&mut self, request: http::Request<WasiBody>, options: Option<RequestOptions>, fut: Pending) -> Sent {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Pending,
+    ) -> Sent {
         drop(fut);
         let uri = request.uri();
         let allowed = uri.host().is_some_and(|host| self.grants.http_allowed(host, uri.port_u16()));

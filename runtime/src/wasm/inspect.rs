@@ -28,15 +28,21 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
             Payload::Version { encoding, .. } => {
                 depth += 1;
                 if depth == 1 && encoding != Encoding::Component {
-                    return Err("a core wasm module, not a component: build it with --target wasm32-wasip2 and cronrun-sdk".into());
+                    return Err(
+                        "a core wasm module, not a component: build it with --target wasm32-wasip2 and cronrun-sdk"
+                            .into(),
+                    );
                 }
             }
             Payload::End(_) => depth = depth.saturating_sub(1),
             Payload::CustomSection(section) if section.name() == MANIFEST_SECTION => {
                 if manifest.is_some() {
-                    return Err(format!("more than one {MANIFEST_SECTION} section: use #[cronrun_sdk::job] once per plugin"));
+                    return Err(format!(
+                        "more than one {MANIFEST_SECTION} section: use #[cronrun_sdk::job] once per plugin"
+                    ));
                 }
-                let text = std::str::from_utf8(section.data()).map_err(|_| format!("{MANIFEST_SECTION} is not UTF-8"))?;
+                let text =
+                    std::str::from_utf8(section.data()).map_err(|_| format!("{MANIFEST_SECTION} is not UTF-8"))?;
                 manifest = Some(text.to_string());
             }
             _ => {}

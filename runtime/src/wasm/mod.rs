@@ -29,11 +29,11 @@ use std::sync::Arc;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
+/// The output line type of [`PreparedWasm::run`], nameable outside the crate.
+pub use crate::runner::output::{Line, Source};
 pub use config::{WasmConfig, parse_bytes};
 pub use inspect::{Inspected, MANIFEST_SECTION, inspect};
 pub use run::{JobContext, WasmOutcome};
-/// The output line type of [`PreparedWasm::run`], nameable outside the crate.
-pub use crate::runner::output::{Line, Source};
 
 /// Links `component` against the host: every import must be provided and `run`
 /// exported with the world's type.
@@ -110,9 +110,9 @@ impl WasmRuntime {
     pub async fn prepare(&self, spec: &WasmSpec) -> Result<PreparedWasm, Error> {
         let digest = spec.plugin.clone();
         let component = self.component(&digest).await?;
-        let pre = self.link(&component).map_err(|e| {
-            Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}"))
-        })?;
+        let pre = self
+            .link(&component)
+            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}")))?;
         Ok(PreparedWasm { inner: self.inner.clone(), pre, spec: spec.clone() })
     }
 

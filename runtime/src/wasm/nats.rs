@@ -64,10 +64,7 @@ impl NatsAccess {
 
     pub async fn kv_get(&self, job: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
         let kv = self.jobkv().await?;
-        kv.get(format!("{job}.{key}"))
-            .await
-            .map(|v| v.map(|b| b.to_vec()))
-            .map_err(|e| format!("kv get {key}: {e}"))
+        kv.get(format!("{job}.{key}")).await.map(|v| v.map(|b| b.to_vec())).map_err(|e| format!("kv get {key}: {e}"))
     }
 
     pub async fn kv_set(&self, job: &str, key: &str, value: Vec<u8>) -> Result<(), String> {
@@ -75,10 +72,7 @@ impl NatsAccess {
             return Err(format!("kv set {key}: value of {} bytes is over the limit of {MAX_VALUE_BYTES}", value.len()));
         }
         let kv = self.jobkv().await?;
-        kv.put(format!("{job}.{key}"), value.into())
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("kv set {key}: {e}"))
+        kv.put(format!("{job}.{key}"), value.into()).await.map(|_| ()).map_err(|e| format!("kv set {key}: {e}"))
     }
 
     pub async fn kv_delete(&self, job: &str, key: &str) -> Result<(), String> {
@@ -89,7 +83,10 @@ impl NatsAccess {
     /// Publishes; waits for the stream's ack when a stream captures `subject`.
     pub async fn publish(&self, subject: &str, payload: Vec<u8>, headers: Vec<(String, String)>) -> Result<(), String> {
         if payload.len() > MAX_VALUE_BYTES {
-            return Err(format!("publish to {subject}: payload of {} bytes is over the limit of {MAX_VALUE_BYTES}", payload.len()));
+            return Err(format!(
+                "publish to {subject}: payload of {} bytes is over the limit of {MAX_VALUE_BYTES}",
+                payload.len()
+            ));
         }
         let mut map = HeaderMap::new();
         for (name, value) in &headers {

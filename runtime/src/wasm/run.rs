@@ -4,8 +4,8 @@
 //! and the mapping of how the call ended (result, trap, limit, deadline) to a
 //! [`WasmOutcome`].
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -108,7 +108,13 @@ impl PreparedWasm {
 
     /// A fresh store: WASI with no preopens, env or network, stdout/stderr into the
     /// run's output, the memory and table limits.
-    fn sandbox(&self, job: &str, stdout: GuestOutput, stderr: GuestOutput, output: mpsc::Sender<Line>) -> Store<HostState> {
+    fn sandbox(
+        &self,
+        job: &str,
+        stdout: GuestOutput,
+        stderr: GuestOutput,
+        output: mpsc::Sender<Line>,
+    ) -> Store<HostState> {
         let config = &self.inner.config;
         let grants = Grants::from_spec(&self.spec);
         let wasi = WasiCtxBuilder::new()

@@ -31,9 +31,7 @@ pub struct Inspection {
 
 /// Validates `wasm` and lists its top-level imports and exports and its manifest.
 pub fn inspect(wasm: &[u8]) -> Result<Inspection, String> {
-    Validator::new()
-        .validate_all(wasm)
-        .map_err(|e| format!("invalid wasm: {e}"))?;
+    Validator::new().validate_all(wasm).map_err(|e| format!("invalid wasm: {e}"))?;
     let mut found = Inspection::default();
     // Nesting depth: 1 is the outermost module or component.
     let mut depth = 0usize;
@@ -52,9 +50,7 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspection, String> {
                     let name = import.name.full_name().into_owned();
                     match import.ty {
                         ComponentTypeRef::Instance(_) => found.imports.push(name),
-                        ComponentTypeRef::Type(_) => {
-                            found.other_imports.push(format!("type {name}"))
-                        }
+                        ComponentTypeRef::Type(_) => found.other_imports.push(format!("type {name}")),
                         other => found.other_imports.push(format!("{other:?} {name}")),
                     }
                 }
@@ -70,19 +66,15 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspection, String> {
                         ComponentExternalKind::Module => "module",
                         ComponentExternalKind::Value => "value",
                     };
-                    found
-                        .exports
-                        .push(format!("{kind} {}", export.name.full_name()));
+                    found.exports.push(format!("{kind} {}", export.name.full_name()));
                 }
             }
             Payload::CustomSection(section) if section.name() == MANIFEST_SECTION => {
                 if found.manifest.is_some() {
-                    return Err(format!(
-                        "more than one {MANIFEST_SECTION} section: use #[job] once per plugin"
-                    ));
+                    return Err(format!("more than one {MANIFEST_SECTION} section: use #[job] once per plugin"));
                 }
-                let text = std::str::from_utf8(section.data())
-                    .map_err(|_| format!("{MANIFEST_SECTION} is not UTF-8"))?;
+                let text =
+                    std::str::from_utf8(section.data()).map_err(|_| format!("{MANIFEST_SECTION} is not UTF-8"))?;
                 found.manifest = Some(text.to_string());
             }
             _ => {}
@@ -97,15 +89,10 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspection, String> {
 /// a `schedule` string. Returns that schedule.
 pub fn check(found: &Inspection) -> Result<String, String> {
     if !found.is_component {
-        return Err(
-            "a core module, not a component: build with --target wasm32-wasip2".to_string(),
-        );
+        return Err("a core module, not a component: build with --target wasm32-wasip2".to_string());
     }
     if found.exports != ["func run"] {
-        return Err(format!(
-            "exports {:?}, expected only the function run",
-            found.exports
-        ));
+        return Err(format!("exports {:?}, expected only the function run", found.exports));
     }
     let allowed = |name: &str| {
         (name.starts_with("cronrun:job/") && name.ends_with("@0.1.0"))
@@ -114,19 +101,12 @@ pub fn check(found: &Inspection) -> Result<String, String> {
     if let Some(bad) = found.imports.iter().find(|name| !allowed(name)) {
         return Err(format!("imports {bad:?}, which the host does not provide"));
     }
-    if let Some(bad) = found
-        .other_imports
-        .iter()
-        .find(|i| *i != "type job-context")
-    {
+    if let Some(bad) = found.other_imports.iter().find(|i| *i != "type job-context") {
         return Err(format!("imports {bad:?}, which the host does not provide"));
     }
-    let text = found
-        .manifest
-        .as_deref()
-        .ok_or_else(|| format!("no {MANIFEST_SECTION} section"))?;
-    let json: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| format!("{MANIFEST_SECTION} is not JSON: {e}: {text}"))?;
+    let text = found.manifest.as_deref().ok_or_else(|| format!("no {MANIFEST_SECTION} section"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("{MANIFEST_SECTION} is not JSON: {e}: {text}"))?;
     json.get("schedule")
         .and_then(|s| s.as_str())
         .map(str::to_string)

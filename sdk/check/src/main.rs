@@ -25,10 +25,7 @@ fn main() -> ExitCode {
                 for import in &found.other_imports {
                     println!("  import {import}");
                 }
-                println!(
-                    "  manifest: {}",
-                    found.manifest.as_deref().unwrap_or("(none)")
-                );
+                println!("  manifest: {}", found.manifest.as_deref().unwrap_or("(none)"));
                 if let Err(e) = check(&found) {
                     println!("  NOT RUNNABLE: {e}");
                     failed = true;
@@ -40,9 +37,5 @@ fn main() -> ExitCode {
             }
         }
     }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

@@ -20,31 +20,15 @@ fn build_plugins() -> Vec<PathBuf> {
         .env_remove("CARGO_TARGET_DIR")
         .output()
         .expect("run plugins/build.sh");
-    assert!(
-        out.status.success(),
-        "plugins/build.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(PathBuf::from)
-        .collect()
+    assert!(out.status.success(), "plugins/build.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(PathBuf::from).collect()
 }
 
 /// The `schedule = "..."` written in the plugin's source.
 fn schedule_in_source(wasm: &Path) -> String {
-    let crate_dir = wasm
-        .file_stem()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .replace('_', "-");
+    let crate_dir = wasm.file_stem().unwrap().to_str().unwrap().replace('_', "-");
     let source = std::fs::read_to_string(plugins_dir().join(crate_dir).join("src/lib.rs")).unwrap();
-    let start = source
-        .find("schedule = \"")
-        .expect("a schedule in the source")
-        + "schedule = \"".len();
+    let start = source.find("schedule = \"").expect("a schedule in the source") + "schedule = \"".len();
     let len = source[start..].find('"').unwrap();
     source[start..start + len].to_string()
 }
@@ -52,15 +36,9 @@ fn schedule_in_source(wasm: &Path) -> String {
 #[test]
 fn every_plugin_is_a_runnable_component_with_its_manifest() {
     let wasms = build_plugins();
-    let names: Vec<_> = wasms
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
+    let names: Vec<_> = wasms.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     for expected in ["hello.wasm", "emit_event.wasm", "health_check.wasm"] {
-        assert!(
-            names.iter().any(|n| n == expected),
-            "{expected} not built: {names:?}"
-        );
+        assert!(names.iter().any(|n| n == expected), "{expected} not built: {names:?}");
     }
     for wasm in &wasms {
         let bytes = std::fs::read(wasm).unwrap();
@@ -68,12 +46,7 @@ fn every_plugin_is_a_runnable_component_with_its_manifest() {
         let schedule = check(&found).unwrap_or_else(|e| panic!("{}: {e}", wasm.display()));
         assert_eq!(schedule, schedule_in_source(wasm), "{}", wasm.display());
         let has = |name: &str| found.imports.iter().any(|i| i == name);
-        assert!(
-            has("cronrun:job/log@0.1.0"),
-            "{}: {:?}",
-            wasm.display(),
-            found.imports
-        );
+        assert!(has("cronrun:job/log@0.1.0"), "{}: {:?}", wasm.display(), found.imports);
         println!(
             "{}: {} bytes, {} imports, manifest {}",
             wasm.display(),
@@ -87,27 +60,11 @@ fn every_plugin_is_a_runnable_component_with_its_manifest() {
         let path = wasms.iter().find(|p| p.ends_with(file)).unwrap();
         inspect(&std::fs::read(path).unwrap()).unwrap().imports
     };
-    assert!(
-        imports("emit_event.wasm")
-            .iter()
-            .any(|i| i == "cronrun:job/nats@0.1.0")
-    );
+    assert!(imports("emit_event.wasm").iter().any(|i| i == "cronrun:job/nats@0.1.0"));
     let health = imports("health_check.wasm");
-    assert!(
-        health
-            .iter()
-            .any(|i| i == "wasi:http/outgoing-handler@0.2.12"),
-        "{health:?}"
-    );
-    assert!(
-        health.iter().any(|i| i == "cronrun:job/kv@0.1.0"),
-        "{health:?}"
-    );
-    assert!(
-        !imports("hello.wasm")
-            .iter()
-            .any(|i| i.starts_with("wasi:http/"))
-    );
+    assert!(health.iter().any(|i| i == "wasi:http/outgoing-handler@0.2.12"), "{health:?}");
+    assert!(health.iter().any(|i| i == "cronrun:job/kv@0.1.0"), "{health:?}");
+    assert!(!imports("hello.wasm").iter().any(|i| i.starts_with("wasi:http/")));
 }
 
 #[test]

@@ -29,41 +29,21 @@ pub fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-fn expand(
-    attr: proc_macro2::TokenStream,
-    item: proc_macro2::TokenStream,
-) -> syn::Result<proc_macro2::TokenStream> {
+fn expand(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> syn::Result<proc_macro2::TokenStream> {
     let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated
         .parse2(attr)
-        .map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                format!("{e}: write #[job(schedule = \"...\", key = value, ...)]"),
-            )
-        })?;
+        .map_err(|e| syn::Error::new(e.span(), format!("{e}: write #[job(schedule = \"...\", key = value, ...)]")))?;
     let mut entries = Vec::new();
     let mut spans = Vec::new();
     for arg in &args {
-        let key = arg
-            .path
-            .get_ident()
-            .map(ToString::to_string)
-            .ok_or_else(|| {
-                syn::Error::new_spanned(
-                    &arg.path,
-                    "expected a key such as `schedule`, `timezone` or `timeout`",
-                )
-            })?;
+        let key = arg.path.get_ident().map(ToString::to_string).ok_or_else(|| {
+            syn::Error::new_spanned(&arg.path, "expected a key such as `schedule`, `timezone` or `timeout`")
+        })?;
         entries.push((key.clone(), literal(&arg.value)?));
         spans.push((key, arg));
     }
     let json = manifest::build(&entries).map_err(|e| {
-        match e.key.and_then(|k| {
-            spans
-                .iter()
-                .find(|(name, _)| *name == k)
-                .map(|(_, arg)| arg)
-        }) {
+        match e.key.and_then(|k| spans.iter().find(|(name, _)| *name == k).map(|(_, arg)| arg)) {
             Some(arg) => syn::Error::new_spanned(arg, e.message),
             None => syn::Error::new(Span::call_site(), e.message),
         }
@@ -104,19 +84,10 @@ fn expand(
 
 fn literal(expr: &Expr) -> syn::Result<Value> {
     match expr {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(s), ..
-        }) => Ok(Value::Str(s.value())),
-        Expr::Lit(ExprLit {
-            lit: Lit::Bool(b), ..
-        }) => Ok(Value::Bool(b.value)),
-        Expr::Lit(ExprLit {
-            lit: Lit::Int(i), ..
-        }) => Ok(Value::Int(i.base10_parse()?)),
-        other => Err(syn::Error::new_spanned(
-            other,
-            "expected a literal: \"text\", a number, true or false",
-        )),
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Ok(Value::Str(s.value())),
+        Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => Ok(Value::Bool(b.value)),
+        Expr::Lit(ExprLit { lit: Lit::Int(i), .. }) => Ok(Value::Int(i.base10_parse()?)),
+        other => Err(syn::Error::new_spanned(other, "expected a literal: \"text\", a number, true or false")),
     }
 }
 
@@ -124,16 +95,10 @@ fn check_signature(func: &ItemFn) -> syn::Result<()> {
     let sig = &func.sig;
     let expected = "#[job] goes on `fn run(ctx: &Context) -> Result<Option<String>, String>` (any name; Ok may be (), String or Option<String>; Err any Display)";
     if let Some(token) = &sig.asyncness {
-        return Err(syn::Error::new_spanned(
-            token,
-            format!("a job function cannot be async: {expected}"),
-        ));
+        return Err(syn::Error::new_spanned(token, format!("a job function cannot be async: {expected}")));
     }
     if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new_spanned(
-            &sig.generics,
-            format!("a job function cannot be generic: {expected}"),
-        ));
+        return Err(syn::Error::new_spanned(&sig.generics, format!("a job function cannot be generic: {expected}")));
     }
     if sig.inputs.len() != 1 || matches!(sig.inputs.first(), Some(FnArg::Receiver(_))) {
         return Err(syn::Error::new_spanned(
@@ -142,10 +107,7 @@ fn check_signature(func: &ItemFn) -> syn::Result<()> {
         ));
     }
     if let ReturnType::Default = sig.output {
-        return Err(syn::Error::new_spanned(
-            sig,
-            format!("a job function returns a Result: {expected}"),
-        ));
+        return Err(syn::Error::new_spanned(sig, format!("a job function returns a Result: {expected}")));
     }
     Ok(())
 }

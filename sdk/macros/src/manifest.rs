@@ -19,10 +19,7 @@ pub struct Error {
 }
 
 fn err<T>(key: &str, message: String) -> Result<T, Error> {
-    Err(Error {
-        key: Some(key.to_string()),
-        message,
-    })
+    Err(Error { key: Some(key.to_string()), message })
 }
 
 /// Every key, in the order the JSON lists them. Keys are the job spec's field names.
@@ -42,26 +39,14 @@ pub const KEYS: &[&str] = &[
     "description",
 ];
 
-const DURATION_KEYS: &[&str] = &[
-    "timeout",
-    "catchup_window",
-    "starting_deadline",
-    "backoff",
-    "jitter",
-];
+const DURATION_KEYS: &[&str] = &["timeout", "catchup_window", "starting_deadline", "backoff", "jitter"];
 
 /// Checks the entries and renders the manifest JSON, e.g.
 /// `{"schedule":"0 */5 * * * *","timezone":"UTC","retries":{"max":3,"backoff":"10s"}}`.
 pub fn build(entries: &[(String, Value)]) -> Result<String, Error> {
     for (i, (key, _)) in entries.iter().enumerate() {
         if !KEYS.contains(&key.as_str()) {
-            return err(
-                key,
-                format!(
-                    "unknown key `{key}` in #[job(...)]: expected one of {}",
-                    KEYS.join(", ")
-                ),
-            );
+            return err(key, format!("unknown key `{key}` in #[job(...)]: expected one of {}", KEYS.join(", ")));
         }
         if entries[..i].iter().any(|(k, _)| k == key) {
             return err(key, format!("key `{key}` is given twice"));
@@ -139,10 +124,7 @@ fn check(key: &str, value: &Value) -> Result<(), Error> {
         ("lock", Value::Bool(_)) => return Ok(()),
         ("lock", Value::Str(name)) if is_name(name) => return Ok(()),
         ("lock", _) => {
-            return err(
-                key,
-                "lock takes true, false or a lock name of A-Z a-z 0-9 _ - (1 to 128)".to_string(),
-            );
+            return err(key, "lock takes true, false or a lock name of A-Z a-z 0-9 _ - (1 to 128)".to_string());
         }
         (_, Value::Str(s)) => s.as_str(),
         (_, _) => return err(key, format!("{key} takes a string, e.g. {key} = \"...\"")),
@@ -150,17 +132,11 @@ fn check(key: &str, value: &Value) -> Result<(), Error> {
     match key {
         "schedule" => check_schedule(text).or_else(|m| err(key, m)),
         "timezone" if is_zone(text) => Ok(()),
-        "timezone" => err(
-            key,
-            format!("timezone {text:?} is not an IANA zone name like \"UTC\" or \"Europe/Berlin\""),
-        ),
+        "timezone" => err(key, format!("timezone {text:?} is not an IANA zone name like \"UTC\" or \"Europe/Berlin\"")),
         "overlap" => one_of(key, text, &["skip", "allow", "queue", "replace"]),
         "catchup" => one_of(key, text, &["none", "latest", "all"]),
         "pool" if is_name(text) => Ok(()),
-        "pool" => err(
-            key,
-            format!("pool {text:?}: use 1 to 128 of A-Z a-z 0-9 _ -"),
-        ),
+        "pool" => err(key, format!("pool {text:?}: use 1 to 128 of A-Z a-z 0-9 _ -")),
         k if DURATION_KEYS.contains(&k) => check_duration(text).or_else(|m| err(key, m)),
         _ => Ok(()),
     }
@@ -170,10 +146,7 @@ fn one_of(key: &str, text: &str, allowed: &[&str]) -> Result<(), Error> {
     if allowed.contains(&text) {
         return Ok(());
     }
-    err(
-        key,
-        format!("{key} = {text:?}: expected one of {}", allowed.join(", ")),
-    )
+    err(key, format!("{key} = {text:?}: expected one of {}", allowed.join(", ")))
 }
 
 fn check_duration(text: &str) -> Result<(), String> {
@@ -183,15 +156,11 @@ fn check_duration(text: &str) -> Result<(), String> {
 }
 
 fn is_name(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    (1..=128).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 fn is_zone(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || b"/_+-".contains(&c))
+    !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"/_+-".contains(&c))
 }
 
 /// A shape check only; the host's schedule engine has the final word at deploy time.
@@ -200,15 +169,10 @@ fn check_schedule(text: &str) -> Result<(), String> {
     if let Some(word) = text.strip_prefix('@') {
         let (name, arg) = word.split_once(char::is_whitespace).unwrap_or((word, ""));
         return match (name, arg.trim()) {
-            (
-                "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly",
-                "",
-            ) => Ok(()),
+            ("yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly", "") => Ok(()),
             ("every", d) => match humantime::parse_duration(d) {
                 Ok(d) if d.as_millis() >= 1000 => Ok(()),
-                _ => Err(format!(
-                    "schedule {text:?}: @every takes a duration of at least 1s, e.g. \"@every 90s\""
-                )),
+                _ => Err(format!("schedule {text:?}: @every takes a duration of at least 1s, e.g. \"@every 90s\"")),
             },
             ("at", t) if !t.is_empty() => Ok(()),
             _ => Err(format!(
@@ -225,9 +189,7 @@ fn check_schedule(text: &str) -> Result<(), String> {
     }
     let bad = |c: char| !(c.is_ascii_alphanumeric() || "*,-/?#".contains(c));
     if let Some(field) = fields.iter().find(|f| f.contains(bad)) {
-        return Err(format!(
-            "schedule {text:?}: field {field:?} has characters a cron field cannot have"
-        ));
+        return Err(format!("schedule {text:?}: field {field:?} has characters a cron field cannot have"));
     }
     Ok(())
 }

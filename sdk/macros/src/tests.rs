@@ -18,17 +18,10 @@ fn message(attr: proc_macro2::TokenStream) -> String {
 
 #[test]
 fn manifest_holds_the_keys_given_in_spec_order() {
-    let json = build(&[
-        s("overlap", "skip"),
-        s("schedule", "0 */5 * * * *"),
-        s("timeout", "30s"),
-        s("timezone", "UTC"),
-    ])
-    .unwrap();
-    assert_eq!(
-        json,
-        r#"{"schedule":"0 */5 * * * *","timezone":"UTC","timeout":"30s","overlap":"skip"}"#
-    );
+    let json =
+        build(&[s("overlap", "skip"), s("schedule", "0 */5 * * * *"), s("timeout", "30s"), s("timezone", "UTC")])
+            .unwrap();
+    assert_eq!(json, r#"{"schedule":"0 */5 * * * *","timezone":"UTC","timeout":"30s","overlap":"skip"}"#);
 }
 
 #[test]
@@ -52,11 +45,7 @@ fn refuses_unknown_keys_naming_the_key_and_the_choices() {
     let e = build(&[s("schedule", "* * * * *"), s("colour", "red")]).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("colour"));
     assert!(e.message.contains("unknown key `colour`"), "{}", e.message);
-    assert!(
-        e.message.contains("schedule, timezone, timeout, overlap"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("schedule, timezone, timeout, overlap"), "{}", e.message);
 }
 
 #[test]
@@ -68,20 +57,11 @@ fn refuses_a_missing_schedule() {
 #[test]
 fn refuses_bad_values_with_the_reason() {
     let cases = [
-        (
-            s("overlap", "sometimes"),
-            "expected one of skip, allow, queue, replace",
-        ),
+        (s("overlap", "sometimes"), "expected one of skip, allow, queue, replace"),
         (s("timeout", "soon"), "invalid duration \"soon\""),
         (s("timezone", "Europe/Berlin time"), "not an IANA zone name"),
-        (
-            ("retries".to_string(), Value::Str("3".into())),
-            "retries takes a number",
-        ),
-        (
-            ("timeout".to_string(), Value::Int(30)),
-            "timeout takes a string",
-        ),
+        (("retries".to_string(), Value::Str("3".into())), "retries takes a number"),
+        (("timeout".to_string(), Value::Int(30)), "timeout takes a string"),
         (s("lock", "a lock"), "lock takes true, false or a lock name"),
     ];
     for (entry, expected) in cases {
@@ -127,10 +107,7 @@ fn expansion_exports_run_and_embeds_the_manifest_section() {
     .to_string();
     assert!(out.contains("fn tick"), "{out}");
     assert!(out.contains("link_section = \"cronrun-manifest\""), "{out}");
-    assert!(
-        out.contains(r#"b"{\"schedule\":\"0 */5 * * * *\",\"timezone\":\"UTC\"}""#),
-        "{out}"
-    );
+    assert!(out.contains(r#"b"{\"schedule\":\"0 */5 * * * *\",\"timezone\":\"UTC\"}""#), "{out}");
     assert!(out.contains("__private :: call (ctx , tick)"), "{out}");
     assert!(out.contains("__private :: export !"), "{out}");
 }
@@ -138,29 +115,14 @@ fn expansion_exports_run_and_embeds_the_manifest_section() {
 #[test]
 fn attribute_errors_are_clear() {
     assert!(message(quote! { timezone = "UTC" }).contains("needs a schedule"));
-    assert!(
-        message(quote! { schedule = "* * * * *", colour = "red" }).contains("unknown key `colour`")
-    );
+    assert!(message(quote! { schedule = "* * * * *", colour = "red" }).contains("unknown key `colour`"));
     assert!(message(quote! { schedule }).contains("write #[job(schedule = "));
     assert!(message(quote! { schedule = some_const }).contains("expected a literal"));
     let async_fn = expand(
         quote! { schedule = "* * * * *" },
         quote! { async fn run(ctx: &Context) -> Result<(), String> { Ok(()) } },
     );
-    assert!(
-        async_fn
-            .unwrap_err()
-            .to_string()
-            .contains("cannot be async")
-    );
-    let no_arg = expand(
-        quote! { schedule = "* * * * *" },
-        quote! { fn run() -> Result<(), String> { Ok(()) } },
-    );
-    assert!(
-        no_arg
-            .unwrap_err()
-            .to_string()
-            .contains("exactly one argument")
-    );
+    assert!(async_fn.unwrap_err().to_string().contains("cannot be async"));
+    let no_arg = expand(quote! { schedule = "* * * * *" }, quote! { fn run() -> Result<(), String> { Ok(()) } });
+    assert!(no_arg.unwrap_err().to_string().contains("exactly one argument"));
 }

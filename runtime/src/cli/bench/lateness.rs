@@ -15,7 +15,13 @@ use crate::config::AgentConfig;
 /// `started_at - scheduled_at` over a window after a warm-up. The second figure is when
 /// the job's own code ran: a shell job prints the time, a Wasm job has ended by
 /// `finished_at`.
-pub(super) async fn run(ctx: &Ctx, url: &str, jobs: usize, seconds: i64, wasm: Option<std::path::PathBuf>) -> Result<()> {
+pub(super) async fn run(
+    ctx: &Ctx,
+    url: &str,
+    jobs: usize,
+    seconds: i64,
+    wasm: Option<std::path::PathBuf>,
+) -> Result<()> {
     let namespace = "benchlate";
     let store = open(url, namespace).await?;
     let cancel = CancellationToken::new();

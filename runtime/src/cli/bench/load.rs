@@ -67,7 +67,8 @@ pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> 
 
 /// A mix of schedule shapes and zones, written with many publishes in flight.
 async fn write_jobs(store: &Store, n: usize) -> Result<()> {
-    const SHAPES: [&str; 6] = ["*/5 * * * *", "0 3 * * *", "*/10 * * * * *", "0 0 1 * *", "30 9 * * MON-FRI", "@every 90s"];
+    const SHAPES: [&str; 6] =
+        ["*/5 * * * *", "0 3 * * *", "*/10 * * * * *", "0 0 1 * *", "30 9 * * MON-FRI", "@every 90s"];
     const ZONES: [&str; 4] = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"];
     let mut acks = FuturesUnordered::new();
     for i in 0..n {

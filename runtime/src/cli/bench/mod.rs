@@ -13,7 +13,6 @@ mod load;
 mod raw_nats;
 mod throughput;
 
-
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 

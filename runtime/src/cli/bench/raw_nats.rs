@@ -34,7 +34,10 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
         .await
         .context("creating the bench stream")?;
     let consumer = queue
-        .get_or_create_consumer("work", pull::Config { durable_name: Some("work".into()), ack_wait: Duration::from_secs(30), ..Default::default() })
+        .get_or_create_consumer(
+            "work",
+            pull::Config { durable_name: Some("work".into()), ack_wait: Duration::from_secs(30), ..Default::default() },
+        )
         .await
         .context("creating the bench consumer")?;
 

@@ -84,7 +84,10 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
     let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
                         "total_s": finished.as_secs_f64(), "runs_per_second": rate });
     ctx.print(&value, || {
-        format!("{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s)",
-            finished.as_secs_f64(), dispatched.as_secs_f64())
+        format!(
+            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s)",
+            finished.as_secs_f64(),
+            dispatched.as_secs_f64()
+        )
     })
 }
