@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind};
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::{RunRecord, Status, Trigger};
 use crate::store::Store;
 
@@ -60,7 +60,7 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
         Err(e) => return Err(e),
     };
     publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }).await?;
-    publish_event(store, &Event::new(&msg.job, &msg.run_id, "dispatched", msg.attempt, now)).await;
+    publish_event(store, &Event::new(&msg.job, &msg.run_id, EventKind::Dispatched, msg.attempt, now)).await;
     Ok(Outcome::Dispatched)
 }
 
@@ -116,8 +116,8 @@ pub async fn retry(
         queued: Some(Queued { revision, record: record.clone() }),
     };
     publish(store, pool, &msg).await?;
-    let event =
-        Event::new(&msg.job, &msg.run_id, "retrying", msg.attempt, now).with_detail(record.error.unwrap_or_default());
+    let event = Event::new(&msg.job, &msg.run_id, EventKind::Retrying, msg.attempt, now)
+        .with_detail(record.error.unwrap_or_default());
     publish_event(store, &event).await;
     Ok(())
 }

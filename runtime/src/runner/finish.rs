@@ -11,7 +11,7 @@ use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail};
 use super::run::Held;
 use crate::dispatch::retry;
 use crate::error::Error;
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::Status;
 use crate::spec::JobSpec;
 
@@ -45,7 +45,7 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     (r.status, r.error) = (ended.status, ended.error);
     let status = r.status;
     let detail = r.error.clone().unwrap_or_default();
-    let event = Event::new(&job, &run_id, status.as_str(), r.attempt, finished).with_detail(detail);
+    let event = Event::new(&job, &run_id, EventKind::of_status(status), r.attempt, finished).with_detail(detail);
     if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
         let now = ctx.clock.now();
         let start_at = now + spec.retries.delay_after(r.attempt);

@@ -23,7 +23,7 @@ use super::starter::{Starter, Ticket};
 use super::wasm_job;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::names::lease_keys;
 use crate::record::{RunRecord, Status, Trigger};
 use crate::spec::JobSpec;
@@ -290,7 +290,7 @@ async fn claimed(
         process.signal(Signal::SIGKILL);
         return Err(e);
     }
-    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, "started", d.attempt, started)).await;
+    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
     supervise(ctx, msg, &spec, held, process, &stops.stop).await?;
     Ok(true)
 }
@@ -368,7 +368,8 @@ pub(super) async fn finish_without_start(
     held.write(ctx).await?;
     let r = &held.record;
     publish_eof(ctx, &ctx.store.names.logs_subject(&r.job, &r.run_id), status).await;
-    let event = Event::new(&r.job, &r.run_id, status.as_str(), r.attempt, ctx.clock.now()).with_detail(why);
+    let event =
+        Event::new(&r.job, &r.run_id, EventKind::of_status(status), r.attempt, ctx.clock.now()).with_detail(why);
     publish_event(&ctx.store, &event).await;
     Ok(true)
 }

@@ -15,7 +15,7 @@ use super::run::{Held, Stops, finish_without_start, wait_until};
 use super::starter::Ticket;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::Status;
 use crate::spec::{JobSpec, WasmSpec};
 use crate::wasm::{JobContext, PreparedWasm, WasmOutcome};
@@ -72,7 +72,7 @@ pub(super) async fn run(
     held.record.started_at = Some(started);
     held.record.heartbeat_at = Some(started);
     held.write(ctx).await?;
-    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, "started", d.attempt, started)).await;
+    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
 
     let job_ctx = JobContext {
         job: d.job.clone(),

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 
 use crate::catalog::JobSummary;
 use crate::dispatch::record_skipped;
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Trigger, fire_run_id};
 use crate::spec::Catchup;
 use crate::store::Store;
@@ -71,7 +71,8 @@ pub(super) async fn resume_from(
         let detail = format!(
             "fires from {first} to {horizon} were missed: no scheduler ran, and they are beyond the catch-up window"
         );
-        publish_event(store, &Event::new(name, &fire_run_id(first), "missed", 1, now).with_detail(detail)).await;
+        publish_event(store, &Event::new(name, &fire_run_id(first), EventKind::Missed, 1, now).with_detail(detail))
+            .await;
     }
     horizon
 }
@@ -87,11 +88,11 @@ pub(super) async fn record_missed(
 ) {
     let run_id = fire_run_id(fire);
     record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await;
-    publish_event(store, &Event::new(name, &run_id, "missed", 1, now).with_detail(why)).await;
+    publish_event(store, &Event::new(name, &run_id, EventKind::Missed, 1, now).with_detail(why)).await;
 }
 
 /// The one event that stands for the missed fires beyond `MISSED_RECORDS_MAX`.
 pub(super) async fn too_many_missed(store: &Store, name: &str, fire: DateTime<Utc>, now: DateTime<Utc>) {
     let detail = format!("more than {MISSED_RECORDS_MAX} fires missed; later ones are not recorded one by one");
-    publish_event(store, &Event::new(name, &fire_run_id(fire), "missed", 1, now).with_detail(detail)).await;
+    publish_event(store, &Event::new(name, &fire_run_id(fire), EventKind::Missed, 1, now).with_detail(detail)).await;
 }

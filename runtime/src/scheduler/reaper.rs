@@ -21,7 +21,7 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::dispatch::retry;
 use crate::error::Error;
-use crate::events::{Event, publish_event};
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, parse_run_key};
 use crate::store::kv::Watch;
 use crate::store::{LEASE_MARKER_TTL, Store};
@@ -153,7 +153,7 @@ async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: Dat
     record.finished_at = Some(now);
     let revision = store.update_run(&record, stored.revision).await?;
     let detail = record.error.clone().unwrap_or_default();
-    publish_event(store, &Event::new(job, run_id, "lost", record.attempt, now).with_detail(detail)).await;
+    publish_event(store, &Event::new(job, run_id, EventKind::Lost, record.attempt, now).with_detail(detail)).await;
     let Some(summary) =
         catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())))
     else {

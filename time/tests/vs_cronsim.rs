@@ -6,7 +6,7 @@
 //! few hours or days around DST changes in 2024-2027 (found from the zone
 //! data, both directions, including starts inside a repeated hour) and at
 //! random instants. Each case takes the next `FIRES` fires by chaining
-//! `next_after`; the oracle (`tests/oracle/cronsim_oracle.py`, one process
+//! `next_after`; the oracle (`time/tests/oracle/cronsim_oracle.py`, one process
 //! for all cases) prints cronsim's. Fires must be identical in UTC.
 //!
 //! `CRONRUN_DIFF_SEED` and `CRONRUN_DIFF_EXPRS` override the defaults;
@@ -17,7 +17,7 @@ use std::io::Write;
 use std::process::Command;
 
 use chrono::{DateTime, Offset, SecondsFormat, TimeZone, Utc};
-use cronrun::schedule::{Schedule, Tz, parse_timezone};
+use cronrun_time::{Schedule, Tz, parse_timezone};
 use serde_json::{Value, json};
 
 const ZONES: [&str; 6] =
@@ -313,7 +313,7 @@ fn fires_equal_cronsim() {
     if let Ok(keep) = std::env::var("CRONRUN_DIFF_KEEP") {
         std::fs::copy(file.path(), keep).unwrap();
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/oracle/cronsim_oracle.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oracle/cronsim_oracle.py");
     let out = Command::new("python3").arg(script).arg(file.path()).output().unwrap();
     assert!(out.status.success(), "oracle failed: {}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();

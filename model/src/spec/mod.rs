@@ -5,7 +5,7 @@
 //! - `validate.rs`: checks serde cannot express; every error names its field.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
 
-pub(crate) mod codec;
+pub mod codec;
 mod file;
 mod validate;
 
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 pub use file::parse_jobs_file;
-pub(crate) use file::toml_error;
+pub use file::toml_error;
 
 /// One job. Unknown fields are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -244,10 +244,10 @@ impl JobSpec {
     }
 
     /// The parsed schedule and zone; `validate` has checked both.
-    pub fn parsed_schedule(&self) -> Result<(crate::schedule::Schedule, chrono_tz::Tz), Error> {
-        let schedule = crate::schedule::Schedule::parse(&self.schedule)
+    pub fn parsed_schedule(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
+        let schedule = cronrun_time::Schedule::parse(&self.schedule)
             .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?;
-        let tz = crate::schedule::parse_timezone(&self.timezone)
+        let tz = cronrun_time::parse_timezone(&self.timezone)
             .map_err(|e| Error::invalid("timezone", format!("timezone: {e}")))?;
         Ok((schedule, tz))
     }

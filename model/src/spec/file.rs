@@ -32,7 +32,7 @@ pub fn parse_jobs_file(text: &str, origin: &str) -> Result<Vec<JobSpec>, Error> 
 }
 
 /// `origin:line: message` on one line, for a TOML error in `text`.
-pub(crate) fn toml_error(text: &str, origin: &str, e: &toml::de::Error) -> String {
+pub fn toml_error(text: &str, origin: &str, e: &toml::de::Error) -> String {
     let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
     let at = line.map(|l| format!("{origin}:{l}")).unwrap_or(origin.to_string());
     format!("{at}: {}", e.message().replace('\n', " "))

@@ -1,0 +1,18 @@
+//! The data cronrun keeps in NATS and reads from users, without any I/O.
+//!
+//! Layout:
+//! - `spec`: the job spec, its validation and the `jobs.toml` file form.
+//! - `record`: run records and fire-derived run ids.
+//! - `event`: the kinds of event published on `CRONRUN_EVENTS`, with their wire names.
+//! - `names`: every bucket, stream and subject name, from the namespace.
+//! - `error`: the error type every cronrun crate returns.
+//!
+//! The daemon (`runtime/`) and the SDK's `#[job]` macro both validate with this crate, so
+//! a name or schedule refused at deploy is refused at compile time too.
+pub mod error;
+pub mod event;
+pub mod names;
+pub mod record;
+pub mod spec;
+
+pub use error::{Error, ErrorKind};
