@@ -19,6 +19,7 @@ async fn bad_cli_input_is_refused_and_nothing_is_written() {
         (&["add", "j", "--schedule", "* * * * *", "--tz", "Mars/Base", "--", "true"], "timezone"),
         (&["add", "j", "--schedule", "* * * * *", "--timeout", "soon", "--", "true"], "timeout"),
         (&["add", "j", "--schedule", "* * * * *", "--overlap", "never", "--", "true"], "overlap"),
+        (&["add", "j", "--schedule", "* * * * *", "--timeout", "1000000000years", "--", "true"], "timeout"),
         (&["add", "j", "--schedule", "* * * * *", "--cwd", "relative", "--", "true"], "cwd"),
         (&["add", "j", "--schedule", "* * * * *", "--env", "NOEQUALS", "--", "true"], "KEY=VALUE"),
         (&["add", "bad.name", "--schedule", "* * * * *", "--", "true"], "A-Z a-z 0-9 _ -"),
@@ -77,6 +78,12 @@ async fn malformed_spec_in_kv_is_skipped_and_explained() {
         ("extra", r#"{"name":"extra","schedule":"* * * * * *","shell":"true","colour":1}"#),
         ("sched", r#"{"name":"sched","schedule":"99 * * * *","shell":"true"}"#),
         ("renamed", r#"{"name":"other","schedule":"* * * * * *","shell":"true"}"#),
+        // Durations that once overflowed the shard task's date arithmetic at the first fire.
+        ("jitter", r#"{"name":"jitter","schedule":"* * * * * *","shell":"true","jitter":"2000000years"}"#),
+        (
+            "backoff",
+            r#"{"name":"backoff","schedule":"* * * * * *","shell":"false","retries":{"max":1,"backoff":"9000000years"}}"#,
+        ),
     ];
     for (key, value) in bad {
         store.jobs.kv.put(key, value.into()).await.unwrap();
@@ -98,6 +105,7 @@ async fn malformed_spec_in_kv_is_skipped_and_explained() {
     }
     assert!(nats.fails(&["validate", "sched"]).contains("minute"));
     assert!(nats.fails(&["validate", "extra"]).contains("colour"));
+    assert!(nats.fails(&["validate", "jitter"]).contains("jitter 2000000years is over the limit of 1day"));
     assert!(nats.ok(&["ls"]).contains("INVALID"));
     assert!(agent.log().contains("job skipped"), "the agent logs why");
     // Fixing it in place makes it run, without a restart.

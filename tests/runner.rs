@@ -98,6 +98,33 @@ shell = "yes $(printf '%01023d' 7) | head -c 104857600; head -c 104857600 /dev/z
     assert!(peak < 200 * 1024, "agent peak RSS {peak} KiB for 200 MiB of output");
 }
 
+/// Quotes and NULs grow six-fold in JSON: 100 lines of 8 KiB once made the record too large
+/// for the server, and a failing run with a retry stayed `running` for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_that_json_escapes_badly_still_fits_the_record_and_retries_end() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(
+        &nats,
+        r#"
+[[job]]
+name = "escapes"
+schedule = "@yearly"
+retries = { max = 1, backoff = "1s" }
+shell = "for i in $(seq 100); do head -c 4000 /dev/zero; head -c 4000 /dev/zero | tr '\\0' '\"'; echo; done; echo the end; exit 3"
+"#,
+    );
+    let key = nats.trigger("escapes");
+    let record = run_status(&nats, &key).await;
+    assert_eq!((record.status, record.attempt, record.exit_code), (Status::Failed, 2, Some(3)), "{:?}", record.error);
+    assert_eq!(record.output.last().unwrap(), "the end");
+    assert!(record.output[0].ends_with("earlier lines dropped to fit the run record]"), "{}", record.output[0]);
+    let size = record.to_json().len();
+    assert!((512 * 1024..=1024 * 1024).contains(&size), "record is {size} bytes");
+    assert!(record.output[1..record.output.len() - 1].iter().all(|l| l.len() == 8000), "lines kept whole");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn logs_show_output_and_follow_ends_with_the_run() {
     let nats = Nats::start().await;

@@ -126,9 +126,72 @@ impl RunRecord {
         serde_json::to_vec(self).unwrap_or_default().into()
     }
 
+    /// The JSON of this record in at most `max` bytes, as a KV write must be: the error
+    /// text is cut at `MAX_ERROR_BYTES`, then the oldest output lines are dropped (one
+    /// line says how many) until the encoded record fits. Sizes are measured encoded, so
+    /// bytes that JSON escapes six-fold (NUL, control characters) count as they are stored.
+    pub fn to_json_within(&self, max: usize) -> bytes::Bytes {
+        let json = self.to_json();
+        if json.len() <= max && self.error.as_ref().is_none_or(|e| e.len() <= MAX_ERROR_BYTES) {
+            return json;
+        }
+        let mut fitted = self.clone();
+        fitted.fit(max);
+        fitted.to_json()
+    }
+
+    /// Cuts the error text and the oldest output lines so that the record encodes in at
+    /// most `max` bytes (see `to_json_within`).
+    pub fn fit(&mut self, max: usize) {
+        let lines = std::mem::take(&mut self.output);
+        if let Some(error) = &mut self.error {
+            cut_at_char(error, MAX_ERROR_BYTES);
+        }
+        // An error of escaped bytes can still be too large for a small budget: halve it.
+        while self.to_json().len() > max && self.error.as_ref().is_some_and(|e| e.len() > 16) {
+            if let Some(error) = &mut self.error {
+                cut_at_char(error, error.len() / 2);
+            }
+        }
+        let encoded = |line: &String| serde_json::to_string(line).map_or(0, |s| s.len()) + 1;
+        let marker = |dropped: usize| format!("[{dropped} earlier lines dropped to fit the run record]");
+        // Room for the lines and the marker line, with the marker at its largest.
+        let base = self.to_json().len() + encoded(&marker(lines.len()));
+        let mut room = max.saturating_sub(base);
+        let mut kept = 0;
+        for line in lines.iter().rev() {
+            match room.checked_sub(encoded(line)) {
+                Some(left) => (room, kept) = (left, kept + 1),
+                None => break,
+            }
+        }
+        let dropped = lines.len() - kept;
+        if dropped > 0 {
+            self.output.push(marker(dropped));
+        }
+        self.output.extend(lines.into_iter().skip(dropped));
+    }
+
     pub fn from_json(bytes: &[u8]) -> Result<Self, Error> {
         serde_json::from_slice(bytes).map_err(|e| Error::invalid("run", format!("unreadable run record: {e}")))
     }
+}
+
+/// The longest error text a record keeps (a guest's error string is its own to choose).
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+fn cut_at_char(text: &mut String, max: usize) {
+    const MARK: &str = " [cut]";
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(MARK);
 }
 
 /// The KV key of a run: `<job>.<run-id>`.
@@ -160,6 +223,52 @@ pub fn manual_run_id(at: DateTime<Utc>) -> String {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use proptest::prelude::*;
+
+    fn with_output(lines: Vec<String>, error: Option<String>) -> RunRecord {
+        let t = Utc.with_ymd_and_hms(2026, 11, 21, 19, 30, 0).unwrap();
+        let mut r = RunRecord::queued("job", &fire_run_id(t), Trigger::Schedule, t, 7);
+        (r.status, r.output, r.error) = (Status::Failed, lines, error);
+        r
+    }
+
+    #[test]
+    fn output_that_json_escapes_badly_is_cut_to_fit_keeping_the_newest_lines() {
+        // The default 100 lines of 8 KiB of quotes and NULs: 0.8 MB raw, 3.3 MB encoded.
+        let lines: Vec<String> = (0..100).map(|i| format!("{i:03}{}", "\"\0".repeat(4 * 1024 - 2))).collect();
+        let record = with_output(lines.clone(), Some("\0".repeat(100_000)));
+        assert!(record.to_json().len() > 3_000_000);
+        let max = 1024 * 1024 - 8 * 1024;
+        let json = record.to_json_within(max);
+        assert!(json.len() <= max, "{} bytes", json.len());
+        let back = RunRecord::from_json(&json).unwrap();
+        assert_eq!(back.output.last(), lines.last(), "the newest line is kept whole");
+        let dropped = 100 - (back.output.len() - 1);
+        assert_eq!(back.output[0], format!("[{dropped} earlier lines dropped to fit the run record]"));
+        assert_eq!(back.output[1..], lines[dropped..]);
+        assert!(back.error.as_ref().unwrap().len() <= MAX_ERROR_BYTES);
+        assert!(back.error.unwrap().ends_with(" [cut]"));
+        // A record that fits is written as it is.
+        let small = with_output(vec!["ok".into()], None);
+        assert_eq!(small.to_json_within(max), small.to_json());
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_fits_its_budget(
+            lines in proptest::collection::vec(".{0,300}", 0..60),
+            error in proptest::option::of(".{0,6000}"),
+            max in 2_000usize..20_000,
+        ) {
+            let record = with_output(lines.clone(), error);
+            let json = record.to_json_within(max);
+            prop_assert!(json.len() <= max);
+            let back = RunRecord::from_json(&json).unwrap();
+            // The newest lines are kept as they were.
+            let kept = back.output.iter().filter(|l| !l.ends_with("dropped to fit the run record]")).count();
+            prop_assert_eq!(&back.output[back.output.len() - kept..], &lines[lines.len() - kept..]);
+        }
+    }
 
     #[test]
     fn run_ids_come_from_fire_times() {

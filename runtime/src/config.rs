@@ -92,8 +92,40 @@ impl AgentConfig {
                 format!("scheduler.shards must be 1 to {}", crate::scheduler::MAX_SHARDS),
             ));
         }
-        if self.scheduler.lease_ttl < std::time::Duration::from_secs(2) {
-            return Err(Error::invalid("scheduler.lease_ttl", "scheduler.lease_ttl must be at least 2s"));
+        self.check_bounds()
+    }
+
+    /// Every duration and count of the file within a documented range (deploy/cronrun.toml):
+    /// beyond them a value is a typo, and instants computed from it could overflow.
+    fn check_bounds(&self) -> Result<(), Error> {
+        use std::time::Duration as D;
+        let (s, r) = (&self.scheduler, &self.runner);
+        let durations = [
+            ("scheduler.lease_ttl", s.lease_ttl, D::from_secs(2), D::from_secs(600)),
+            ("scheduler.lead", s.lead, D::ZERO, D::from_secs(60)),
+            ("scheduler.default_deadline", s.default_deadline, D::from_secs(1), D::from_secs(30 * 86_400)),
+            ("runner.heartbeat", r.heartbeat, D::from_millis(100), D::from_secs(300)),
+            ("runner.kill_grace", r.kill_grace, D::ZERO, D::from_secs(3600)),
+            ("runner.drain_timeout", r.drain_timeout, D::ZERO, D::from_secs(86_400)),
+        ];
+        for (field, value, min, max) in durations {
+            if value < min || value > max {
+                let show = |d: D| crate::spec::codec::format_duration(&d);
+                return Err(Error::invalid(
+                    field,
+                    format!("{field} is {}; it must be from {} to {}", show(value), show(min), show(max)),
+                ));
+            }
+        }
+        let counts = [
+            ("scheduler.max_in_flight", s.max_in_flight, 1, 100_000),
+            ("runner.slots", r.slots, 1, 1_000_000),
+            ("runner.max_line_bytes", r.max_line_bytes, 256, 64 * 1024),
+        ];
+        for (field, value, min, max) in counts {
+            if !(min..=max).contains(&value) {
+                return Err(Error::invalid(field, format!("{field} is {value}; it must be from {min} to {max}")));
+            }
         }
         Ok(())
     }
@@ -102,6 +134,28 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_and_counts_out_of_range_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cronrun.toml");
+        for (text, key) in [
+            ("[scheduler]\nlease_ttl = \"1s\"\n", "scheduler.lease_ttl"),
+            ("[scheduler]\nlease_ttl = \"100000years\"\n", "scheduler.lease_ttl"),
+            ("[scheduler]\nlead = \"1000000years\"\n", "scheduler.lead"),
+            ("[scheduler]\ndefault_deadline = \"5000000years\"\n", "scheduler.default_deadline"),
+            ("[runner]\nheartbeat = \"1ms\"\n", "runner.heartbeat"),
+            ("[runner]\ndrain_timeout = \"100years\"\n", "runner.drain_timeout"),
+            ("[runner]\nslots = 0\n", "runner.slots"),
+            ("[runner]\nmax_line_bytes = 100000000\n", "runner.max_line_bytes"),
+            ("[scheduler]\nmax_in_flight = 0\n", "scheduler.max_in_flight"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = AgentConfig::load(&path).unwrap_err();
+            assert_eq!(err.kind(), &crate::ErrorKind::Invalid { field: key.into() }, "{text}");
+            assert!(err.to_string().starts_with(key) && !err.to_string().contains('\n'), "{err}");
+        }
+    }
 
     #[test]
     fn example_config_parses_and_unknown_fields_are_refused() {

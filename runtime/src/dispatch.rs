@@ -103,6 +103,8 @@ pub async fn retry(
     record.trigger = Trigger::Retry;
     record.status = Status::Queued;
     record.dispatched_at = Some(now);
+    // Output belongs to its attempt (the log stream keeps it); the next starts empty.
+    record.output.clear();
     (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
     (record.exit_code, record.duration_ms) = (None, None);
     let revision = store.update_run(&record, revision).await?;

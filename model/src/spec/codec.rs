@@ -15,7 +15,8 @@ fn parse_duration<E: de::Error>(s: &str) -> Result<Duration, E> {
         .map_err(|_| E::custom(format!("invalid duration {s:?}: write it like 500ms, 30s, 5m or 1h30m")))
 }
 
-fn format_duration(d: &Duration) -> String {
+/// `1h30m`: the form users write, without spaces.
+pub fn format_duration(d: &Duration) -> String {
     humantime::format_duration(*d).to_string().replace(' ', "")
 }
 

@@ -140,15 +140,28 @@ pub struct Retries {
     pub backoff: Duration,
 }
 
+/// The longest wait between two attempts, however many doublings came before.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 3600);
+
 impl Retries {
     /// Whether a run whose attempt `attempt` ended badly gets another.
     pub fn allow_after(&self, attempt: u32) -> bool {
         attempt <= self.max
     }
 
-    /// The delay before attempt `attempt + 1`: backoff, doubled for each retry so far.
+    /// The delay before attempt `attempt + 1`: backoff, doubled for each retry so far, and
+    /// never more than a day (`MAX_RETRY_DELAY`).
     pub fn delay_after(&self, attempt: u32) -> Duration {
-        self.backoff.saturating_mul(1 << attempt.saturating_sub(1).min(16))
+        self.backoff.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(MAX_RETRY_DELAY.max(self.backoff))
+    }
+
+    /// When attempt `attempt + 1` starts if the attempt `attempt` ended at `now`. Checked:
+    /// an instant past chrono's range (unreachable with validated specs) means now.
+    pub fn retry_at(&self, attempt: u32, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        chrono::TimeDelta::from_std(self.delay_after(attempt))
+            .ok()
+            .and_then(|delay| now.checked_add_signed(delay))
+            .unwrap_or(now)
     }
 }
 

@@ -9,6 +9,22 @@ use crate::names::validate_job_name;
 const MAX_HISTORY: u32 = 1000;
 const MAX_OUTPUT_LINES: u32 = 10_000;
 const MAX_RETRIES: u32 = 100;
+/// A spec is a KV value read by every agent on every change: 64 KiB holds any sane
+/// command, env and labels, far below NATS's 1 MiB max payload.
+pub const MAX_SPEC_BYTES: usize = 64 * 1024;
+
+const HOUR: u64 = 3600;
+const DAY: u64 = 24 * HOUR;
+
+/// The largest value of each duration field. Beyond these a value is a typo or an attack:
+/// bounding them keeps every instant the scheduler computes from them representable.
+pub const DURATION_LIMITS: [(&str, Duration); 5] = [
+    ("timeout", Duration::from_secs(30 * DAY)),
+    ("starting_deadline", Duration::from_secs(30 * DAY)),
+    ("catchup_window", Duration::from_secs(30 * DAY)),
+    ("jitter", Duration::from_secs(DAY)),
+    ("retries.backoff", Duration::from_secs(DAY)),
+];
 
 fn token_ok(s: &str) -> bool {
     (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
@@ -61,6 +77,7 @@ impl JobSpec {
         if self.timeout.is_some_and(|t| t < Duration::from_millis(1)) {
             return Err(invalid("timeout", "timeout must be positive, e.g. 30s"));
         }
+        self.check_durations()?;
         if let Some(lock) = &self.lock
             && lock != codec::lock::OWN_NAME
             && !token_ok(lock)
@@ -81,6 +98,38 @@ impl JobSpec {
         }
         if let Some(key) = self.labels.keys().find(|k| k.is_empty()) {
             return Err(invalid("labels", format!("label name {key:?} must not be empty")));
+        }
+        let size = self.to_json().len();
+        if size > MAX_SPEC_BYTES {
+            return Err(invalid(
+                "spec",
+                format!(
+                    "the spec is {size} bytes as JSON, over the {MAX_SPEC_BYTES}-byte limit; keep long scripts in a file and run that"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_durations(&self) -> Result<(), Error> {
+        let values = [
+            self.timeout,
+            self.starting_deadline,
+            Some(self.catchup_window),
+            Some(self.jitter),
+            Some(self.retries.backoff),
+        ];
+        for ((field, max), value) in DURATION_LIMITS.iter().zip(values) {
+            if let Some(value) = value.filter(|v| v > max) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{field} {} is over the limit of {}",
+                        codec::format_duration(&value),
+                        codec::format_duration(max)
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -156,6 +205,46 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell.cmd");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
         assert_eq!(field_of("not json"), "spec");
+    }
+
+    #[test]
+    fn absurd_durations_and_sizes_are_refused_naming_the_field() {
+        let base = r#""name":"a","schedule":"* * * * *","shell":"true""#;
+        for (extra, field) in [
+            (r#""jitter":"2000000years""#, "jitter"),
+            (r#""jitter":"25h""#, "jitter"),
+            (r#""starting_deadline":"31days""#, "starting_deadline"),
+            (r#""catchup_window":"5000000years""#, "catchup_window"),
+            (r#""retries":{"max":1,"backoff":"1000000years"}"#, "retries.backoff"),
+            (r#""timeout":"1000000000years""#, "timeout"),
+        ] {
+            let json = format!("{{{base},{extra}}}");
+            assert_eq!(field_of(&json), field, "{extra}");
+            let message = JobSpec::from_json(json.as_bytes()).unwrap_err().to_string();
+            assert!(message.contains("over the limit of"), "{message}");
+        }
+        // The limits themselves are accepted.
+        let at_limits = format!(
+            r#"{{{base},"jitter":"1day","timeout":"30days","starting_deadline":"30days","catchup_window":"30days","retries":{{"max":1,"backoff":"1day"}}}}"#
+        );
+        JobSpec::from_json(at_limits.as_bytes()).unwrap();
+        // A spec too large to keep: one line, naming the size.
+        let huge = format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "x".repeat(MAX_SPEC_BYTES));
+        assert_eq!(field_of(&huge), "spec");
+        // Characters JSON escapes (quotes, NUL) count at their escaped size.
+        let escaped =
+            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0000".repeat(MAX_SPEC_BYTES / 5));
+        assert_eq!(field_of(&escaped), "spec");
+    }
+
+    #[test]
+    fn retry_delays_double_up_to_a_day() {
+        let retries = super::super::Retries { max: 50, backoff: Duration::from_secs(10) };
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        for (attempt, delay) in [(1, 10), (2, 20), (3, 40), (14, 81_920), (15, 86_400), (50, 86_400)] {
+            assert_eq!(retries.delay_after(attempt), Duration::from_secs(delay), "attempt {attempt}");
+            assert_eq!(retries.retry_at(attempt, now), now + chrono::TimeDelta::seconds(delay as i64));
+        }
     }
 
     #[test]

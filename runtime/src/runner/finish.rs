@@ -48,7 +48,7 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     let event = Event::new(&job, &run_id, EventKind::of_status(status), r.attempt, finished).with_detail(detail);
     if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
         let now = ctx.clock.now();
-        let start_at = now + spec.retries.delay_after(r.attempt);
+        let start_at = spec.retries.retry_at(r.attempt, now);
         publish_eof(ctx, &logs_subject, status).await;
         publish_event(&ctx.store, &event).await;
         info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::catchup::{self, Verdict};
 use super::shard::Shard;
-use super::{Due, FireQueue, shard_of};
+use super::{Due, FireQueue, shard_of, shards};
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -194,7 +194,7 @@ async fn fire(
             run_id: run_id.clone(),
             attempt: 1,
             trigger,
-            scheduled_at: due.fire + jitter(name, due.fire, summary.jitter),
+            scheduled_at: due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire),
             spec_revision: due.job.revision,
             queued: None,
         };
@@ -217,14 +217,36 @@ async fn fire(
     due.fire
 }
 
-/// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one.
+/// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one:
+/// FNV-1a of the job name and the fire's Unix milliseconds (little-endian), mixed, modulo
+/// `max` in milliseconds. The formula is part of the contract between scheduler versions.
 fn jitter(job: &str, fire: DateTime<Utc>, max: Duration) -> TimeDelta {
-    use std::hash::{Hash, Hasher};
-    let max_ms = max.as_millis() as u64;
+    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
     if max_ms == 0 {
         return TimeDelta::zero();
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (job, fire.timestamp_millis()).hash(&mut h);
-    TimeDelta::milliseconds((h.finish() % max_ms) as i64)
+    let h = shards::mix(shards::fnv1a(&[job.as_bytes(), &fire.timestamp_millis().to_le_bytes()]));
+    TimeDelta::try_milliseconds(i64::try_from(h % max_ms).unwrap_or(i64::MAX)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_fixed_by_job_and_fire_and_stays_below_its_maximum() {
+        let fire = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let max = Duration::from_secs(60);
+        // Pinned: a new Rust release or cronrun version must not move a job's delay.
+        assert_eq!(jitter("backup", fire, max), TimeDelta::milliseconds(30_939));
+        assert_eq!(jitter("backup", fire, Duration::ZERO), TimeDelta::zero());
+        let delays: Vec<TimeDelta> =
+            (0..1000).map(|i| jitter(&format!("job-{i}"), fire + TimeDelta::seconds(i), max)).collect();
+        assert!(delays.iter().all(|d| *d >= TimeDelta::zero() && *d < TimeDelta::seconds(60)));
+        // Spread over the range, not clustered: every 6-second tenth is hit.
+        for tenth in 0..10 {
+            let (lo, hi) = (TimeDelta::seconds(6 * tenth), TimeDelta::seconds(6 * (tenth + 1)));
+            assert!(delays.iter().any(|d| *d >= lo && *d < hi), "no delay in [{lo}, {hi})");
+        }
+    }
 }

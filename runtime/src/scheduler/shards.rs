@@ -17,7 +17,9 @@ pub const DEFAULT_SHARDS: u32 = 64;
 /// The key in the leases bucket holding the shard count.
 pub const SHARDS_KEY: &str = "shards";
 
-fn fnv1a(parts: &[&[u8]]) -> u64 {
+/// FNV-1a over the concatenated parts: fixed by its definition, the same on every host,
+/// Rust release and cronrun version (unlike `std`'s `DefaultHasher`).
+pub(super) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for b in *part {
@@ -62,7 +64,7 @@ pub fn assign(members: &[String], count: u32) -> Vec<usize> {
 }
 
 /// Spreads FNV's weak low bits over the whole word (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
+pub(super) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)

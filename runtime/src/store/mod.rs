@@ -33,15 +33,24 @@ pub struct Store {
     pub jobs: Bucket,
     pub runs: Bucket,
     pub leases: Bucket,
+    /// The most a run record may take as JSON: the server's max payload (at most 1 MiB)
+    /// less room for headers, so that a record write is never refused for its size.
+    pub record_budget: usize,
 }
+
+/// Headers of a KV write (expected revision, TTL) and a margin.
+const RECORD_HEADROOM: usize = 8 * 1024;
 
 impl Store {
     /// Opens the layout, creating what is missing.
     pub async fn open(client: async_nats::Client, names: Names, opts: &LayoutOptions) -> Result<Self, Error> {
         let js = jetstream::new(client.clone());
         let (jobs, runs, leases) = layout::ensure(&js, &names, opts).await?;
+        let max_payload = usize::try_from(client.server_info().max_payload).unwrap_or(usize::MAX);
+        let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
         Ok(Self {
             names,
+            record_budget,
             client,
             jobs: Bucket::new(jobs, js.clone()),
             runs: Bucket::new(runs, js.clone()),
