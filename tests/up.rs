@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -26,7 +27,15 @@ fn build_plugins() {
     });
 }
 
-async fn up_runs_examples_and_stops_on(signal: Signal) {
+/// Who gets the signal: `up` alone (a service manager), or its whole process group, as a
+/// terminal's Ctrl-C does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum To {
+    Process,
+    Group,
+}
+
+async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     build_plugins();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -34,6 +43,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
         .args(["up", "--port", &port.to_string(), "--data-dir"])
         .arg(dir.path())
         .env_remove("CRONRUN_NATS")
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -70,9 +80,13 @@ async fn up_runs_examples_and_stops_on(signal: Signal) {
     let at = chrono::DateTime::parse_from_rfc3339(wasm_run["scheduled_at"].as_str().unwrap()).unwrap();
     assert_eq!(chrono::Timelike::second(&at) % 10, 0, "{at}");
 
-    kill(Pid::from_raw(up.id() as i32), signal).unwrap();
+    let target = match to {
+        To::Process => up.id() as i32,
+        To::Group => -(up.id() as i32),
+    };
+    kill(Pid::from_raw(target), signal).unwrap();
     let status = wait_exit(&mut up, Duration::from_secs(20)).await;
-    assert!(status.success(), "cronrun up exited with {status} after {signal}");
+    assert!(status.success(), "cronrun up exited with {status} after {signal} to {to:?}");
     let gone = std::path::Path::new(&format!("/proc/{}", server[0])).exists();
     assert!(!gone, "nats-server child still running after cronrun up stopped");
 
@@ -126,12 +140,12 @@ fn scopeguard(child: std::process::Child) -> Guard {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn up_stops_cleanly_on_sigterm() {
-    up_runs_examples_and_stops_on(Signal::SIGTERM).await;
+    up_runs_examples_and_stops_on(Signal::SIGTERM, To::Process).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn up_stops_cleanly_on_sigint() {
-    up_runs_examples_and_stops_on(Signal::SIGINT).await;
+async fn up_stops_cleanly_on_ctrl_c_to_its_process_group() {
+    up_runs_examples_and_stops_on(Signal::SIGINT, To::Group).await;
 }
 
 #[test]

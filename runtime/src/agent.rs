@@ -1,8 +1,10 @@
 //! An agent: the scheduler and/or runner of one host, sharing one catalog.
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
@@ -13,9 +15,33 @@ use crate::runner::Runner;
 use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::Store;
 
-/// Runs until `cancel`; then the scheduler releases its lease, the runner drains, and
-/// the function returns.
+/// What an orderly stop may take beyond the runner's `drain_timeout`: releasing shard
+/// leases, final record writes and events, with NATS slow or gone.
+pub const STOP_MARGIN: Duration = Duration::from_secs(15);
+
+/// Runs until `cancel`; then the scheduler releases its leases, the runner drains, and the
+/// function returns. The stop is bounded: past `drain_timeout + STOP_MARGIN` (NATS gone,
+/// say) it gives up with an error, and runs left are recorded `lost` by whichever
+/// scheduler sees their leases expire.
 pub async fn run(
+    client: async_nats::Client,
+    config: AgentConfig,
+    clock: SharedClock,
+    cancel: CancellationToken,
+) -> Result<(), Error> {
+    let bound = config.runner.drain_timeout + STOP_MARGIN;
+    let work = run_roles(client, config, clock, cancel.clone());
+    tokio::pin!(work);
+    tokio::select! {
+        result = &mut work => result,
+        _ = async { cancel.cancelled().await; tokio::time::sleep(bound).await } => {
+            error!("the agent did not stop within {bound:?} (is NATS reachable?); exiting with work unfinished");
+            Err(Error::new(crate::ErrorKind::Other, format!("stop timed out after {bound:?}")))
+        }
+    }
+}
+
+async fn run_roles(
     client: async_nats::Client,
     config: AgentConfig,
     clock: SharedClock,
@@ -75,8 +101,10 @@ pub async fn run(
         }
     };
     catalog_cancel.cancel();
-    if let Err(e) = store.client.flush().await {
-        warn!("flushing NATS on shutdown: {e}");
+    match tokio::time::timeout(Duration::from_secs(2), store.client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!("flushing NATS on shutdown: {e}"),
+        Err(_) => warn!("flushing NATS on shutdown: no answer within 2s"),
     }
     info!("agent stopped");
     result

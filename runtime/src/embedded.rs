@@ -73,6 +73,9 @@ impl EmbeddedNats {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
+            // A group of its own: a terminal's Ctrl-C goes to our group, and the server
+            // must outlive our orderly stop (it is stopped last, by `stop`).
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| io(&format!("starting {}", binary.display()), e))?;
@@ -114,15 +117,20 @@ impl EmbeddedNats {
         self.child.id()
     }
 
-    /// Stops the server gracefully (SIGTERM), then waits for it.
+    /// Stops the server gracefully (SIGTERM), then waits for it (KILL after 10 s).
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            terminate(pid);
         }
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// Sends SIGTERM to the server `pid`: its stop when there is no time to wait for it.
+pub fn terminate(pid: u32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
 }
 
 /// The client port from nats-server's ports file (`{"nats": ["nats://127.0.0.1:1234"]}`).

@@ -28,7 +28,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // Tasks still running (a stop that timed out) must not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", format!("{e:#}").replace('\n', " "));

@@ -147,3 +147,71 @@ shell = 'echo $$ > {dir}/slow.pid; until [ -e {dir}/slow.go ]; do sleep 0.1; don
         in_outage.iter().map(|r| r.status.as_str()).collect::<Vec<_>>()
     );
 }
+
+/// NATS is gone when the agent is told to stop: the stop ends within its bound
+/// (`drain_timeout` + the stop margin) instead of hanging; a second signal ends it at once,
+/// and the run's process dies with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_while_nats_is_gone_is_bounded_and_a_second_signal_ends_it_at_once() {
+    let mut nats = Nats::start().await;
+    let agents = [nats.agent("a", "roles = [\"runner\"]"), nats.agent("b", "roles = [\"runner\"]")];
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    for agent in agents.iter().chain([&scheduler]) {
+        ready(agent).await;
+    }
+    let dir = nats.dir.path().display().to_string();
+    let jobs: String = ["a", "b"]
+        .iter()
+        .map(|host| {
+            format!(
+                "[[job]]\nname = \"long-{host}\"\nschedule = \"@yearly\"\npool = \"{host}\"\n\
+                 shell = 'echo $$ > {dir}/{host}.pid; exec sleep 600'\n"
+            )
+        })
+        .collect();
+    apply(&nats, &jobs);
+    nats.trigger("long-a");
+    nats.trigger("long-b");
+    let pids: Vec<i32> = futures::future::join_all(["a", "b"].map(|host| {
+        let path = nats.dir.path().join(format!("{host}.pid"));
+        eventually(Duration::from_secs(15), "the long run to start", move || {
+            let path = path.clone();
+            async move { read_pid(&path) }
+        })
+    }))
+    .await;
+    nats.kill_server().await;
+    let [mut a, mut b] = agents;
+
+    let bound = Duration::from_secs(5) + cronrun::agent::STOP_MARGIN;
+    let asked = Instant::now();
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut a.child, bound + Duration::from_secs(5)).await;
+    println!("agent a stopped {:?} after SIGTERM with NATS gone ({status})", asked.elapsed());
+
+    kill(Pid::from_raw(b.pid()), Signal::SIGTERM).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b.child.try_wait().unwrap().is_none(), "b waits for its run to drain");
+    let second = Instant::now();
+    kill(Pid::from_raw(b.pid()), Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut b.child, Duration::from_secs(3)).await;
+    println!("agent b exited {:?} after a second SIGTERM ({status})", second.elapsed());
+    assert_eq!(status.code(), Some(cronrun::shutdown::FORCED_EXIT));
+    for pid in pids {
+        eventually(Duration::from_secs(5), "the run's process to die with its runner", || async {
+            (!alive(pid)).then_some(())
+        })
+        .await;
+    }
+}
+
+async fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < timeout, "did not exit within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

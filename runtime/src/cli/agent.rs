@@ -64,7 +64,7 @@ impl AgentArgs {
 pub async fn run(ctx: &Ctx, a: AgentArgs) -> Result<()> {
     let config = a.config(ctx)?;
     let cancel = CancellationToken::new();
-    crate::shutdown::cancel_on_signals(cancel.clone()).context("installing signal handlers")?;
+    crate::shutdown::cancel_on_signals(cancel.clone(), || {}).context("installing signal handlers")?;
     let client =
         crate::connect::connect(&config.nats, config.creds.as_deref(), &format!("cronrun-agent {}", config.name))
             .await?;

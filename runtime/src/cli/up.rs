@@ -47,7 +47,15 @@ fn default_data_dir() -> PathBuf {
 pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
     let mut config = a.agent.config(ctx)?;
     let cancel = CancellationToken::new();
-    crate::shutdown::cancel_on_signals(cancel.clone()).context("installing signal handlers")?;
+    // The server's pid, once started: a second signal stops it on the way out.
+    let server_pid = std::sync::Arc::new(std::sync::OnceLock::new());
+    let pid = server_pid.clone();
+    let on_second = move || {
+        if let Some(pid) = pid.get() {
+            crate::embedded::terminate(*pid);
+        }
+    };
+    crate::shutdown::cancel_on_signals(cancel.clone(), on_second).context("installing signal handlers")?;
     let server = match &ctx.global.nats {
         Some(_) => None,
         None => {
@@ -62,6 +70,9 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
             let opts = ServerOptions { port: a.port, ..Default::default() };
             let server = EmbeddedNats::start(&dir.join("nats"), &opts).await?;
             info!(url = %server.url, data = %dir.display(), "local nats-server started");
+            if let Some(pid) = server.pid() {
+                let _ = server_pid.set(pid);
+            }
             config.nats = server.url.clone();
             Some(server)
         }

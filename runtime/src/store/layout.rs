@@ -1,4 +1,4 @@
-//! Creates the layout of DESIGN.md idempotently. What exists is used as it is: a second
+//! Creates the layout of docs/nats.md idempotently. What exists is used as it is: a second
 //! agent, or ten starting at once, never reconfigures or recreates anything.
 
 use std::time::Duration;
