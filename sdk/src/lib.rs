@@ -88,9 +88,11 @@ pub use export::IntoOutput;
 /// | `pool` | `"default"` | which runners may take the job |
 /// | `description` | `"..."` | free text |
 ///
-/// Durations are written like `500ms`, `30s`, `5m`, `1h30m`. The embedded JSON holds
-/// exactly the keys given (`backoff` goes into `retries.backoff`); the host applies its
-/// defaults to the rest.
+/// Durations are written like `500ms`, `30s`, `5m`, `1h30m`. Values are checked at
+/// compile time by the validation `cronrun deploy` runs (the `cronrun-model` crate), so a
+/// bad schedule, zone, duration or name is a compile error with deploy's message. The
+/// embedded JSON holds exactly the keys given (`backoff` goes into `retries.backoff`); the
+/// host applies its defaults to the rest.
 pub use cronrun_sdk_macros::job;
 
 /// Re-export of the `wasip2` crate (WASI 0.2.12 bindings) for WASI APIs beyond

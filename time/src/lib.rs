@@ -2,7 +2,7 @@
 //!
 //! What lives where, and why:
 //!
-//! * `mod.rs` (this file): the public API ([`Schedule`], [`ScheduleError`],
+//! * `lib.rs` (this file): the public API ([`Schedule`], [`ScheduleError`],
 //!   [`parse_timezone`]), the macros (`@daily` ...), `@every` and `@at`.
 //! * `fields.rs`: one cron field's text into a bitset plus its `L`, `W`, `#`
 //!   items, with cronsim's syntax quirks.
@@ -16,7 +16,7 @@
 //!   (`fold`, imaginary times) on top of chrono-tz.
 //!
 //! We implement rather than use the `cron` or `croner` crates because the
-//! contract (DESIGN.md) is "fire times equal cronsim's for every expression
+//! contract (docs/architecture.md) is "fire times equal cronsim's for every expression
 //! both accept", including Debian cron's DST behaviour; that needs cronsim's
 //! exact algorithm, quirks included.
 //!
@@ -41,7 +41,7 @@
 //!
 //! * Cron fires are exactly cronsim 2.8's (`CronSim(expr, start)` with `start`
 //!   an aware datetime in `ZoneInfo(tz)`), compared as UTC instants; the
-//!   differential test `tests/time_vs_cronsim.rs` checks this. That includes
+//!   differential test `tests/vs_cronsim.rs` checks this. That includes
 //!   Debian cron's DST rules: for 5-field expressions with fixed minute and
 //!   hour, a time in a skipped hour fires once at the end of the gap and a
 //!   time in a repeated hour fires once (first pass); wildcard hours and all

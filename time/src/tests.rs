@@ -1,5 +1,5 @@
 //! Unit tests of the time engine. Expected instants were cross-checked with
-//! cronsim 2.8; the exhaustive comparison is `tests/time_vs_cronsim.rs`.
+//! cronsim 2.8; the exhaustive comparison is `tests/vs_cronsim.rs`.
 
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,5 @@
 //! Differential test: cronrun's schedule engine against the Python package
-//! cronsim 2.8 (the reference named by DESIGN.md), over generated expressions.
+//! cronsim 2.8 (the reference named by docs/architecture.md), over generated expressions.
 //!
 //! Every generated expression is evaluated in six zones (DST gaps of 1 h, 30
 //! min, at 02:45, a half-hour zone without DST, UTC), from start instants a

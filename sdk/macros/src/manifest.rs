@@ -1,7 +1,16 @@
-//! The job manifest: which keys `#[job(...)]` accepts, their checks, and the JSON
-//! embedded in the `cronrun-manifest` custom section. Pure functions, tested on the host.
+//! The job manifest: which keys `#[job(...)]` accepts and the JSON embedded in the
+//! `cronrun-manifest` custom section. Pure functions, tested on the host.
+//!
+//! The values are not checked here: the manifest is completed into a job spec the way
+//! `cronrun deploy` completes it (a name and a `wasm` plugin added) and validated by
+//! `cronrun_model::spec::JobSpec::from_json`, the code the daemon runs at deploy. What is
+//! left to this file is what belongs to the attribute itself: its key names, each given
+//! once, a schedule present, `backoff` only beside `retries`, the kind of literal each key
+//! takes, and the flat `retries`/`backoff` pair nested as the spec's `retries: {max, backoff}`.
 
-use std::fmt::Write;
+use cronrun_model::ErrorKind;
+use cronrun_model::spec::JobSpec;
+use serde_json::json;
 
 /// A literal value given to a key.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +31,9 @@ fn err<T>(key: &str, message: String) -> Result<T, Error> {
     Err(Error { key: Some(key.to_string()), message })
 }
 
-/// Every key, in the order the JSON lists them. Keys are the job spec's field names.
+/// Every key, in the order the JSON lists them. Keys are the job spec's field names, and
+/// they are all the fields `cronrun deploy` takes from a manifest: the others (`name`,
+/// `wasm`, `paused`, `labels`, `history`, `output_lines`) belong to the deployment.
 pub const KEYS: &[&str] = &[
     "schedule",
     "timezone",
@@ -39,7 +50,11 @@ pub const KEYS: &[&str] = &[
     "description",
 ];
 
-const DURATION_KEYS: &[&str] = &["timeout", "catchup_window", "starting_deadline", "backoff", "jitter"];
+/// The name and plugin the manifest is completed with for validation; `cronrun deploy`
+/// puts the job's real name and the component's digest there. Neither affects whether
+/// the manifest's own fields are valid.
+const PLACEHOLDER_NAME: &str = "job";
+const PLACEHOLDER_PLUGIN: &str = "sha256-0000000000000000000000000000000000000000000000000000000000000000";
 
 /// Checks the entries and renders the manifest JSON, e.g.
 /// `{"schedule":"0 */5 * * * *","timezone":"UTC","retries":{"max":3,"backoff":"10s"}}`.
@@ -62,134 +77,70 @@ pub fn build(entries: &[(String, Value)]) -> Result<String, Error> {
     if get("backoff").is_some() && get("retries").is_none() {
         return err("backoff", "`backoff` needs `retries = N` too".to_string());
     }
+    for (key, value) in entries {
+        check_literal(key, value)?;
+    }
 
-    let mut json = String::from("{");
+    // Rendered by hand to keep KEYS' order (serde_json's map sorts its keys).
+    let mut fields = Vec::new();
     for key in KEYS.iter().copied().filter(|k| *k != "backoff") {
         let Some(value) = get(key) else { continue };
-        check(key, value)?;
-        if json.len() > 1 {
-            json.push(',');
-        }
-        let _ = write!(json, "{}:", quote(key));
-        match (key, value) {
-            ("retries", Value::Int(max)) => {
-                let _ = write!(json, "{{\"max\":{max}");
-                if let Some(backoff) = get("backoff") {
-                    check("backoff", backoff)?;
-                    let _ = write!(json, ",\"backoff\":{}", render(backoff));
-                }
-                json.push('}');
-            }
-            _ => json.push_str(&render(value)),
-        }
-    }
-    json.push('}');
-    Ok(json)
-}
-
-fn render(value: &Value) -> String {
-    match value {
-        Value::Str(s) => quote(s),
-        Value::Int(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-    }
-}
-
-/// A JSON string literal.
-pub fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn check(key: &str, value: &Value) -> Result<(), Error> {
-    let text = match (key, value) {
-        ("retries", Value::Int(n)) if *n <= 1000 => return Ok(()),
-        ("retries", Value::Int(n)) => return err(key, format!("retries = {n}: at most 1000")),
-        ("retries", _) => return err(key, "retries takes a number, e.g. retries = 3".to_string()),
-        ("lock", Value::Bool(_)) => return Ok(()),
-        ("lock", Value::Str(name)) if is_name(name) => return Ok(()),
-        ("lock", _) => {
-            return err(key, "lock takes true, false or a lock name of A-Z a-z 0-9 _ - (1 to 128)".to_string());
-        }
-        (_, Value::Str(s)) => s.as_str(),
-        (_, _) => return err(key, format!("{key} takes a string, e.g. {key} = \"...\"")),
-    };
-    match key {
-        "schedule" => check_schedule(text).or_else(|m| err(key, m)),
-        "timezone" if is_zone(text) => Ok(()),
-        "timezone" => err(key, format!("timezone {text:?} is not an IANA zone name like \"UTC\" or \"Europe/Berlin\"")),
-        "overlap" => one_of(key, text, &["skip", "allow", "queue", "replace"]),
-        "catchup" => one_of(key, text, &["none", "latest", "all"]),
-        "pool" if is_name(text) => Ok(()),
-        "pool" => err(key, format!("pool {text:?}: use 1 to 128 of A-Z a-z 0-9 _ -")),
-        k if DURATION_KEYS.contains(&k) => check_duration(text).or_else(|m| err(key, m)),
-        _ => Ok(()),
-    }
-}
-
-fn one_of(key: &str, text: &str, allowed: &[&str]) -> Result<(), Error> {
-    if allowed.contains(&text) {
-        return Ok(());
-    }
-    err(key, format!("{key} = {text:?}: expected one of {}", allowed.join(", ")))
-}
-
-fn check_duration(text: &str) -> Result<(), String> {
-    humantime::parse_duration(text)
-        .map(|_| ())
-        .map_err(|_| format!("invalid duration {text:?}: write it like 500ms, 30s, 5m or 1h30m"))
-}
-
-fn is_name(s: &str) -> bool {
-    (1..=128).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-}
-
-fn is_zone(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"/_+-".contains(&c))
-}
-
-/// A shape check only; the host's schedule engine has the final word at deploy time.
-fn check_schedule(text: &str) -> Result<(), String> {
-    let text = text.trim();
-    if let Some(word) = text.strip_prefix('@') {
-        let (name, arg) = word.split_once(char::is_whitespace).unwrap_or((word, ""));
-        return match (name, arg.trim()) {
-            ("yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly", "") => Ok(()),
-            ("every", d) => match humantime::parse_duration(d) {
-                Ok(d) if d.as_millis() >= 1000 => Ok(()),
-                _ => Err(format!("schedule {text:?}: @every takes a duration of at least 1s, e.g. \"@every 90s\"")),
-            },
-            ("at", t) if !t.is_empty() => Ok(()),
-            _ => Err(format!(
-                "schedule {text:?}: unknown @ form; use @yearly, @monthly, @weekly, @daily, @hourly, @every <duration> or @at <RFC 3339 time>"
-            )),
+        let value = match (key, get("backoff")) {
+            ("retries", Some(backoff)) => format!(r#"{{"max":{},"backoff":{}}}"#, to_json(value), to_json(backoff)),
+            ("retries", None) => format!(r#"{{"max":{}}}"#, to_json(value)),
+            _ => to_json(value).to_string(),
         };
+        fields.push(format!("{}:{value}", json!(key)));
     }
-    let fields: Vec<&str> = text.split_whitespace().collect();
-    if !(5..=7).contains(&fields.len()) {
-        return Err(format!(
-            "schedule {text:?} has {} fields: use 5 (minute first), 6 (second first) or 7 (with year), or an @ form",
-            fields.len()
-        ));
+    let manifest = format!("{{{}}}", fields.join(","));
+    check(&manifest)?;
+    Ok(manifest)
+}
+
+/// The kind of literal a key takes, said in the attribute's terms: the spec would say
+/// `retries.max: invalid type` for `retries = "3"` and `overlap: expected value` for
+/// `overlap = 1`. Values themselves are the spec's to check.
+fn check_literal(key: &str, value: &Value) -> Result<(), Error> {
+    match (key, value) {
+        ("retries", Value::Int(_)) | ("lock", Value::Bool(_) | Value::Str(_)) => Ok(()),
+        ("retries", _) => err(key, "retries takes a number, e.g. retries = 3".to_string()),
+        ("lock", _) => err(key, "lock takes true, false or a lock name, e.g. lock = \"db\"".to_string()),
+        (_, Value::Str(_)) => Ok(()),
+        (_, _) => err(key, format!("{key} takes a string, e.g. {key} = \"...\"")),
     }
-    let bad = |c: char| !(c.is_ascii_alphanumeric() || "*,-/?#".contains(c));
-    if let Some(field) = fields.iter().find(|f| f.contains(bad)) {
-        return Err(format!("schedule {text:?}: field {field:?} has characters a cron field cannot have"));
+}
+
+fn to_json(value: &Value) -> serde_json::Value {
+    match value {
+        Value::Str(s) => json!(s),
+        Value::Int(n) => json!(n),
+        Value::Bool(b) => json!(b),
     }
-    Ok(())
+}
+
+/// Validates the manifest as `cronrun deploy` does: read as a JSON object, completed with
+/// the job's name and its `wasm` plugin, then parsed and checked as a job spec.
+fn check(manifest: &str) -> Result<(), Error> {
+    let Ok(serde_json::Value::Object(mut spec)) = serde_json::from_str(manifest) else {
+        return Err(Error { key: None, message: format!("the manifest is not a JSON object: {manifest}") });
+    };
+    spec.insert("name".into(), json!(PLACEHOLDER_NAME));
+    spec.insert("wasm".into(), json!({ "plugin": PLACEHOLDER_PLUGIN }));
+    JobSpec::from_json(serde_json::Value::Object(spec).to_string().as_bytes()).map(drop).map_err(|e| {
+        let key = match e.kind() {
+            ErrorKind::Invalid { field } => key_of(field),
+            _ => None,
+        };
+        Error { key, message: e.to_string() }
+    })
+}
+
+/// The `#[job]` key a spec field path comes from: `retries.max` from `retries`,
+/// `retries.backoff` from `backoff`, a top-level field from the key of its name.
+fn key_of(field: &str) -> Option<String> {
+    let key = match field {
+        "retries.backoff" => "backoff",
+        _ => field.split('.').next().unwrap_or(field),
+    };
+    KEYS.contains(&key).then(|| key.to_string())
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Oracle for tests/time_vs_cronsim.rs: fire times according to cronsim.
+"""Oracle for time/tests/vs_cronsim.rs: fire times according to cronsim.
 
 Usage: cronsim_oracle.py CASES.jsonl
 
