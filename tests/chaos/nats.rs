@@ -215,3 +215,35 @@ async fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::p
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A compare-and-set whose answer is lost (the server stalls past the client's timeout,
+/// then applies the write) is read back: the next write from the old revision finds the
+/// key holding our own value and goes on, instead of taking it for a lost race (which
+/// made a runner kill a healthy run during a cluster election).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_whose_answer_was_lost_is_read_back_not_taken_for_a_lost_race() {
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let revision = store.leases.create("fenced", "v0".into(), None).await.unwrap();
+    let mut fence = cronrun::store::kv::Fenced::at(revision);
+    let server = Pid::from_raw(nats.server.as_ref().unwrap().pid().unwrap() as i32);
+
+    kill(server, Signal::SIGSTOP).unwrap();
+    let stalled = store.leases.update_fenced("fenced", "v1".into(), &mut fence, None).await;
+    assert!(stalled.is_err(), "a write to a stopped server cannot be acknowledged");
+    kill(server, Signal::SIGCONT).unwrap();
+    // The server applies the write it received while stopped.
+    eventually(Duration::from_secs(10), "the stalled write to land", || async {
+        store.leases.get("fenced").await.ok().flatten().filter(|v| v.value == "v1").map(|_| ())
+    })
+    .await;
+    assert_eq!(fence.revision, revision, "the answer was lost: the fence still has the old revision");
+
+    let next = store.leases.update_fenced("fenced", "v2".into(), &mut fence, None).await.unwrap();
+    assert_eq!(next, fence.revision);
+    assert_eq!(store.leases.get("fenced").await.unwrap().unwrap().value, "v2");
+    // Someone else's write is still a conflict.
+    store.leases.put("fenced", "theirs".into(), None).await.unwrap();
+    let err = store.leases.update_fenced("fenced", "v3".into(), &mut fence, None).await.unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+}

@@ -54,7 +54,7 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
         info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
         // The next attempt must find the run's leases free, wherever it is claimed.
         held.release().await;
-        return retry(&ctx.store, &spec.pool, held.record.clone(), held.revision, start_at, now).await;
+        return retry(&ctx.store, &spec.pool, held.record.clone(), held.fence.revision, start_at, now).await;
     }
     write_final(ctx, held).await?;
     publish_eof(ctx, &logs_subject, status).await;

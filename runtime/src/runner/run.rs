@@ -28,6 +28,7 @@ use crate::names::lease_keys;
 use crate::record::{RunRecord, Status, Trigger};
 use crate::spec::JobSpec;
 use crate::store::StoredRun;
+use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
 
 /// Runs one dispatch message to its end and acks it.
@@ -84,14 +85,14 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
 /// leases it holds (see `guards`).
 pub(super) struct Held {
     pub(super) record: RunRecord,
-    pub(super) revision: u64,
+    pub(super) fence: Fenced,
     lease: Option<Lease>,
     guards: Vec<Lease>,
 }
 
 impl Held {
     pub(super) async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
-        self.revision = ctx.store.update_run(&self.record, self.revision).await?;
+        ctx.store.update_run_fenced(&self.record, &mut self.fence).await?;
         Ok(())
     }
 
@@ -159,7 +160,7 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
         debug!("another runner holds the run");
         return Ok(Disposition::Done);
     };
-    let mut held = Held { record: stored.record, revision: stored.revision, lease: Some(lease), guards: Vec::new() };
+    let mut held = Held { record: stored.record, fence: Fenced::at(stored.revision), lease: Some(lease), guards: Vec::new() };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await

@@ -33,6 +33,27 @@ pub struct Versioned {
     pub revision: u64,
 }
 
+/// The revision of a key this process writes by compare-and-set, with the writes whose
+/// answer was lost. A write can land while its answer is lost (a leader election, a
+/// reconnect); the next compare-and-set from the old revision is then refused although
+/// the key holds our own value. `Bucket::update_fenced` reads such a key back: if it holds
+/// exactly the bytes of one of those writes, it landed, and its revision is ours.
+#[derive(Debug, Clone, Default)]
+pub struct Fenced {
+    pub revision: u64,
+    unconfirmed: Vec<Bytes>,
+}
+
+/// Writes with a lost answer remembered per key; older ones cannot have landed after a
+/// newer one was accepted, so a few suffice.
+const UNCONFIRMED_MAX: usize = 4;
+
+impl Fenced {
+    pub fn at(revision: u64) -> Self {
+        Self { revision, unconfirmed: Vec::new() }
+    }
+}
+
 /// One key's latest state as seen by a watch.
 #[derive(Debug, Clone)]
 pub struct Change {
@@ -69,6 +90,52 @@ impl Bucket {
     /// `ErrorKind::Conflict`. With `ttl` the key expires unless written again.
     pub async fn update(&self, key: &str, value: Bytes, revision: u64, ttl: Option<Duration>) -> Result<u64, Error> {
         self.write(key, value, Some(revision), ttl).await
+    }
+
+    /// `update` from `fence.revision`, moving it on success. A write whose answer is lost is
+    /// read back at once, and remembered if that fails too; a later conflict is no conflict
+    /// when the key holds one of those writes (see `Fenced`).
+    pub async fn update_fenced(
+        &self,
+        key: &str,
+        value: Bytes,
+        fence: &mut Fenced,
+        ttl: Option<Duration>,
+    ) -> Result<u64, Error> {
+        loop {
+            match self.update(key, value.clone(), fence.revision, ttl).await {
+                Ok(revision) => {
+                    fence.revision = revision;
+                    fence.unconfirmed.clear();
+                    return Ok(revision);
+                }
+                Err(e) if e.is_conflict() => {
+                    if fence.unconfirmed.is_empty() {
+                        return Err(e);
+                    }
+                    let sent = std::mem::take(&mut fence.unconfirmed);
+                    match self.get(key).await? {
+                        // Ours after all: write again from there.
+                        Some(v) if sent.contains(&v.value) => fence.revision = v.revision,
+                        _ => return Err(e),
+                    }
+                }
+                Err(e) => {
+                    if let Ok(Some(v)) = self.get(key).await
+                        && v.value == value
+                    {
+                        fence.revision = v.revision;
+                        fence.unconfirmed.clear();
+                        return Ok(v.revision);
+                    }
+                    if fence.unconfirmed.len() == UNCONFIRMED_MAX {
+                        fence.unconfirmed.remove(0);
+                    }
+                    fence.unconfirmed.push(value);
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Writes `value` whatever is there, with an optional TTL.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::kv::Bucket;
+use super::kv::{Bucket, Fenced};
 use crate::error::Error;
 
 /// What a lease key holds; readable with `nats kv get`.
@@ -26,7 +26,7 @@ pub struct Lease {
     key: String,
     value: LeaseValue,
     ttl: Duration,
-    revision: u64,
+    fence: Fenced,
 }
 
 impl Lease {
@@ -41,7 +41,9 @@ impl Lease {
         };
         let bytes = serde_json::to_vec(&value).unwrap_or_default().into();
         match kv.create(key, bytes, Some(ttl)).await {
-            Ok(revision) => Ok(Some(Lease { kv: kv.clone(), key: key.to_string(), value, ttl, revision })),
+            Ok(revision) => {
+                Ok(Some(Lease { kv: kv.clone(), key: key.to_string(), value, ttl, fence: Fenced::at(revision) }))
+            }
             Err(e) if *e.kind() == crate::error::ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(e),
         }
@@ -51,13 +53,13 @@ impl Lease {
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.value.renewed_at = Utc::now();
         let bytes = serde_json::to_vec(&self.value).unwrap_or_default().into();
-        self.revision = self.kv.update(&self.key, bytes, self.revision, Some(self.ttl)).await?;
+        self.kv.update_fenced(&self.key, bytes, &mut self.fence, Some(self.ttl)).await?;
         Ok(())
     }
 
     /// Gives the lease up at once, so a successor need not wait for the TTL.
     pub async fn release(self) -> Result<(), Error> {
-        self.kv.delete_at(&self.key, self.revision).await
+        self.kv.delete_at(&self.key, self.fence.revision).await
     }
 
     pub fn key(&self) -> &str {
@@ -67,7 +69,7 @@ impl Lease {
         self.ttl
     }
     pub fn revision(&self) -> u64 {
-        self.revision
+        self.fence.revision
     }
 }
 

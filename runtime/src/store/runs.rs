@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::Store;
+use super::kv::Fenced;
 use crate::error::Error;
 use crate::record::{RunRecord, Status, run_key};
 use crate::spec::History;
@@ -37,6 +38,12 @@ impl Store {
     /// Writes `record` if it is still at `revision`; `ErrorKind::Conflict` otherwise.
     pub async fn update_run(&self, record: &RunRecord, revision: u64) -> Result<u64, Error> {
         self.runs.update(&record.key(), record.to_json_within(self.record_budget), revision, None).await
+    }
+
+    /// `update_run` from the fence's revision, reading back a write whose answer was lost
+    /// (see `Fenced`): the runner's writes, which fence a run against its retry.
+    pub async fn update_run_fenced(&self, record: &RunRecord, fence: &mut Fenced) -> Result<u64, Error> {
+        self.runs.update_fenced(&record.key(), record.to_json_within(self.record_budget), fence, None).await
     }
 
     /// All records of `job`, oldest fire first.
