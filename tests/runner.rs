@@ -151,12 +151,18 @@ async fn logs_show_output_and_follow_ends_with_the_run() {
     assert!(nats.ok(&["runs", "talk"]).contains("exited with code 3"));
 }
 
+/// Messages stored in the stream behind a bucket: values and markers alike.
+async fn stream_messages(store: &cronrun::store::Store, bucket: &str) -> u64 {
+    store.js.get_stream(format!("KV_{bucket}")).await.unwrap().info().await.unwrap().state.messages
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn run_history_stays_bounded() {
+async fn run_history_and_state_in_nats_stay_bounded() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
-    // Alternating success and failure, every second; keep 2 of each.
+    // Alternating success and failure, every second; keep 2 of each. `busy` runs for three
+    // seconds, so two of its three fires are skipped: skipped records count too.
     apply(
         &nats,
         r#"
@@ -165,25 +171,70 @@ name = "flip"
 schedule = "* * * * * *"
 shell = "test $(( $(date +%s) % 2 )) = 0"
 history = { succeeded = 2, failed = 2 }
+
+[[job]]
+name = "busy"
+schedule = "* * * * * *"
+shell = "sleep 2.5"
+history = { succeeded = 2, failed = 2 }
 "#,
     );
     let store = nats.store().await;
     // Pruning runs after every 5 runs finished on a runner (half the history, at least 5).
     let bound = 2 + 2 + 5;
     let mut most = 0;
+    let mut sampled = Vec::new();
+    let sample_at = [8, 19];
     let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_secs(14) {
-        let runs = runs(&store, "flip").await;
-        let finished: Vec<_> = runs.iter().filter(|r| r.status.is_final()).collect();
-        most = most.max(finished.len());
-        assert!(finished.len() <= bound, "{} finished records kept, bound {bound}", finished.len());
+    while start.elapsed() < Duration::from_secs(20) {
+        for job in ["flip", "busy"] {
+            let runs = runs(&store, job).await;
+            let finished: Vec<_> = runs.iter().filter(|r| r.status.is_final()).collect();
+            most = most.max(finished.len());
+            assert!(finished.len() <= bound, "{job}: {} finished records kept, bound {bound}", finished.len());
+        }
+        if let Some(&at) = sample_at.get(sampled.len())
+            && start.elapsed() >= Duration::from_secs(at)
+        {
+            let leases = stream_messages(&store, "cronrun_leases").await;
+            let records = stream_messages(&store, "cronrun_runs").await;
+            sampled.push((at, leases, records));
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // Eleven more seconds of runs (about 15 of them) leave the streams where they were:
+    // no tombstone per run lease, records pruned with markers that expire.
+    println!("messages in the leases and runs streams (at second, leases, records): {sampled:?}");
+    let [(_, leases_before, records_before), (_, leases_after, records_after)] = sampled[..] else {
+        panic!("sampled {sampled:?}")
+    };
+    assert!(leases_after <= leases_before + 4, "leases stream grew from {leases_before} to {leases_after}");
+    // Per job: the records kept, those awaiting the next prune, one in flight, and the
+    // markers of the last prunes (they expire after 5 s): the count rises and falls with
+    // the prunes, but never past this.
+    let per_job = bound as u64 + 2 + 10;
+    for records in [records_before, records_after] {
+        assert!(records <= 2 * per_job, "runs stream holds {records} messages, bound {}", 2 * per_job);
+    }
+    let skipped = runs(&store, "busy").await.iter().filter(|r| r.status == Status::Skipped).count();
+    assert!(skipped >= 1, "busy's overlapping fires are recorded skipped");
     let events = events(&store, "flip", "started").await.len();
     println!("{events} runs started, at most {most} finished records kept (bound {bound})");
     assert!(events >= 12, "only {events} runs");
-    let runs = runs(&store, "flip").await;
-    assert!(runs.iter().any(|r| r.status == Status::Succeeded) && runs.iter().any(|r| r.status == Status::Failed));
+    let flips = runs(&store, "flip").await;
+    assert!(flips.iter().any(|r| r.status == Status::Succeeded) && flips.iter().any(|r| r.status == Status::Failed));
+    // `rm` of an idle job takes its records with it.
+    nats.ok(&["pause", "flip"]);
+    eventually(Duration::from_secs(5), "flip to be idle", || async {
+        runs(&store, "flip").await.iter().all(|r| r.status.is_final()).then_some(())
+    })
+    .await;
+    let out = nats.ok(&["rm", "flip"]);
+    assert!(out.contains("run records"), "{out}");
+    eventually(Duration::from_secs(5), "flip's records to be gone", || async {
+        runs(&store, "flip").await.is_empty().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -52,6 +52,10 @@ impl Names {
     pub fn leases_bucket(&self) -> String {
         format!("{}_leases", self.ns)
     }
+    /// The Wasm jobs' own KV stores: keys `<job>.<key>`.
+    pub fn job_kv_bucket(&self) -> String {
+        format!("{}_jobkv", self.ns)
+    }
     pub fn plugins_store(&self) -> String {
         format!("{}_plugins", self.ns)
     }

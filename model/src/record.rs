@@ -147,16 +147,17 @@ impl RunRecord {
         if let Some(error) = &mut self.error {
             cut_at_char(error, MAX_ERROR_BYTES);
         }
+        let encoded = |line: &String| serde_json::to_string(line).map_or(0, |s| s.len()) + 1;
+        let marker = |dropped: usize| format!("[{dropped} earlier lines dropped to fit the run record]");
+        // Room for the marker line at its largest, when there are lines to drop.
+        let marker_room = if lines.is_empty() { 0 } else { encoded(&marker(lines.len())) };
         // An error of escaped bytes can still be too large for a small budget: halve it.
-        while self.to_json().len() > max && self.error.as_ref().is_some_and(|e| e.len() > 16) {
+        while self.to_json().len() + marker_room > max && self.error.as_ref().is_some_and(|e| e.len() > 16) {
             if let Some(error) = &mut self.error {
                 cut_at_char(error, error.len() / 2);
             }
         }
-        let encoded = |line: &String| serde_json::to_string(line).map_or(0, |s| s.len()) + 1;
-        let marker = |dropped: usize| format!("[{dropped} earlier lines dropped to fit the run record]");
-        // Room for the lines and the marker line, with the marker at its largest.
-        let base = self.to_json().len() + encoded(&marker(lines.len()));
+        let base = self.to_json().len() + marker_room;
         let mut room = max.saturating_sub(base);
         let mut kept = 0;
         for line in lines.iter().rev() {
@@ -166,7 +167,7 @@ impl RunRecord {
             }
         }
         let dropped = lines.len() - kept;
-        if dropped > 0 {
+        if dropped > 0 && base <= max {
             self.output.push(marker(dropped));
         }
         self.output.extend(lines.into_iter().skip(dropped));

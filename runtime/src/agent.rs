@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -14,6 +15,7 @@ use crate::names::Names;
 use crate::runner::Runner;
 use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::Store;
+use crate::supervise::describe;
 
 /// What an orderly stop may take beyond the runner's `drain_timeout`: releasing shard
 /// leases, final record writes and events, with NATS slow or gone.
@@ -39,6 +41,26 @@ pub async fn run(
             Err(Error::new(crate::ErrorKind::Other, format!("stop timed out after {bound:?}")))
         }
     }
+}
+
+/// Waits for a role's task. A role that ends before the agent is told to stop (an error,
+/// a panic) stops the whole agent: a scheduler without a runner beside it, or the reverse,
+/// would look alive to a service manager while doing half its work.
+async fn watch_role(
+    name: &str,
+    task: Option<JoinHandle<Result<(), Error>>>,
+    cancel: &CancellationToken,
+) -> Result<(), Error> {
+    let Some(task) = task else { return Ok(()) };
+    let result = task.await.unwrap_or_else(|e| Err(Error::new(crate::ErrorKind::Other, describe(name, e))));
+    if !cancel.is_cancelled() {
+        match &result {
+            Ok(()) => error!("the {name} stopped on its own: stopping the agent"),
+            Err(e) => error!("the {name} failed: {e}: stopping the agent"),
+        }
+        cancel.cancel();
+    }
+    result
 }
 
 async fn run_roles(
@@ -90,16 +112,9 @@ async fn run_roles(
         tokio::spawn(runner.run(cancel.clone()))
     });
 
-    if let Some(s) = scheduler {
-        let _ = s.await;
-    }
-    let result = match runner {
-        Some(r) => r.await.unwrap_or_else(|e| Err(Error::new(crate::ErrorKind::Other, format!("runner task: {e}")))),
-        None => {
-            cancel.cancelled().await;
-            Ok(())
-        }
-    };
+    let (scheduled, ran) =
+        tokio::join!(watch_role("scheduler", scheduler, &cancel), watch_role("runner", runner, &cancel));
+    let result = scheduled.and(ran);
     catalog_cancel.cancel();
     match tokio::time::timeout(Duration::from_secs(2), store.client.flush()).await {
         Ok(Ok(())) => {}

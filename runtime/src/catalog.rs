@@ -14,7 +14,7 @@ use chrono_tz::Tz;
 
 use crate::error::Error;
 use crate::schedule::Schedule;
-use crate::spec::{Catchup, JobSpec, Retries};
+use crate::spec::{Catchup, History, JobSpec, Retries};
 use crate::store::{Store, StoredJob, kv::Versioned};
 
 /// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
@@ -38,6 +38,7 @@ pub struct JobSummary {
     pub retries: Retries,
     pub catchup: Catchup,
     pub catchup_window: Duration,
+    pub history: History,
 }
 
 impl JobSummary {
@@ -53,6 +54,7 @@ impl JobSummary {
             retries: spec.retries.clone(),
             catchup: spec.catchup,
             catchup_window: spec.catchup_window,
+            history: spec.history.clone(),
         })
     }
 }

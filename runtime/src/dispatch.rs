@@ -138,3 +138,57 @@ async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Err
         .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn valid() -> Vec<u8> {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let record = RunRecord::queued("job", "20270115T080000Z", Trigger::Schedule, at, 3);
+        let msg = DispatchMsg {
+            job: "job".into(),
+            run_id: "20270115T080000Z".into(),
+            attempt: 1,
+            trigger: Trigger::Schedule,
+            scheduled_at: at,
+            spec_revision: 3,
+            queued: Some(Queued { revision: 9, record }),
+        };
+        serde_json::to_vec(&msg).unwrap()
+    }
+
+    proptest! {
+        /// A runner decodes whatever lands on a dispatch subject (anyone allowed to publish
+        /// there, a corrupted message): it never panics, it only refuses.
+        #[test]
+        fn the_dispatch_decoder_never_panics(
+            bytes in proptest::collection::vec(any::<u8>(), 0..600),
+            cut in 0usize..600,
+            flips in proptest::collection::vec((0usize..600, any::<u8>()), 0..8),
+        ) {
+            let _ = serde_json::from_slice::<DispatchMsg>(&bytes);
+            let mut near = valid();
+            near.truncate(cut.max(1).min(near.len()));
+            let _ = serde_json::from_slice::<DispatchMsg>(&near);
+            let mut mutated = valid();
+            for (at, byte) in flips {
+                let at = at % mutated.len();
+                mutated[at] = byte;
+            }
+            // What decodes, re-encodes to the same message.
+            if let Ok(msg) = serde_json::from_slice::<DispatchMsg>(&mutated) {
+                let again: DispatchMsg = serde_json::from_slice(&serde_json::to_vec(&msg).unwrap()).unwrap();
+                prop_assert_eq!(again, msg);
+            }
+        }
+    }
+
+    #[test]
+    fn a_dispatch_message_round_trips() {
+        let msg: DispatchMsg = serde_json::from_slice(&valid()).unwrap();
+        assert_eq!(serde_json::to_vec(&msg).unwrap(), valid());
+    }
+}

@@ -14,7 +14,7 @@
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
 //! - `cli`: the command line, one file per command.
-//! - `shutdown`: SIGTERM/SIGINT to one cancellation token.
+//! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched.
 //! - `clock`: time behind a trait for tests.
 pub mod agent;
 pub mod catalog;
@@ -29,6 +29,7 @@ pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
 pub mod store;
+pub mod supervise;
 pub mod wasm;
 
 pub use cronrun_model as model;

@@ -284,3 +284,44 @@ fn schedule_is_small_and_shareable() {
     assert!(std::mem::size_of::<Schedule>() <= 32);
     assert!(std::mem::size_of::<cron::CronSpec>() <= 64);
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Cron-shaped text: fields from the grammar's alphabet, any count, any spacing.
+    fn cron_like() -> impl Strategy<Value = String> {
+        let field = "[0-9*/,\\-LW#?A-Za-z]{1,8}";
+        proptest::collection::vec(field, 1..9).prop_map(|fields| fields.join(" "))
+    }
+
+    proptest! {
+        /// Any text: parsing never panics, and a refusal is one line naming its field.
+        #[test]
+        fn arbitrary_text_never_panics_and_refusals_are_one_line(text in "\\PC{0,80}") {
+            if let Err(e) = Schedule::parse(&text) {
+                let message = e.to_string();
+                prop_assert!(!message.contains('\n'), "{message}");
+                prop_assert!(!e.field.is_empty());
+            }
+        }
+
+        /// Text close to the grammar: what parses yields increasing fires from any start,
+        /// in any zone, without panicking.
+        #[test]
+        fn what_parses_yields_increasing_fires(
+            text in prop_oneof![cron_like(), "@every [0-9]{1,12}(ms|s|m|h|d|y)", "@at [0-9T:\\-Z]{10,24}"],
+            start in -2_000_000_000i64..8_000_000_000,
+            zone in prop::sample::select(vec!["UTC", "Europe/Berlin", "Pacific/Chatham", "America/St_Johns"]),
+        ) {
+            let Ok(schedule) = Schedule::parse(&text) else { return Ok(()) };
+            let from = DateTime::from_timestamp(start, 0).unwrap();
+            let mut last = from;
+            for fire in schedule.fires_after(from, tz(zone)).take(3) {
+                prop_assert!(fire > last, "{text}: {fire} after {last}");
+                last = fire;
+            }
+        }
+    }
+}

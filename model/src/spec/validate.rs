@@ -252,4 +252,82 @@ mod tests {
         let err = JobSpec::from_json(br#"{"name":"a","schedule":"* * * * *","shell":"x","colour":1}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `colour`"), "{err}");
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        const FIELDS: [&str; 22] = [
+            "name",
+            "schedule",
+            "timezone",
+            "shell",
+            "wasm",
+            "timeout",
+            "overlap",
+            "lock",
+            "catchup",
+            "catchup_window",
+            "starting_deadline",
+            "retries",
+            "jitter",
+            "pool",
+            "paused",
+            "history",
+            "output_lines",
+            "description",
+            "labels",
+            "command",
+            "argv",
+            "colour",
+        ];
+
+        fn json_value() -> impl Strategy<Value = serde_json::Value> {
+            let leaf = prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<f64>().prop_map(serde_json::Value::from),
+                "\\PC{0,24}".prop_map(serde_json::Value::from),
+                "[0-9]{1,20}(ms|s|m|h|d|days|years)".prop_map(serde_json::Value::from),
+                prop::sample::select(vec!["* * * * *", "@every 1s", "skip", "all", "true", "sha256-00"])
+                    .prop_map(serde_json::Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                    proptest::collection::btree_map(prop::sample::select(FIELDS.to_vec()), inner, 0..6).prop_map(|m| {
+                        serde_json::Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                    }),
+                ]
+            })
+        }
+
+        proptest! {
+            /// Whatever an operator puts into KV: parsing never panics, a refusal is one line
+            /// naming a field, and what is accepted encodes within the size limit.
+            #[test]
+            fn arbitrary_specs_never_panic_and_refusals_are_one_line(
+                fields in proptest::collection::btree_map(prop::sample::select(FIELDS.to_vec()), json_value(), 0..12),
+            ) {
+                let json = serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+                match JobSpec::from_json(json.to_string().as_bytes()) {
+                    Ok(spec) => prop_assert!(spec.to_json().len() <= MAX_SPEC_BYTES),
+                    Err(e) => {
+                        prop_assert!(!e.to_string().contains('\n'), "{e}");
+                        let invalid = matches!(e.kind(), ErrorKind::Invalid { .. });
+                        prop_assert!(invalid, "{e}");
+                    }
+                }
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                if let Err(e) = JobSpec::from_json(&bytes) {
+                    prop_assert!(!e.to_string().contains('\n'), "{e}");
+                }
+            }
+        }
+    }
 }

@@ -64,17 +64,28 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     Ok(())
 }
 
-/// The final write is retried while NATS is away; a conflict is final.
+/// How long a finished run's record write is retried while NATS is away.
+const FINAL_WRITE_BOUND: Duration = Duration::from_secs(600);
+
+/// The final write is retried while NATS is away, for up to `FINAL_WRITE_BOUND`, and the
+/// run's lease is renewed meanwhile, so that an outage shorter than that does not make a
+/// finished run look lost (and run again). A conflict is final: the run was taken away.
 async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
+    let give_up = std::time::Instant::now() + FINAL_WRITE_BOUND;
     let mut backoff = Duration::from_millis(100);
     loop {
         match held.write(ctx).await {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_conflict() || backoff > Duration::from_secs(60) => return Err(e),
+            Err(e) if e.is_conflict() || std::time::Instant::now() > give_up => return Err(e),
             Err(e) => {
                 warn!("final record not written yet, retrying in {backoff:?}: {e}");
                 tokio::time::sleep(backoff).await;
-                backoff *= 2;
+                backoff = (backoff * 2).min(ctx.config.heartbeat);
+                if let Err(e) = held.renew().await
+                    && e.is_conflict()
+                {
+                    return Err(e);
+                }
             }
         }
     }

@@ -31,13 +31,14 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::spec::{History, JobSpec};
 use crate::store::Store;
+use crate::supervise::Watched;
 
 pub use output::{EOF_HEADER, STREAM_HEADER};
 pub use presence::RunnerPresence;
@@ -214,17 +215,23 @@ impl Runner {
         let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
         let tracker = TaskTracker::new();
         let stops = run::Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
-        let mut pullers = Vec::new();
+        let mut tasks = Watched::default();
         for pool in &ctx.config.pools {
             let consumer = pool_consumer(&ctx.store, pool, ctx.config.heartbeat).await?;
-            pullers.push(tokio::spawn(pull_loop(ctx.clone(), consumer, slots.clone(), tracker.clone(), stops.clone())));
+            let puller = pull_loop(ctx.clone(), consumer, slots.clone(), tracker.clone(), stops.clone());
+            tasks.spawn(format!("the puller of pool {pool}"), puller);
         }
-        let presence = tokio::spawn(presence::publish(ctx.clone(), cancel.clone()));
+        tasks.spawn("the runner's presence", presence::publish(ctx.clone(), cancel.clone()));
         info!(host = %ctx.host, pools = ?ctx.config.pools, slots = ctx.config.slots, "runner ready");
-        cancel.cancelled().await;
-        for p in pullers {
-            let _ = p.await;
+        let fault = tokio::select! {
+            _ = cancel.cancelled() => None,
+            why = tasks.ended() => Some(why),
+        };
+        if let Some(why) = &fault {
+            error!("{why}: stopping the agent");
+            cancel.cancel();
         }
+        tasks.join_all().await;
         tracker.close();
         // Runs not started yet hand themselves back at once; running ones may finish.
         let held = ctx.running.load(Ordering::SeqCst);
@@ -236,9 +243,11 @@ impl Runner {
         }
         stops.stop.cancel();
         tracker.wait().await;
-        let _ = presence.await;
         presence::remove(&ctx).await;
-        Ok(())
+        match fault {
+            Some(why) => Err(Error::new(crate::ErrorKind::Other, why)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -51,7 +51,7 @@ pub(super) async fn publish(ctx: Arc<RunnerCtx>, cancel: CancellationToken) {
 
 pub(super) async fn remove(ctx: &RunnerCtx) {
     let key = lease_keys::runner(&ctx.host);
-    if let Err(e) = ctx.store.leases.kv.delete(&key).await {
+    if let Err(e) = ctx.store.leases.purge(&key, crate::store::kv::RELEASE_MARKER_TTL).await {
         warn!("runner presence not removed: {e}");
     }
 }

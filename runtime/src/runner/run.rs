@@ -160,7 +160,8 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
         debug!("another runner holds the run");
         return Ok(Disposition::Done);
     };
-    let mut held = Held { record: stored.record, fence: Fenced::at(stored.revision), lease: Some(lease), guards: Vec::new() };
+    let mut held =
+        Held { record: stored.record, fence: Fenced::at(stored.revision), lease: Some(lease), guards: Vec::new() };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await
@@ -255,10 +256,21 @@ async fn claimed(
         (None, Some(_)) => {
             // Prepared for this very revision, or prepared again now.
             let ready = prepared_wasm.filter(|(r, _)| *r == revision).map(|(_, p)| p);
-            return wasm_job::run(ctx, msg, d, held, &spec, ready, stops).await;
+            return wasm_job::run(ctx, msg, d, held, (revision, &spec), ready, stops).await;
         }
         (None, None) => return finish_without_start(ctx, held, Status::Failed, "job has neither shell nor wasm").await,
     };
+    // Released with its group, or started on its own at its instant.
+    let in_group = prepared.as_ref().is_some_and(|p| p.ticket.is_some());
+    if !in_group && !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+        discard(prepared).await;
+        return Ok(false);
+    }
+    let planned = if in_group { d.scheduled_at } else { ctx.clock.now() };
+    if let Err(e) = mark_running(ctx, msg, held, revision, planned).await {
+        discard(prepared).await;
+        return Err(e);
+    }
     // Too late for the group's release: the prepared process was killed; start alone.
     if prepared.as_ref().and_then(|p| p.ticket.as_ref()).is_some_and(|t| !t.confirm()) {
         discard(prepared.take()).await;
@@ -269,31 +281,61 @@ async fn claimed(
             None => Err(std::io::Error::other("release of the run's group was lost")),
         },
         Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
-        None => {
-            if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
-                return Ok(false);
-            }
-            match shell::prepare(shell_spec, &env, None) {
-                Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
-                Err(e) => Err(e),
-            }
-        }
+        None => match shell::prepare(shell_spec, &env, None) {
+            Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
+            Err(e) => Err(e),
+        },
     };
     let (process, started) = match started {
         Ok(p) => p,
         Err(e) => return finish_without_start(ctx, held, Status::Failed, &format!("could not start: {e}")).await,
     };
-    held.record.spec_revision = revision;
-    held.record.status = Status::Running;
+    // The release itself; written with the next heartbeat or the end.
     held.record.started_at = Some(started);
-    held.record.heartbeat_at = Some(started);
-    if let Err(e) = held.write(ctx).await {
-        process.signal(Signal::SIGKILL);
-        return Err(e);
-    }
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
     supervise(ctx, msg, &spec, held, process, &stops.stop).await?;
     Ok(true)
+}
+
+/// Records the run `running` (planned to start at `at`, from spec `revision`) before its
+/// process or guest may start: the compare-and-set that fences it against a retry
+/// elsewhere. NATS trouble (a leader election) is retried, lease kept alive, for up to one
+/// run-lease TTL, so a start is late rather than doubled. If it still fails, the run's
+/// lease is left to expire rather than released: the write may have landed unseen, and
+/// the scheduler that sees the expiry records the run `lost` and retries it per policy.
+pub(super) async fn mark_running(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    held: &mut Held,
+    revision: u64,
+    at: DateTime<Utc>,
+) -> Result<(), Error> {
+    held.record.spec_revision = revision;
+    held.record.status = Status::Running;
+    held.record.started_at = Some(at);
+    held.record.heartbeat_at = Some(at);
+    let give_up = std::time::Instant::now() + ctx.config.run_lease_ttl();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let error = match held.write(ctx).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() => return Err(e),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() + backoff > give_up {
+            held.lease = None;
+            return Err(error);
+        }
+        warn!("the run's start is not recorded yet, retrying in {backoff:?}: {error}");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        if let Err(e) = held.renew().await
+            && e.is_conflict()
+        {
+            return Err(e);
+        }
+        let _ = msg.ack_with(AckKind::Progress).await;
+    }
 }
 
 /// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
@@ -372,6 +414,11 @@ pub(super) async fn finish_without_start(
     let event =
         Event::new(&r.job, &r.run_id, EventKind::of_status(status), r.attempt, ctx.clock.now()).with_detail(why);
     publish_event(&ctx.store, &event).await;
+    // Runs that never start (skipped, cancelled) count against the history like others.
+    let history = ctx.catalog.get(&r.job).and_then(|j| j.summary.as_ref().ok().map(|s| s.history.clone()));
+    if let Some(history) = history {
+        ctx.prune(&r.job, &history).await;
+    }
     Ok(true)
 }
 

@@ -11,7 +11,7 @@ use tracing::info;
 use super::RunnerCtx;
 use super::finish::{Ended, finish, publish_line, shut_down, timed_out};
 use super::output::{Line, Tail};
-use super::run::{Held, Stops, finish_without_start, wait_until};
+use super::run::{Held, Stops, finish_without_start, mark_running, wait_until};
 use super::starter::Ticket;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
@@ -41,7 +41,7 @@ pub(super) async fn run(
     msg: &Message,
     d: &DispatchMsg,
     held: &mut Held,
-    spec: &JobSpec,
+    (revision, spec): (u64, &JobSpec),
     ready: Option<Ready>,
     stops: &Stops,
 ) -> Result<bool, Error> {
@@ -54,7 +54,13 @@ pub(super) async fn run(
         Ok(p) => p,
         Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
     };
-    // Released with the other runs of its instant, or on its own timer if too late.
+    // Recorded running before it may start, then released with the other runs of its
+    // instant, or on its own timer if too late for that.
+    if ticket.is_none() && !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+        return Ok(false);
+    }
+    let planned = if ticket.is_some() { d.scheduled_at } else { ctx.clock.now() };
+    mark_running(ctx, msg, held, revision, planned).await?;
     let released = match ticket {
         Some(t) if t.confirm() => t.released().await,
         _ => None,
@@ -62,16 +68,11 @@ pub(super) async fn run(
     let started = match released {
         Some(at) => at,
         None => {
-            if !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
-                return Ok(false);
-            }
+            wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await?;
             ctx.clock.now()
         }
     };
-    held.record.status = Status::Running;
     held.record.started_at = Some(started);
-    held.record.heartbeat_at = Some(started);
-    held.write(ctx).await?;
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
 
     let job_ctx = JobContext {

@@ -14,7 +14,7 @@ use crate::catalog::JobSummary;
 use crate::dispatch::record_skipped;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Trigger, fire_run_id};
-use crate::spec::Catchup;
+use crate::spec::{Catchup, History};
 use crate::store::Store;
 
 /// Missed fires recorded one by one per job and leadership; the rest are summed up.
@@ -81,7 +81,7 @@ pub(super) async fn resume_from(
 pub(super) async fn record_missed(
     store: &Store,
     name: &str,
-    revision: u64,
+    (revision, history): (u64, &History),
     fire: DateTime<Utc>,
     why: &str,
     now: DateTime<Utc>,
@@ -89,6 +89,10 @@ pub(super) async fn record_missed(
     let run_id = fire_run_id(fire);
     record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await;
     publish_event(store, &Event::new(name, &run_id, EventKind::Missed, 1, now).with_detail(why)).await;
+    // At most `MISSED_RECORDS_MAX` of these per job and takeover: pruning each time is cheap.
+    if let Err(e) = store.prune_runs(name, history).await {
+        tracing::warn!(job = name, "pruning run history: {e}");
+    }
 }
 
 /// The one event that stands for the missed fires beyond `MISSED_RECORDS_MAX`.

@@ -76,12 +76,13 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
                     let count = missed_per_job.entry(due.job.name.clone()).or_default();
                     *count += 1;
                     let (name, revision, at) = (due.job.name.clone(), due.job.revision, due.fire);
+                    let history = summary.history.clone();
                     let n = *count;
                     in_flight.push(
                         async move {
                             warn!(job = %name, fire = %at, "fire missed: {why}");
                             if n <= catchup::MISSED_RECORDS_MAX {
-                                catchup::record_missed(&store, &name, revision, at, &why, now).await;
+                                catchup::record_missed(&store, &name, (revision, &history), at, &why, now).await;
                             } else if n == catchup::MISSED_RECORDS_MAX + 1 {
                                 catchup::too_many_missed(&store, &name, at, now).await;
                             }

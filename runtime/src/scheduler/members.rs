@@ -36,7 +36,7 @@ pub(super) async fn publish(store: Store, holder: String, ttl: Duration, cancel:
             warn!("scheduler presence not written: {e}");
         }
     }
-    if let Err(e) = store.leases.kv.delete(&key).await {
+    if let Err(e) = store.leases.purge(&key, crate::store::kv::RELEASE_MARKER_TTL).await {
         warn!("scheduler presence not removed: {e}");
     }
 }

@@ -32,11 +32,13 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::catalog::{Catalog, CatalogEvent};
 use crate::clock::SharedClock;
+use crate::error::Error;
 use crate::store::Store;
+use crate::supervise::Watched;
 
 pub use queue::{Due, FireQueue};
 pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, shard_count, shard_of};
@@ -104,34 +106,48 @@ struct Running {
 
 impl Scheduler {
     /// Joins the members, runs the shards assigned to us and follows changes of the
-    /// assignment until `cancel`; then leaves, and every shard releases its lease.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    /// assignment until `cancel`; then leaves, and every shard releases its lease. A task
+    /// of the scheduler that dies is an error: it cancels the agent and is returned.
+    pub async fn run(mut self, cancel: CancellationToken) -> Result<(), Error> {
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return Ok(()),
             _ = self.ctx.catalog.wait_loaded() => {}
         }
         let presence_stop = CancellationToken::new();
-        let presence = tokio::spawn(members::publish(
+        let mut presence = tokio::spawn(members::publish(
             self.ctx.store.clone(),
             self.ctx.holder.clone(),
             self.ctx.config.lease_ttl,
             presence_stop.clone(),
         ));
         let (members_tx, mut members) = watch::channel(Vec::new());
-        tokio::spawn(members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
+        let mut tasks = Watched::default();
+        tasks.spawn("the member list", members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
         // The reaper has a task of its own, so that catalog events (a million at start)
         // do not interrupt its watch.
         let (state_tx, state) = mpsc::unbounded_channel();
-        tokio::spawn(reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
+        tasks.spawn("the reaper", reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
+        let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                why = tasks.ended() => {
+                    fault = Some(why);
+                    break;
+                }
+                end = &mut presence => {
+                    fault = Some(match end {
+                        Ok(()) => "the scheduler's presence ended".to_string(),
+                        Err(e) => crate::supervise::describe("the scheduler's presence", e),
+                    });
+                    break;
+                }
                 changed = members.changed() => {
                     if changed.is_err() {
-                        break;
+                        continue; // the member list task ended: `tasks.ended` says why
                     }
                     let list = members.borrow_and_update().clone();
                     stopping.retain(|h| !h.is_finished());
@@ -144,9 +160,15 @@ impl Scheduler {
                 }
             }
         }
+        if let Some(why) = &fault {
+            error!("{why}: stopping the agent");
+            cancel.cancel();
+        }
         // Leave first, so the others start taking our shards as we release them.
         presence_stop.cancel();
-        let _ = presence.await;
+        if !presence.is_finished() {
+            let _ = presence.await;
+        }
         for task in running.values() {
             task.cancel.cancel();
         }
@@ -154,6 +176,11 @@ impl Scheduler {
             if let Err(e) = handle.await {
                 warn!("shard task: {e}");
             }
+        }
+        tasks.join_all().await;
+        match fault {
+            Some(why) => Err(Error::new(crate::ErrorKind::Other, why)),
+            None => Ok(()),
         }
     }
 

@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
+use std::panic::AssertUnwindSafe;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+
+use futures::FutureExt;
+use tracing::{Instrument, error, info, info_span, warn};
 
 use super::SchedulerCtx;
 use crate::catalog::CatalogEvent;
@@ -34,11 +37,21 @@ impl Shard {
                 };
                 info!(holder = %self.ctx.holder, "shard lease acquired");
                 let _ = self.state.send((self.n, true));
-                let led = super::leader::lead(&mut self, lease, &cancel).await;
+                // A panic while leading must not end the shard for good: its other jobs
+                // would never fire again. It steps down (the lease expires) and stands by.
+                let led = AssertUnwindSafe(super::leader::lead(&mut self, lease, &cancel)).catch_unwind().await;
                 let _ = self.state.send((self.n, false));
                 match led {
-                    Ok(()) => return,
-                    Err(e) => warn!("stepped down from the shard: {e}"),
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => warn!("stepped down from the shard: {e}"),
+                    Err(panic) => {
+                        let why = crate::supervise::panic_message(panic.as_ref());
+                        error!("leading the shard panicked ({why}); standing by for it again");
+                        tokio::select! {
+                            _ = cancel.cancelled() => return,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
                 }
             }
         }

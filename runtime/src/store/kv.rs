@@ -16,6 +16,11 @@ use futures::StreamExt;
 
 use crate::error::{Error, ErrorKind};
 
+/// How long the marker of a released lease or presence key stays: long enough for every
+/// watcher to see the release, short enough that keys named per run or per agent start do
+/// not pile up.
+pub const RELEASE_MARKER_TTL: Duration = Duration::from_secs(5);
+
 const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 const MESSAGE_TTL: &str = "Nats-TTL";
 
@@ -193,6 +198,16 @@ impl Bucket {
             .delete_expect_revision(key, Some(revision))
             .await
             .map_err(|e| Error::nats(&format!("deleting {key}"), e))
+    }
+
+    /// Removes `key` if it is still at `revision`, leaving a marker that expires after
+    /// `RELEASE_MARKER_TTL`: a lease given up leaves nothing behind for long (a plain
+    /// delete would leave a tombstone per run, for ever). Needs a bucket with TTL markers.
+    pub async fn release_at(&self, key: &str, revision: u64) -> Result<(), Error> {
+        self.kv
+            .purge_expect_revision_with_ttl(key, revision, RELEASE_MARKER_TTL)
+            .await
+            .map_err(|e| Error::nats(&format!("releasing {key}"), e))
     }
 
     /// Removes `key` and its history; the marker left behind expires after `ttl`.

@@ -44,6 +44,11 @@ impl Default for LayoutOptions {
 /// this bounds how long a shard may go unled without losing track of dead runs.
 pub const LEASE_MARKER_TTL: Duration = Duration::from_secs(15 * 60);
 
+/// Limits of the dispatch stream (see `ensure`).
+pub const DISPATCH_MAX_MSGS: i64 = 1_000_000;
+pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
+pub const DISPATCH_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 pub(super) async fn ensure(
     js: &jetstream::Context,
     names: &Names,
@@ -103,6 +108,13 @@ pub(super) async fn ensure(
             subjects: vec![names.wildcard("dispatch")],
             retention: stream::RetentionPolicy::WorkQueue,
             duplicate_window: opts.dedup_window,
+            // Bounded like every stream: a run not taken within a week is long past any
+            // deadline, and a full queue refuses new dispatches (retried, then recorded
+            // missed) rather than dropping queued ones.
+            max_messages: DISPATCH_MAX_MSGS,
+            max_bytes: DISPATCH_MAX_BYTES,
+            max_age: DISPATCH_MAX_AGE,
+            discard: stream::DiscardPolicy::New,
             num_replicas: opts.replicas,
             ..Default::default()
         },

@@ -59,7 +59,7 @@ impl Lease {
 
     /// Gives the lease up at once, so a successor need not wait for the TTL.
     pub async fn release(self) -> Result<(), Error> {
-        self.kv.delete_at(&self.key, self.fence.revision).await
+        self.kv.release_at(&self.key, self.fence.revision).await
     }
 
     pub fn key(&self) -> &str {

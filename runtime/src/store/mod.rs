@@ -46,7 +46,7 @@ impl Store {
     pub async fn open(client: async_nats::Client, names: Names, opts: &LayoutOptions) -> Result<Self, Error> {
         let js = jetstream::new(client.clone());
         let (jobs, runs, leases) = layout::ensure(&js, &names, opts).await?;
-        let max_payload = usize::try_from(client.server_info().max_payload).unwrap_or(usize::MAX);
+        let max_payload = client.server_info().max_payload;
         let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
         Ok(Self {
             names,

@@ -10,7 +10,7 @@ use crate::record::{RunRecord, Status, run_key};
 use crate::spec::History;
 
 /// Purge markers of pruned runs expire after this long.
-const PRUNE_MARKER_TTL: Duration = Duration::from_secs(60);
+const PRUNE_MARKER_TTL: Duration = crate::store::kv::RELEASE_MARKER_TTL;
 
 #[derive(Debug, Clone)]
 pub struct StoredRun {
@@ -59,6 +59,15 @@ impl Store {
             .collect();
         runs.sort_by(|a, b| (a.record.scheduled_at, &a.record.run_id).cmp(&(b.record.scheduled_at, &b.record.run_id)));
         Ok(runs)
+    }
+
+    /// Removes every record of `job` (after `rm`); returns how many.
+    pub async fn purge_runs(&self, job: &str) -> Result<usize, Error> {
+        let runs = self.runs.scan(&format!("{job}.*")).await?;
+        for (key, _) in &runs {
+            self.runs.purge(key, PRUNE_MARKER_TTL).await?;
+        }
+        Ok(runs.len())
     }
 
     /// Removes finished runs of `job` beyond its history limits, oldest first.

@@ -29,7 +29,7 @@ impl NatsAccess {
 
     /// The name of the bucket that holds every job's private keys.
     pub fn jobkv_bucket(&self) -> String {
-        format!("{}_jobkv", self.store.names.namespace())
+        self.store.names.job_kv_bucket()
     }
 
     async fn jobkv(&self) -> Result<&kv::Store, String> {

@@ -1,0 +1,81 @@
+//! Long-lived tasks are watched. One that ends or panics while its agent runs is a fault
+//! the agent must not hide: it is logged with its cause and the agent stops with an error
+//! (a service manager restarts it) rather than going on half-alive: a scheduler without
+//! its member list, a runner that no longer pulls.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use tokio::task::{Id, JoinError, JoinSet};
+
+/// Named tasks, each expected to run until its cancellation token says stop.
+#[derive(Default)]
+pub struct Watched {
+    set: JoinSet<()>,
+    names: HashMap<Id, String>,
+}
+
+impl Watched {
+    pub fn spawn(&mut self, name: impl Into<String>, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.set.spawn(task);
+        self.names.insert(handle.id(), name.into());
+    }
+
+    /// Waits until a task ends and says which and how; never returns while none is left.
+    /// Cancel-safe, for `select!`.
+    pub async fn ended(&mut self) -> String {
+        match self.set.join_next_with_id().await {
+            Some(Ok((id, ()))) => format!("{} ended", self.name(id)),
+            Some(Err(e)) => describe(&self.name(e.id()), e),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Waits for every task, once they have been told to stop.
+    pub async fn join_all(mut self) {
+        while let Some(result) = self.set.join_next_with_id().await {
+            if let Err(e) = result {
+                let name = self.name(e.id());
+                tracing::warn!("{}", describe(&name, e));
+            }
+        }
+    }
+
+    fn name(&self, id: Id) -> String {
+        self.names.get(&id).cloned().unwrap_or_else(|| "a task".into())
+    }
+}
+
+/// `<name> panicked: <message>`, or that it was cancelled.
+pub fn describe(name: &str, e: JoinError) -> String {
+    if !e.is_panic() {
+        return format!("{name} was cancelled");
+    }
+    format!("{name} panicked: {}", panic_message(e.into_panic().as_ref()))
+}
+
+/// The message a panic was raised with.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_task_that_ends_or_panics_is_named_with_its_cause() {
+        let mut tasks = Watched::default();
+        tasks.spawn("waits", std::future::pending());
+        tasks.spawn("the reaper", async { panic!("date overflow") });
+        assert_eq!(tasks.ended().await, "the reaper panicked: date overflow");
+        tasks.spawn("member list", async {});
+        assert_eq!(tasks.ended().await, "member list ended");
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(50), tasks.ended()).await;
+        assert!(pending.is_err(), "the task still running is not reported");
+    }
+}
