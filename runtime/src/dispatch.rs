@@ -89,6 +89,8 @@ pub async fn record_skipped(
 /// Queues the next attempt of a run whose attempt ended badly (failed, timed out, lost):
 /// the record goes back to `queued` by compare-and-set from `revision` (a conflict means
 /// someone else moved it first) and a message to start at `start_at` is published.
+/// Returns the `retrying` event for the caller to publish after its own (events follow
+/// writes that landed: a refused retry publishes nothing).
 pub async fn retry(
     store: &Store,
     pool: &str,
@@ -96,7 +98,7 @@ pub async fn retry(
     revision: u64,
     start_at: DateTime<Utc>,
     now: DateTime<Utc>,
-) -> Result<(), Error> {
+) -> Result<Event, Error> {
     let why = record.error.take().unwrap_or_else(|| record.status.as_str().to_string());
     record.error = Some(format!("attempt {} {}: {why}", record.attempt, record.status.as_str()));
     record.attempt += 1;
@@ -118,10 +120,8 @@ pub async fn retry(
         queued: Some(Queued { revision, record: record.clone() }),
     };
     publish(store, pool, &msg).await?;
-    let event = Event::new(&msg.job, &msg.run_id, EventKind::Retrying, msg.attempt, now)
-        .with_detail(record.error.unwrap_or_default());
-    publish_event(store, &event).await;
-    Ok(())
+    Ok(Event::new(&msg.job, &msg.run_id, EventKind::Retrying, msg.attempt, now)
+        .with_detail(record.error.unwrap_or_default()))
 }
 
 async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Error> {

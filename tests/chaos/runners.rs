@@ -2,10 +2,12 @@
 
 use super::*;
 
-/// A runner frozen (SIGSTOP) past its run's lease loses the run to another runner; woken
-/// (SIGCONT), its heartbeat is refused: it kills the run's processes and writes nothing.
+/// A runner frozen (SIGSTOP) past its run's lease loses the run to another runner. The
+/// run's supervisor sees its runner's renewals stop and kills the run before the lease
+/// expires, so it never runs beside its retry; woken (SIGCONT), the runner finds its
+/// writes refused and writes nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_runner_stopped_past_its_lease_kills_its_run_when_woken_and_writes_nothing() {
+async fn a_runner_stopped_past_its_lease_has_its_run_stopped_before_the_retry_and_writes_nothing() {
     let nats = Nats::start().await;
     let (_scheduler, mut runners) = nats.scheduler_and_two_runners().await;
     let dir = nats.dir.path().display().to_string();
@@ -42,6 +44,12 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     let stop_wall = Utc::now();
     let stop = Instant::now();
     kill(Pid::from_raw(runners[stopped].pid()), Signal::SIGSTOP).unwrap();
+    // Two and a half missed heartbeats: the supervisor stops the run on its own.
+    eventually(Duration::from_secs(10), "attempt 1 to be stopped by its supervisor", || async {
+        (!alive(child) && group_members(group).is_empty()).then_some(())
+    })
+    .await;
+    let to_self_stop = stop.elapsed();
     // Lease TTL 3 s (three 1 s heartbeats), then the 1 s backoff.
     let second = eventually(Duration::from_secs(30), "attempt 2 running on the other runner", || async {
         record(&store, &key).await.filter(|r| r.attempt == 2 && r.status == Status::Running)
@@ -60,8 +68,11 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
         read_pid(&nats.dir.path().join("attempt-2"))
     })
     .await;
-    // A frozen runner cannot stop its child: attempt 1 still runs beside attempt 2.
-    assert!(alive(child), "attempt 1's shell died while its runner was stopped");
+    assert!(to_self_stop < to_second, "attempt 1 ran until {to_self_stop:?}, attempt 2 from {to_second:?}");
+    assert!(
+        to_self_stop < Duration::from_millis(to_lost.num_milliseconds() as u64),
+        "attempt 1 ran until {to_self_stop:?}, past its lease ({to_lost})"
+    );
     assert!(!runners[stopped].log().contains("run taken over elsewhere"));
 
     // Every write to the record from here on, as the server sees them.
@@ -87,8 +98,9 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     })
     .await;
     let to_gone = woken.elapsed();
-    // The refused write is the lease renewal (key `run.<job>.<run-id>`), so nothing after it.
-    let refused = format!("run.{key} changed since revision");
+    // The refused write is the lease renewal (key `run.<job>.<run-id>`) or the record's
+    // (the run's end, seen first on waking): nothing is written after it.
+    let refused = format!("{key} changed since revision");
     let logged = eventually(Duration::from_secs(10), "the woken runner to log its refused renewal", || async {
         let log = runners[stopped].log();
         log.lines().find(|l| l.contains("run taken over elsewhere") && l.contains(&refused)).map(str::to_string)
@@ -131,9 +143,11 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     assert_eq!(ends, [("lost", 1), ("succeeded", 2)], "one end per attempt, attempt 1's by the scheduler");
     println!(
         "runner {host} stopped: lost after {} ms, attempt 2 running on {other} after {} ms; \
-         woken: attempt 1's processes gone after {} ms; {} writes to the record since, all attempt 2 from {other}",
+         attempt 1 stopped by its supervisor after {} ms; woken: its processes gone after {} ms; \
+         {} writes to the record since, all attempt 2 from {other}",
         to_lost.num_milliseconds(),
         to_second.as_millis(),
+        to_self_stop.as_millis(),
         to_gone.as_millis(),
         writes.len() - 1
     );

@@ -49,12 +49,14 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
         let now = ctx.clock.now();
         let start_at = spec.retries.retry_at(r.attempt, now);
-        publish_eof(ctx, &logs_subject, status).await;
-        publish_event(&ctx.store, &event).await;
         info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
         // The next attempt must find the run's leases free, wherever it is claimed.
         held.release().await;
-        return retry(&ctx.store, &spec.pool, held.record.clone(), held.fence.revision, start_at, now).await;
+        let retrying = retry(&ctx.store, &spec.pool, held.record.clone(), held.fence.revision, start_at, now).await?;
+        publish_eof(ctx, &logs_subject, status).await;
+        publish_event(&ctx.store, &event).await;
+        publish_event(&ctx.store, &retrying).await;
+        return Ok(());
     }
     write_final(ctx, held).await?;
     publish_eof(ctx, &logs_subject, status).await;

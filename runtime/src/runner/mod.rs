@@ -76,6 +76,13 @@ impl RunnerConfig {
     pub fn run_lease_ttl(&self) -> Duration {
         (self.heartbeat * 3).max(Duration::from_secs(1))
     }
+
+    /// How long a shell run's supervisor lets it go on without a lease renewal: two and a
+    /// half heartbeats, so that it is stopped half a heartbeat before the lease expires and
+    /// a retry may start elsewhere.
+    pub fn alive_within(&self) -> Duration {
+        self.run_lease_ttl().saturating_sub(self.heartbeat / 2)
+    }
 }
 
 impl Default for RunnerConfig {
@@ -103,6 +110,8 @@ pub(crate) struct RunnerCtx {
     /// The Wasm host, or why this runner has none.
     pub wasm: Result<crate::wasm::WasmRuntime, String>,
     pub running: AtomicUsize,
+    /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
+    alive_dir: Option<tempfile::TempDir>,
     finished_since_prune: Mutex<HashMap<String, u32>>,
     specs: Mutex<HashMap<String, (u64, Arc<JobSpec>)>>,
 }
@@ -155,6 +164,11 @@ impl RunnerCtx {
     /// Trims the job's finished runs to its history. A prune scans the job's records, so
     /// it runs after every K runs finished here (K = half the history, at least 5): the
     /// bucket holds at most history + K per runner of each job.
+    /// Where the keepalive file of attempt `attempt` of run `key` lives (see `supervisor`).
+    fn alive_path(&self, key: &str, attempt: u32) -> Option<std::path::PathBuf> {
+        Some(self.alive_dir.as_ref()?.path().join(format!("{key}.{attempt}")))
+    }
+
     async fn prune(&self, job: &str, history: &History) {
         let every = ((history.succeeded + history.failed) / 2).max(5);
         {
@@ -201,6 +215,11 @@ impl Runner {
             clock,
             host,
             running: AtomicUsize::new(0),
+            alive_dir: tempfile::Builder::new()
+                .prefix("cronrun-alive-")
+                .tempdir()
+                .map_err(|e| warn!("shell runs will not stop themselves when this runner stalls: {e}"))
+                .ok(),
             finished_since_prune: Mutex::new(HashMap::new()),
             specs: Mutex::new(HashMap::new()),
         };
@@ -225,7 +244,8 @@ impl Runner {
         info!(host = %ctx.host, pools = ?ctx.config.pools, slots = ctx.config.slots, "runner ready");
         let fault = tokio::select! {
             _ = cancel.cancelled() => None,
-            why = tasks.ended() => Some(why),
+            // Tasks end with `cancel` too: only an end before it is a fault.
+            why = tasks.ended() => (!cancel.is_cancelled()).then_some(why),
         };
         if let Some(why) = &fault {
             error!("{why}: stopping the agent");

@@ -3,6 +3,7 @@
 //! compare-and-set on the revision this runner last wrote; a refused write means the run
 //! was taken from us (fencing), and the child is killed without writing anything more.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +89,8 @@ pub(super) struct Held {
     pub(super) fence: Fenced,
     lease: Option<Lease>,
     guards: Vec<Lease>,
+    /// The keepalive file of a shell run, touched with every lease renewal.
+    alive: Option<PathBuf>,
 }
 
 impl Held {
@@ -100,8 +103,29 @@ impl Held {
     pub(super) async fn renew(&mut self) -> Result<(), Error> {
         if let Some(lease) = self.lease.as_mut() {
             lease.renew().await?;
+            self.touch_alive();
         }
         guards::renew_all(&mut self.guards).await
+    }
+
+    /// From now on the run's supervisor watches `path` (see `supervisor`): created now,
+    /// touched with every lease renewal.
+    fn watch_alive(&mut self, path: Option<PathBuf>) {
+        self.alive = path;
+        self.touch_alive();
+    }
+
+    fn touch_alive(&self) {
+        let Some(path) = &self.alive else { return };
+        let touched = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        if let Err(e) = touched {
+            debug!("keepalive {}: {e}", path.display());
+        }
     }
 
     /// Refreshes the run's lease, then its record (`heartbeat_at`, output so far), and tells
@@ -125,6 +149,9 @@ impl Held {
     }
 
     pub(super) async fn release(&mut self) {
+        if let Some(path) = self.alive.take() {
+            let _ = std::fs::remove_file(path);
+        }
         guards::release_all(std::mem::take(&mut self.guards)).await;
         if let Some(lease) = self.lease.take()
             && let Err(e) = lease.release().await
@@ -160,8 +187,8 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
         debug!("another runner holds the run");
         return Ok(Disposition::Done);
     };
-    let mut held =
-        Held { record: stored.record, fence: Fenced::at(stored.revision), lease: Some(lease), guards: Vec::new() };
+    let fence = Fenced::at(stored.revision);
+    let mut held = Held { record: stored.record, fence, lease: Some(lease), guards: Vec::new(), alive: None };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await
@@ -196,7 +223,14 @@ async fn claimed(
 ) -> Result<bool, Error> {
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let env = RunEnv { job: &d.job, run_id: &d.run_id, attempt: d.attempt, scheduled_at: &scheduled };
+    let alive = ctx.alive_path(&held.record.key(), d.attempt);
+    let env = RunEnv {
+        job: &d.job,
+        run_id: &d.run_id,
+        attempt: d.attempt,
+        scheduled_at: &scheduled,
+        alive: alive.as_deref().map(|path| (path, ctx.config.alive_within())),
+    };
     let (mut prepared, mut prepared_wasm) = (None, None);
     match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some((revision, spec))) => match &spec.wasm {
@@ -207,7 +241,10 @@ async fn claimed(
                 };
                 prepared_wasm = Some((revision, ready));
             }
-            None => prepared = prepare(ctx, &spec, revision, d.scheduled_at, &env),
+            None => {
+                held.watch_alive(alive.clone());
+                prepared = prepare(ctx, &spec, revision, d.scheduled_at, &env);
+            }
         },
         Ok(None) => {}
         Err(e) => debug!("spec not available ahead of the instant: {e}"),
@@ -281,10 +318,13 @@ async fn claimed(
             None => Err(std::io::Error::other("release of the run's group was lost")),
         },
         Some(Ready { process, ticket: None, .. }) => process.start().await.map(|p| (p, ctx.clock.now())),
-        None => match shell::prepare(shell_spec, &env, None) {
-            Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
-            Err(e) => Err(e),
-        },
+        None => {
+            held.watch_alive(alive.clone());
+            match shell::prepare(shell_spec, &env, None) {
+                Ok(p) => p.start().await.map(|p| (p, ctx.clock.now())),
+                Err(e) => Err(e),
+            }
+        }
     };
     let (process, started) = match started {
         Ok(p) => p,
@@ -318,7 +358,10 @@ pub(super) async fn mark_running(
     let mut backoff = Duration::from_millis(50);
     loop {
         let error = match held.write(ctx).await {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                held.touch_alive();
+                return Ok(());
+            }
             Err(e) if e.is_conflict() => return Err(e),
             Err(e) => e,
         };

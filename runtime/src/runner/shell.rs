@@ -33,6 +33,9 @@ pub struct RunEnv<'a> {
     pub run_id: &'a str,
     pub attempt: u32,
     pub scheduled_at: &'a str,
+    /// The file the runner touches with every renewal of the run's lease, and how stale
+    /// it may get before the supervisor stops the run (see `supervisor`).
+    pub alive: Option<(&'a std::path::Path, Duration)>,
 }
 
 /// Creates the job's process (in a group of its own), blocked until it reads a line from
@@ -42,6 +45,9 @@ pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>
     // The run's first process is this binary as its supervisor (see `supervisor`).
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(super::supervisor::ARG);
+    if let Some((path, within)) = env.alive {
+        cmd.arg(super::supervisor::ALIVE_ARG).arg(path).arg(within.as_millis().to_string());
+    }
     match (&spec.command, &spec.argv) {
         (Some(command), _) => cmd.args(["shell", command]),
         (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),

@@ -1,4 +1,5 @@
-//! `cronrun __supervise shell CMD | exec PROG ARGS...`: the first process of every run.
+//! `cronrun __supervise [--alive FILE MS] shell CMD | exec PROG ARGS...`: the first process
+//! of every run.
 //!
 //! The runner starts it ahead of the run's instant in a new process group. It waits for
 //! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
@@ -6,8 +7,15 @@
 //! It outlives TERM, INT and HUP sent to the group, so the job alone decides how to end;
 //! and when its parent, the runner, dies, it kills the whole group: a run never outlives
 //! its runner, so a retry elsewhere never runs beside it.
+//!
+//! A runner that is alive but stalled (SIGSTOP, a paused VM, a long GC) or cut off from
+//! NATS cannot renew the run's lease, and a retry starts elsewhere once the lease expires.
+//! With `--alive FILE MS` the supervisor watches the file the runner touches after every
+//! lease renewal, and kills the group when it is older than MS (less than the lease TTL):
+//! the run stops before its retry can start, without waiting for its runner to wake.
 
 use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -17,6 +25,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 /// The hidden argument that selects this mode of the binary.
 pub const ARG: &str = "__supervise";
+/// `--alive FILE MS`: the runner's keepalive file and how stale it may get.
+pub const ALIVE_ARG: &str = "--alive";
 
 /// How often the parent is checked.
 const PARENT_CHECK: Duration = Duration::from_millis(200);
@@ -55,7 +65,23 @@ pub fn main(args: &[String]) -> ExitCode {
             _ => return ExitCode::from(NOT_RELEASED),
         }
     }
-    runtime.block_on(supervise(args, parent, Signals { term, int, hup }))
+    let (alive, args) = match args {
+        [flag, path, ms, rest @ ..] if flag == ALIVE_ARG => match ms.parse() {
+            Ok(ms) => (Some((PathBuf::from(path), Duration::from_millis(ms))), rest),
+            Err(_) => {
+                eprintln!("cronrun: {ALIVE_ARG} takes a file and milliseconds");
+                return ExitCode::from(NOT_RELEASED);
+            }
+        },
+        _ => (None, args),
+    };
+    runtime.block_on(supervise(args, parent, alive, Signals { term, int, hup }))
+}
+
+/// Whether the runner's keepalive file is older than `within` (or gone).
+fn stale(path: &Path, within: Duration) -> bool {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified());
+    modified.map(|t| t.elapsed().unwrap_or_default() > within).unwrap_or(true)
 }
 
 /// TERM, INT and HUP, caught so that they do not end the supervisor.
@@ -65,7 +91,12 @@ struct Signals {
     hup: tokio::signal::unix::Signal,
 }
 
-async fn supervise(args: &[String], parent: nix::unistd::Pid, mut signals: Signals) -> ExitCode {
+async fn supervise(
+    args: &[String],
+    parent: nix::unistd::Pid,
+    alive: Option<(PathBuf, Duration)>,
+    mut signals: Signals,
+) -> ExitCode {
     let mut cmd = match args {
         [mode, command] if mode == "shell" => {
             let mut c = tokio::process::Command::new("/bin/sh");
@@ -99,6 +130,12 @@ async fn supervise(args: &[String], parent: nix::unistd::Pid, mut signals: Signa
             _ = signals.hup.recv() => {}
             _ = check.tick() => {
                 if getppid() != parent {
+                    let _ = killpg(getpgrp(), Signal::SIGKILL);
+                }
+                if let Some((path, within)) = &alive
+                    && stale(path, *within)
+                {
+                    eprintln!("cronrun: the runner renewed this run's lease last over {within:?} ago: stopping the run before a retry starts elsewhere");
                     let _ = killpg(getpgrp(), Signal::SIGKILL);
                 }
             }

@@ -152,6 +152,26 @@ fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>
     next - TimeDelta::milliseconds(1)
 }
 
+/// Gives every shard never led a watermark at `now`, when the first scheduler starts: a
+/// shard whose first leader comes late (agents starting together, a lease held by a task
+/// that stopped) then resumes from here, and the fires of the gap are dispatched late or
+/// recorded missed, never silently dropped. Existing watermarks are left as they are.
+pub(super) async fn seed_watermarks(store: &Store, shards: u32, now: DateTime<Utc>) -> Result<(), Error> {
+    let body: bytes::Bytes = serde_json::to_vec(&now).unwrap_or_default().into();
+    let creates = (0..shards).map(|n| {
+        let body = body.clone();
+        async move {
+            match store.leases.create(&lease_keys::watermark(n), body, None).await {
+                Ok(_) => Ok(()),
+                Err(e) if *e.kind() == crate::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    });
+    let results: Vec<Result<(), Error>> = futures::stream::iter(creates).buffer_unordered(64).collect().await;
+    results.into_iter().collect()
+}
+
 async fn read_watermark(s: &Shard) -> Result<Watermark, Error> {
     let key = lease_keys::watermark(s.n);
     Ok(match s.ctx.store.leases.get(&key).await? {

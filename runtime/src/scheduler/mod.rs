@@ -113,6 +113,10 @@ impl Scheduler {
             _ = cancel.cancelled() => return Ok(()),
             _ = self.ctx.catalog.wait_loaded() => {}
         }
+        // Before joining: no shard of this deployment is without a watermark from now on.
+        if let Err(e) = leader::seed_watermarks(&self.ctx.store, self.ctx.shards, self.ctx.clock.now()).await {
+            warn!("writing the shards' first watermarks: {e}; shards never led start when first led");
+        }
         let presence_stop = CancellationToken::new();
         let mut presence = tokio::spawn(members::publish(
             self.ctx.store.clone(),
@@ -134,12 +138,13 @@ impl Scheduler {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                // Tasks end with `cancel` too: only an end before it is a fault.
                 why = tasks.ended() => {
-                    fault = Some(why);
+                    fault = (!cancel.is_cancelled()).then_some(why);
                     break;
                 }
                 end = &mut presence => {
-                    fault = Some(match end {
+                    fault = (!cancel.is_cancelled()).then(|| match end {
                         Ok(()) => "the scheduler's presence ended".to_string(),
                         Err(e) => crate::supervise::describe("the scheduler's presence", e),
                     });

@@ -163,7 +163,8 @@ async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: Dat
     if retries.allow_after(record.attempt) {
         let start_at = retries.retry_at(record.attempt, now);
         info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
-        retry(store, &pool, record, revision, start_at, now).await?;
+        let retrying = retry(store, &pool, record, revision, start_at, now).await?;
+        publish_event(store, &retrying).await;
     }
     Ok(())
 }

@@ -31,10 +31,15 @@ impl Shard {
         async move {
             let key = lease_keys::shard(self.n);
             loop {
-                let lease = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    lease = self.acquire(&key) => lease,
-                };
+                let Some(lease) = self.acquire(&key, &cancel).await else { return };
+                if cancel.is_cancelled() {
+                    // Taken as the shard moved away: give it up at once, so that its new
+                    // owner need not wait out the TTL (fires would be late meanwhile).
+                    if let Err(e) = lease.release().await {
+                        warn!("releasing a shard lease taken while stopping: {e}");
+                    }
+                    return;
+                }
                 info!(holder = %self.ctx.holder, "shard lease acquired");
                 let _ = self.state.send((self.n, true));
                 // A panic while leading must not end the shard for good: its other jobs
@@ -61,12 +66,14 @@ impl Shard {
 
     /// Waits for the lease: tries whenever the key changes (release, expiry) and at
     /// least every second, draining catalog events meanwhile (the leader rebuilds its
-    /// queue from the catalog).
-    async fn acquire(&mut self, key: &str) -> Lease {
+    /// queue from the catalog). None once `cancel` is set. A write in flight is never
+    /// abandoned (it may land unseen, leaving a lease nobody holds): cancellation is
+    /// looked at only between attempts.
+    async fn acquire(&mut self, key: &str, cancel: &CancellationToken) -> Option<Lease> {
         let mut lease_watch = None;
         loop {
             match Lease::try_acquire(&self.ctx.store.leases, key, &self.ctx.holder, self.ctx.config.lease_ttl).await {
-                Ok(Some(lease)) => return lease,
+                Ok(Some(lease)) => return Some(lease),
                 Ok(None) => {}
                 Err(e) => warn!("shard lease: {e}"),
             }
@@ -78,6 +85,7 @@ impl Shard {
             tokio::pin!(retry);
             loop {
                 tokio::select! {
+                    _ = cancel.cancelled() => return None,
                     _ = &mut retry => break,
                     Some(_) = self.events.recv() => {}
                     change = async {
