@@ -98,10 +98,11 @@ async fn a_lock_shared_by_two_jobs_on_two_agents_excludes() {
     ready(&b).await;
     // Not left to a race for the lock, which one job may keep winning: left runs at
     // seconds 0, 4, 8, .. for 1.5 s, so right (at odd seconds, 0.3 s) finds the lock
-    // held at second 1 and free at second 3, and left finds it free again at 4.
+    // held at second 1 and free at second 3, and left finds it free again at 4. Each job
+    // is pinned to one agent (the pool named after it), so the lock spans two agents.
     let file = [
-        job("left", "0-59/4 * * * * *", "sleep 1.5", "lock = \"shared\"\noverlap = \"allow\""),
-        job("right", "1-59/2 * * * * *", "sleep 0.3", "lock = \"shared\"\noverlap = \"allow\""),
+        job("left", "0-59/4 * * * * *", "sleep 1.5", "lock = \"shared\"\noverlap = \"allow\"\npool = \"a\""),
+        job("right", "1-59/2 * * * * *", "sleep 0.3", "lock = \"shared\"\noverlap = \"allow\"\npool = \"b\""),
     ]
     .concat();
     apply(&nats, &file);
@@ -113,5 +114,6 @@ async fn a_lock_shared_by_two_jobs_on_two_agents_excludes() {
         all.iter().filter(|r| r.started_at.is_some()).map(|r| r.job.clone()).collect();
     println!("lock held in turn by jobs {jobs:?} on hosts {hosts:?}");
     assert_eq!(jobs.len(), 2, "both jobs got the lock at some point");
+    assert_eq!(hosts, ["a", "b"].map(String::from).into(), "the lock was held from both agents");
     assert!(!skipped_with(&all, "lock shared is held by run").is_empty());
 }

@@ -11,8 +11,11 @@ async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
     for agent in &agents {
         ready(agent).await;
     }
+    // Five jobs that record their own executions, and `tick`, judged by its records.
+    let names: Vec<String> = (0..5).map(|i| format!("j{i}")).collect();
+    let jobs: String = names.iter().map(|name| recording_job(name, cluster.dir.path())).collect();
     let path = cluster.dir.path().join("jobs.toml");
-    std::fs::write(&path, EVERY_SECOND).unwrap();
+    std::fs::write(&path, format!("{EVERY_SECOND}\n{jobs}")).unwrap();
     assert!(cluster.cli(&["apply", "-f", path.to_str().unwrap()]).status.success());
     eventually(Duration::from_secs(15), "the job to run", || async {
         runs(&store, "tick").await.iter().any(|r| r.status == Status::Succeeded).then_some(())
@@ -25,6 +28,7 @@ async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
     println!("killed NATS node n{victim} at {killed_at}");
     // The store's client reconnects to a live node as the agents' do.
     let from = ceil_second(killed_at) - chrono::Duration::seconds(2);
+    assert_jobs_ran_each_second_once(&names, cluster.dir.path(), from, 12).await;
     assert_each_second_once(&store, "tick", from, 12).await;
     for agent in &agents {
         assert!(agent.log().contains("job catalog loaded"));

@@ -401,6 +401,60 @@ pub fn ceil_second(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono:
     chrono::DateTime::from_timestamp(s, 0).unwrap()
 }
 
+/// A `[[job]]` firing every second that records its own executions: it appends its fire
+/// instant to `<dir>/<name>.fires`. Exactly-once is judged from these files.
+pub fn recording_job(name: &str, dir: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\noverlap = \"allow\"\n\
+         shell = 'echo $CRONRUN_SCHEDULED_AT >> {}/{name}.fires'\n",
+        dir.display()
+    )
+}
+
+/// The seconds of `[from, from + secs)` at which job `name` (see `recording_job`) did not
+/// run exactly once, with how often it ran then.
+pub fn seconds_not_run_once(
+    name: &str,
+    dir: &Path,
+    from: chrono::DateTime<chrono::Utc>,
+    secs: i64,
+) -> Vec<(chrono::DateTime<chrono::Utc>, usize)> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.fires"))).unwrap_or_default();
+    let fires: Vec<chrono::DateTime<chrono::Utc>> =
+        text.lines().filter_map(|l| chrono::DateTime::parse_from_rfc3339(l).ok()).map(|t| t.to_utc()).collect();
+    (0..secs)
+        .map(|s| from + chrono::Duration::seconds(s))
+        .map(|at| (at, fires.iter().filter(|f| **f == at).count()))
+        .filter(|(_, n)| *n != 1)
+        .collect()
+}
+
+/// Waits (within a bound) until each job of `names` ran at every second of the window,
+/// then asserts each ran exactly once per second, judged by what the jobs recorded.
+pub async fn assert_jobs_ran_each_second_once(
+    names: &[String],
+    dir: &Path,
+    from: chrono::DateTime<chrono::Utc>,
+    secs: i64,
+) {
+    let wrong = || -> Vec<(String, chrono::DateTime<chrono::Utc>, usize)> {
+        names
+            .iter()
+            .flat_map(|name| {
+                seconds_not_run_once(name, dir, from, secs).into_iter().map(|(at, n)| (name.clone(), at, n))
+            })
+            .collect()
+    };
+    // Fires of a gap are dispatched late: wait for them, within a bound.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wrong().iter().any(|(_, _, n)| *n == 0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wrong = wrong();
+    assert!(wrong.is_empty(), "(job, fire, times it ran): {wrong:#?}");
+    println!("{} jobs x {secs} fires from {from} each ran exactly once, as the jobs recorded", names.len());
+}
+
 /// Asserts that every second of `[from, from + secs)` has exactly one scheduled run of
 /// `job` that succeeded and was started exactly once. Returns the runs checked.
 pub async fn assert_each_second_once(store: &Store, job: &str, from: chrono::DateTime<chrono::Utc>, secs: i64) {

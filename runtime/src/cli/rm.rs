@@ -16,8 +16,9 @@ pub struct RmArgs {
 }
 
 /// Removes the spec, then (unless --keep-history) the job's run records and its Wasm KV
-/// store, so that nothing of a removed job stays in NATS. Runs in flight finish; their
-/// records are written after this and pruned by nobody, so remove a job when it is idle.
+/// store, so that nothing of a removed job stays in NATS. A run in flight loses its record:
+/// its next write is refused and its runner stops it. Pause a job and let it go idle
+/// before removing it.
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<()> {
     let store = ctx.store().await?;
     store.delete_job(&a.name).await?;

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
@@ -30,6 +31,8 @@ pub(super) enum Decision {
     /// Start as soon as possible: the run waited for its predecessor.
     Waited(Vec<Lease>),
     Skip(String),
+    /// The runner stops while the run waits for its predecessor: hand it back unstarted.
+    ShutDown,
 }
 
 /// How often a waiting run looks whether its predecessor is gone.
@@ -41,6 +44,7 @@ pub(super) async fn acquire(
     spec: &JobSpec,
     run_key: &str,
     mut run_lease: Option<&mut Lease>,
+    shutdown: &CancellationToken,
 ) -> Result<Decision, Error> {
     let ttl = ctx.config.run_lease_ttl();
     let leases = &ctx.store.leases;
@@ -74,7 +78,15 @@ pub(super) async fn acquire(
                 info!(%current, "waiting for the run in progress to end");
                 let mut waiter = waiter;
                 loop {
-                    tokio::time::sleep(POLL).await;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {
+                            if let Some(w) = waiter {
+                                let _ = w.release().await;
+                            }
+                            return Ok(Decision::ShutDown);
+                        }
+                        _ = tokio::time::sleep(POLL) => {}
+                    }
                     if let Some(lease) = Lease::try_acquire(leases, &key, run_key, ttl).await? {
                         held.push(lease);
                         break;

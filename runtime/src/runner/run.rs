@@ -277,7 +277,7 @@ async fn claimed(
         // Edited since it was prepared: the new spec starts alone, a little late.
         discard(prepared.take()).await;
     }
-    match guards::acquire(ctx, &spec, &held.record.key(), held.lease.as_mut()).await? {
+    match guards::acquire(ctx, &spec, &held.record.key(), held.lease.as_mut(), &stops.shutdown).await? {
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
             held.guards = leases;
@@ -286,6 +286,10 @@ async fn claimed(
         Decision::Skip(why) => {
             discard(prepared).await;
             return finish_without_start(ctx, held, Status::Skipped, &why).await;
+        }
+        Decision::ShutDown => {
+            discard(prepared).await;
+            return Ok(false);
         }
     }
     let shell_spec = match (&spec.shell, &spec.wasm) {

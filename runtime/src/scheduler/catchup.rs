@@ -100,3 +100,52 @@ pub(super) async fn too_many_missed(store: &Store, name: &str, fire: DateTime<Ut
     let detail = format!("more than {MISSED_RECORDS_MAX} fires missed; later ones are not recorded one by one");
     publish_event(store, &Event::new(name, &fire_run_id(fire), EventKind::Missed, 1, now).with_detail(detail)).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::*;
+    use crate::spec::JobSpec;
+
+    fn job(catchup: &str, deadline: Option<&str>) -> JobSummary {
+        let deadline = deadline.map(|d| format!(r#","starting_deadline":"{d}""#)).unwrap_or_default();
+        let json = format!(
+            r#"{{"name":"j","schedule":"0 * * * * *","shell":"true","catchup":"{catchup}","catchup_window":"10m"{deadline}}}"#
+        );
+        JobSummary::of(&JobSpec::from_json(json.as_bytes()).unwrap()).unwrap()
+    }
+
+    /// Decisions on a fixed instant, no clock involved: (policy, deadline, fire minutes
+    /// before now, verdict).
+    #[test]
+    fn late_fires_run_catch_up_or_are_missed_as_the_policy_says() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap() + TimeDelta::seconds(30);
+        let default_deadline = Duration::from_secs(60);
+        let cases: &[(&str, Option<&str>, i64, Option<Trigger>, &str)] = &[
+            // Within the deadline: on schedule, whatever the policy.
+            ("none", None, 0, Some(Trigger::Schedule), ""),
+            ("none", Some("5m"), 4, Some(Trigger::Schedule), ""),
+            // Past it: `none` records it missed, `all` runs it.
+            ("none", None, 2, None, "(catchup none)"),
+            ("all", None, 2, Some(Trigger::Catchup), ""),
+            // `latest` runs only the last missed fire: the one whose successor is on time.
+            ("latest", None, 2, None, "a later missed fire runs instead"),
+            ("latest", None, 1, Some(Trigger::Catchup), ""),
+            // Beyond the catch-up window every policy misses it.
+            ("all", None, 11, None, "catch-up window"),
+        ];
+        for &(policy, deadline, minutes_ago, expected, why) in cases {
+            // Fires are whole minutes (`0 * * * * *`): the minute `minutes_ago` before now's.
+            let fire = DateTime::from_timestamp(1_800_000_000 - 60 * minutes_ago, 0).unwrap();
+            let verdict = judge(&job(policy, deadline), fire, now, default_deadline);
+            let case = format!("catchup {policy}, deadline {deadline:?}, fire {minutes_ago} min before");
+            match (verdict, expected) {
+                (Verdict::Run(trigger), Some(want)) => assert_eq!(trigger, want, "{case}"),
+                (Verdict::Missed(text), None) => assert!(text.contains(why), "{case}: {text}"),
+                (Verdict::Run(t), None) => panic!("{case}: ran as {t:?}, expected missed"),
+                (Verdict::Missed(text), Some(_)) => panic!("{case}: missed ({text}), expected to run"),
+            }
+        }
+    }
+}

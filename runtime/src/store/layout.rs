@@ -109,8 +109,8 @@ pub(super) async fn ensure(
             retention: stream::RetentionPolicy::WorkQueue,
             duplicate_window: opts.dedup_window,
             // Bounded like every stream: a run not taken within a week is long past any
-            // deadline, and a full queue refuses new dispatches (retried, then recorded
-            // missed) rather than dropping queued ones.
+            // deadline, and a full queue refuses new dispatches (retried within the fire's
+            // deadline, then logged as lost) rather than dropping queued ones.
             max_messages: DISPATCH_MAX_MSGS,
             max_bytes: DISPATCH_MAX_BYTES,
             max_age: DISPATCH_MAX_AGE,
