@@ -122,7 +122,9 @@ mod tests {
     fn late_fires_run_catch_up_or_are_missed_as_the_policy_says() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap() + TimeDelta::seconds(30);
         let default_deadline = Duration::from_secs(60);
-        let cases: &[(&str, Option<&str>, i64, Option<Trigger>, &str)] = &[
+        // (policy, deadline, fire minutes before now, trigger if it runs, why if missed)
+        type Case = (&'static str, Option<&'static str>, i64, Option<Trigger>, &'static str);
+        let cases: &[Case] = &[
             // Within the deadline: on schedule, whatever the policy.
             ("none", None, 0, Some(Trigger::Schedule), ""),
             ("none", Some("5m"), 4, Some(Trigger::Schedule), ""),
