@@ -110,17 +110,6 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     assert!(again.0.wait().unwrap().success());
 }
 
-async fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(start.elapsed() < timeout, "cronrun up did not exit within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn first_run_id(json: &[u8]) -> String {
     let runs: Vec<serde_json::Value> = serde_json::from_slice(json).unwrap();
     runs.iter().find(|r| r["status"] == "succeeded").unwrap()["run_id"].as_str().unwrap().to_string()

@@ -209,17 +209,6 @@ async fn a_stop_while_nats_is_gone_is_bounded_and_a_second_signal_ends_it_at_onc
     }
 }
 
-async fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(start.elapsed() < timeout, "did not exit within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// A compare-and-set whose answer is lost (the server stalls past the client's timeout,
 /// then applies the write) is read back: the next write from the old revision finds the
 /// key holding our own value and goes on, instead of taking it for a lost race (which

@@ -401,6 +401,18 @@ pub fn ceil_second(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono:
     chrono::DateTime::from_timestamp(s, 0).unwrap()
 }
 
+/// Waits for `child` to exit; fails the test if it has not within `timeout`.
+pub async fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < timeout, "process {} did not exit within {timeout:?}", child.id());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A `[[job]]` firing every second that records its own executions: it appends its fire
 /// instant to `<dir>/<name>.fires`. Exactly-once is judged from these files.
 pub fn recording_job(name: &str, dir: &Path) -> String {
