@@ -6,6 +6,7 @@
 //! - `nats.rs`: a cluster node dies under load; a single server restarts.
 //! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
 //! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
+//! - `soak.rs`: many runs and restarts; state in NATS and the agent stay flat.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 #[path = "../support/mod.rs"]
@@ -17,6 +18,7 @@ mod procs;
 mod nats;
 mod runners;
 mod schedulers;
+mod soak;
 
 use procs::{group_members, pgrp_of};
 
