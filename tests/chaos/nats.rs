@@ -240,3 +240,42 @@ async fn a_write_whose_answer_was_lost_is_read_back_not_taken_for_a_lost_race() 
     let err = store.leases.update_fenced("fenced", "v3".into(), &mut fence, None).await.unwrap_err();
     assert!(err.is_conflict(), "{err}");
 }
+
+/// The trade-off of `run_ttl`: with one-second heartbeats a run's lease lives 3 s, so a
+/// six-second NATS outage stops a plain run (its supervisor sees no renewal for 2.5 s),
+/// while a job with `run_ttl = "30s"` rides it out and finishes its one attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_with_a_longer_run_ttl_rides_out_a_nats_outage() {
+    let mut nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    let job = |name: &str, extra: &str| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"@yearly\"\n{extra}\n\
+             shell = 'echo $$ > {dir}/{name}.pid; until [ -e {dir}/go ]; do sleep 0.1; done; echo done'\n"
+        )
+    };
+    apply(&nats, &(job("patient", "run_ttl = \"30s\"") + &job("plain", "")));
+    let store = nats.store().await;
+    let keys = [nats.trigger("patient"), nats.trigger("plain")];
+    let mut pids = Vec::new();
+    for name in ["patient", "plain"] {
+        let path = nats.dir.path().join(format!("{name}.pid"));
+        pids.push(eventually(Duration::from_secs(10), "the run to start", || async { read_pid(&path) }).await);
+    }
+    nats.kill_server().await;
+    // The outage: longer than the default run TTL (3 s), shorter than patient's 30 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(alive(pids[0]), "patient's run was stopped during the outage");
+    assert!(!alive(pids[1]), "plain's run outlived its lease");
+    nats.restart_server().await;
+    std::fs::write(nats.dir.path().join("go"), "").unwrap();
+    let done = eventually(Duration::from_secs(30), "patient to finish", || async {
+        record(&store, &keys[0]).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.attempt), (Status::Succeeded, 1), "{done:?}");
+    assert_eq!(done.output, ["done"]);
+    println!("patient: {:?} after a 6 s outage; plain was stopped by its supervisor", done.status);
+}

@@ -53,6 +53,11 @@ pub struct JobSpec {
     /// A run not started this long after its fire is recorded as missed. Default: none.
     #[serde(default, with = "codec::opt_duration", skip_serializing_if = "Option::is_none")]
     pub starting_deadline: Option<Duration>,
+    /// How long a run outlives its runner's silence (a NATS outage, a stall) before it is
+    /// stopped and recorded `lost`: its lease TTL. Default and minimum: the runner's three
+    /// heartbeats. Longer rides out longer outages, and detects a dead runner later.
+    #[serde(default, with = "codec::opt_duration", skip_serializing_if = "Option::is_none")]
+    pub run_ttl: Option<Duration>,
     /// Retry policy for failed runs. Default: no retries.
     #[serde(default)]
     pub retries: Retries,
@@ -225,6 +230,7 @@ impl JobSpec {
             catchup: Catchup::default(),
             catchup_window: defaults::catchup_window(),
             starting_deadline: None,
+            run_ttl: None,
             retries: Retries::default(),
             jitter: Duration::ZERO,
             pool: defaults::pool(),

@@ -18,12 +18,13 @@ const DAY: u64 = 24 * HOUR;
 
 /// The largest value of each duration field. Beyond these a value is a typo or an attack:
 /// bounding them keeps every instant the scheduler computes from them representable.
-pub const DURATION_LIMITS: [(&str, Duration); 5] = [
+pub const DURATION_LIMITS: [(&str, Duration); 6] = [
     ("timeout", Duration::from_secs(30 * DAY)),
     ("starting_deadline", Duration::from_secs(30 * DAY)),
     ("catchup_window", Duration::from_secs(30 * DAY)),
     ("jitter", Duration::from_secs(DAY)),
     ("retries.backoff", Duration::from_secs(DAY)),
+    ("run_ttl", Duration::from_secs(HOUR)),
 ];
 
 fn token_ok(s: &str) -> bool {
@@ -77,6 +78,9 @@ impl JobSpec {
         if self.timeout.is_some_and(|t| t < Duration::from_millis(1)) {
             return Err(invalid("timeout", "timeout must be positive, e.g. 30s"));
         }
+        if self.run_ttl.is_some_and(|t| t < Duration::from_secs(1)) {
+            return Err(invalid("run_ttl", "run_ttl must be at least 1s"));
+        }
         self.check_durations()?;
         if let Some(lock) = &self.lock
             && lock != codec::lock::OWN_NAME
@@ -118,6 +122,7 @@ impl JobSpec {
             Some(self.catchup_window),
             Some(self.jitter),
             Some(self.retries.backoff),
+            self.run_ttl,
         ];
         for ((field, max), value) in DURATION_LIMITS.iter().zip(values) {
             if let Some(value) = value.filter(|v| v > max) {
@@ -217,6 +222,7 @@ mod tests {
             (r#""catchup_window":"5000000years""#, "catchup_window"),
             (r#""retries":{"max":1,"backoff":"1000000years"}"#, "retries.backoff"),
             (r#""timeout":"1000000000years""#, "timeout"),
+            (r#""run_ttl":"2h""#, "run_ttl"),
         ] {
             let json = format!("{{{base},{extra}}}");
             assert_eq!(field_of(&json), field, "{extra}");

@@ -41,12 +41,11 @@ const POLL: Duration = Duration::from_millis(200);
 /// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
 pub(super) async fn acquire(
     ctx: &RunnerCtx,
-    spec: &JobSpec,
+    (spec, ttl): (&JobSpec, Duration),
     run_key: &str,
     mut run_lease: Option<&mut Lease>,
     shutdown: &CancellationToken,
 ) -> Result<Decision, Error> {
-    let ttl = ctx.config.run_lease_ttl();
     let leases = &ctx.store.leases;
     let mut held = Vec::new();
     let mut waited = false;

@@ -77,11 +77,16 @@ impl RunnerConfig {
         (self.heartbeat * 3).max(Duration::from_secs(1))
     }
 
-    /// How long a shell run's supervisor lets it go on without a lease renewal: two and a
-    /// half heartbeats, so that it is stopped half a heartbeat before the lease expires and
-    /// a retry may start elsewhere.
-    pub fn alive_within(&self) -> Duration {
-        self.run_lease_ttl().saturating_sub(self.heartbeat / 2)
+    /// The lease TTL of a run of a job asking for `run_ttl`: never below the runner's own.
+    pub fn run_ttl_for(&self, run_ttl: Option<Duration>) -> Duration {
+        run_ttl.map_or(self.run_lease_ttl(), |t| t.max(self.run_lease_ttl()))
+    }
+
+    /// How long a shell run's supervisor lets it go on without a lease renewal, for a run
+    /// lease of `ttl`: half a heartbeat less, so that it is stopped before the lease
+    /// expires and a retry may start elsewhere (two and a half heartbeats by default).
+    pub fn alive_within(&self, ttl: Duration) -> Duration {
+        ttl.saturating_sub(self.heartbeat / 2)
     }
 }
 

@@ -99,6 +99,11 @@ impl Held {
         Ok(())
     }
 
+    /// The TTL of the run's lease.
+    pub(super) fn run_ttl(&self, ctx: &RunnerCtx) -> Duration {
+        self.lease.as_ref().map_or(ctx.config.run_lease_ttl(), Lease::ttl)
+    }
+
     /// Extends the run's lease; a conflict means the run was declared lost.
     pub(super) async fn renew(&mut self) -> Result<(), Error> {
         if let Some(lease) = self.lease.as_mut() {
@@ -223,16 +228,22 @@ async fn claimed(
 ) -> Result<bool, Error> {
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let early = ctx.current(&d.job, d.spec_revision).await;
+    // The job's own run TTL, when it asks for a longer one: set again by the next renewal.
+    if let (Ok(Some((_, spec))), Some(lease)) = (&early, held.lease.as_mut()) {
+        lease.set_ttl(ctx.config.run_ttl_for(spec.run_ttl));
+    }
     let alive = ctx.alive_path(&held.record.key(), d.attempt);
+    let within = ctx.config.alive_within(held.run_ttl(ctx));
     let env = RunEnv {
         job: &d.job,
         run_id: &d.run_id,
         attempt: d.attempt,
         scheduled_at: &scheduled,
-        alive: alive.as_deref().map(|path| (path, ctx.config.alive_within())),
+        alive: alive.as_deref().map(|path| (path, within)),
     };
     let (mut prepared, mut prepared_wasm) = (None, None);
-    match ctx.current(&d.job, d.spec_revision).await {
+    match early {
         Ok(Some((revision, spec))) => match &spec.wasm {
             Some(wasm) => {
                 let ready = wasm_job::Ready {
@@ -277,7 +288,8 @@ async fn claimed(
         // Edited since it was prepared: the new spec starts alone, a little late.
         discard(prepared.take()).await;
     }
-    match guards::acquire(ctx, &spec, &held.record.key(), held.lease.as_mut(), &stops.shutdown).await? {
+    let ttl = held.run_ttl(ctx);
+    match guards::acquire(ctx, (&spec, ttl), &held.record.key(), held.lease.as_mut(), &stops.shutdown).await? {
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
             held.guards = leases;
@@ -358,7 +370,7 @@ pub(super) async fn mark_running(
     held.record.status = Status::Running;
     held.record.started_at = Some(at);
     held.record.heartbeat_at = Some(at);
-    let give_up = std::time::Instant::now() + ctx.config.run_lease_ttl();
+    let give_up = std::time::Instant::now() + held.run_ttl(ctx);
     let mut backoff = Duration::from_millis(50);
     loop {
         let error = match held.write(ctx).await {

@@ -68,6 +68,11 @@ impl Lease {
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
+    /// The TTL set again by the next renewal.
+    pub fn set_ttl(&mut self, ttl: Duration) {
+        self.ttl = ttl;
+        self.value.ttl_ms = ttl.as_millis() as u64;
+    }
     pub fn revision(&self) -> u64 {
         self.fence.revision
     }
