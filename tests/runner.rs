@@ -98,6 +98,40 @@ shell = "yes $(printf '%01023d' 7) | head -c 104857600; head -c 104857600 /dev/z
     assert!(peak < 200 * 1024, "agent peak RSS {peak} KiB for 200 MiB of output");
 }
 
+/// A job sees a clean environment: nothing of the agent's (here its NATS URL and log
+/// level) unless it asks for it with `inherit_env`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_sees_nothing_of_the_agents_environment_unless_it_inherits_it() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(
+        &nats,
+        r#"
+[[job]]
+name = "clean"
+schedule = "@yearly"
+shell = { command = "env | sort", env = { MINE = "1" } }
+
+[[job]]
+name = "inherits"
+schedule = "@yearly"
+shell = { command = "env | sort", inherit_env = true }
+"#,
+    );
+    let clean = run_status(&nats, &nats.trigger("clean")).await;
+    let names: Vec<&str> = clean.output.iter().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    for name in names.iter().filter(|n| !["PATH", "HOME", "LANG", "TZ", "MINE", "PWD", "SHLVL", "_"].contains(n)) {
+        assert!(name.starts_with("CRONRUN_"), "the job saw {name}: {:?}", clean.output);
+    }
+    for name in ["PATH", "MINE", "CRONRUN_JOB", "CRONRUN_RUN_ID", "CRONRUN_ATTEMPT", "CRONRUN_SCHEDULED_AT"] {
+        assert!(names.contains(&name), "{name} missing: {:?}", clean.output);
+    }
+    assert!(!names.contains(&"CRONRUN_NATS") && !names.contains(&"RUST_LOG"), "{:?}", clean.output);
+    let inherits = run_status(&nats, &nats.trigger("inherits")).await;
+    assert!(inherits.output.iter().any(|l| l.starts_with("CRONRUN_NATS=nats://")), "{:?}", inherits.output);
+}
+
 /// Quotes and NULs grow six-fold in JSON: 100 lines of 8 KiB once made the record too large
 /// for the server, and a failing run with a retry stayed `running` for ever.
 #[tokio::test(flavor = "multi_thread")]

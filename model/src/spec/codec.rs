@@ -92,6 +92,8 @@ struct ShellTable {
     env: BTreeMap<String, String>,
     #[serde(default)]
     cwd: Option<String>,
+    #[serde(default)]
+    inherit_env: bool,
 }
 
 impl<'de> Deserialize<'de> for ShellSpec {
@@ -107,7 +109,7 @@ impl<'de> Deserialize<'de> for ShellSpec {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ShellSpec, A::Error> {
                 let t = ShellTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ShellSpec { command: t.command, argv: t.argv, env: t.env, cwd: t.cwd })
+                Ok(ShellSpec { command: t.command, argv: t.argv, env: t.env, cwd: t.cwd, inherit_env: t.inherit_env })
             }
         }
         d.deserialize_any(ShellVisitor)

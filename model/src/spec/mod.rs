@@ -94,6 +94,10 @@ pub struct ShellSpec {
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Run with the agent's whole environment (its NATS URL and credentials path, any
+    /// secret its unit sets) instead of the clean one. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_env: bool,
 }
 
 /// A Wasm component by digest, its config and what it is allowed to reach.

@@ -27,7 +27,22 @@ pub struct Prepared {
     go: Option<ChildStdin>,
 }
 
-/// Environment every run gets on top of the runner's and the spec's.
+/// The variables of the agent's environment a job sees unless it sets `inherit_env`:
+/// nothing else of the agent (its NATS URL, credentials path, secrets of its unit file)
+/// reaches a job.
+const KEPT_VARIABLES: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
+/// The clean environment of a run: the kept variables the agent has, and a PATH if not.
+fn clean_env() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> =
+        KEPT_VARIABLES.iter().filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?))).collect();
+    if !vars.iter().any(|(name, _)| name == "PATH") {
+        vars.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    vars
+}
+
+/// Environment every run gets on top of the clean one (or the agent's) and the spec's.
 pub struct RunEnv<'a> {
     pub job: &'a str,
     pub run_id: &'a str,
@@ -53,6 +68,9 @@ pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>
         (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),
         _ => return Err(std::io::Error::other("shell spec has no command")),
     };
+    if !spec.inherit_env {
+        cmd.env_clear().envs(clean_env());
+    }
     cmd.envs(&spec.env)
         .env("CRONRUN_JOB", env.job)
         .env("CRONRUN_RUN_ID", env.run_id)
