@@ -117,3 +117,37 @@ async fn a_new_version_switches_while_a_run_finishes_on_the_old_one() {
     assert_eq!(record["status"], "succeeded");
     assert!(record["output"].to_string().contains("hello from switch"), "{record}");
 }
+
+/// A guest publishes through the agent's own connection, so no grant may reach NATS's own
+/// subjects or cronrun's: such a grant is refused at deploy with one line naming it, and
+/// a spec put into KV past the CLI is refused again at the publish (else a guest could
+/// write a shell job into `cronrun_jobs` and run it on every runner).
+#[tokio::test(flavor = "multi_thread")]
+async fn grants_that_reach_reserved_subjects_are_refused_at_deploy_and_at_publish() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let store = nats.store().await;
+    let emit = plugin("emit_event");
+    for grant in [">", "$KV.>", "$JS.API.>", "*.>", "_INBOX.>", "cronrun.dispatch.*", "$SYS.>", "$O.*.x"] {
+        let err = nats.fails(&["deploy", &emit, "--name", "evil", "--config", "subject=x", "--allow-publish", grant]);
+        assert!(err.starts_with("error: ") && !err.trim_end().contains('\n'), "{err}");
+        assert!(err.contains(&format!("grant {grant:?} could reach")), "{grant}: {err}");
+    }
+    assert!(nats.fails(&["get", "evil"]).contains("not found"), "a refused deploy wrote the job");
+
+    // Past the CLI: a spec with grant `>` whose guest publishes a job spec into KV.
+    nats.ok(&["deploy", &emit, "--name", "fine", "--config", "subject=demo.x", "--allow-publish", "demo.>"]);
+    let fine: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "fine", "--output", "json"])).unwrap();
+    let mut evil = fine["spec"].clone();
+    evil["name"] = "evil".into();
+    evil["wasm"]["allow_publish"] = serde_json::json!([">"]);
+    evil["wasm"]["config"] = serde_json::json!({ "subject": "$KV.cronrun_jobs.pwned" });
+    evil["retries"] = serde_json::json!({ "max": 0 });
+    store.jobs.kv.put("evil", serde_json::to_vec(&evil).unwrap().into()).await.unwrap();
+    let out = nats.cli(&["trigger", "evil", "--wait", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["status"], "failed", "{record}");
+    assert!(record["error"].as_str().unwrap().contains("reserved"), "{record}");
+    assert!(store.jobs.get("pwned").await.unwrap().is_none(), "the guest wrote a job spec");
+}

@@ -88,8 +88,50 @@ impl Names {
     pub fn kill_subject(&self, job: &str, run_id: &str) -> String {
         format!("{}.ctl.run.{job}.{run_id}.kill", self.ns)
     }
+    /// Subjects no Wasm guest may publish to, whatever its grant: JetStream's API, KV and
+    /// object store subjects, the system account, reply inboxes, and this deployment's own
+    /// subjects (dispatch, logs, events, control).
+    pub fn reserved_subjects(&self) -> [String; 6] {
+        ["$JS.>".into(), "$KV.>".into(), "$O.>".into(), "$SYS.>".into(), "_INBOX.>".into(), format!("{}.>", self.ns)]
+    }
+
+    /// The reserved subjects a publish grant (a subject pattern) could reach, if any.
+    pub fn grant_reaches_reserved(&self, grant: &str) -> Option<String> {
+        self.reserved_subjects().into_iter().find(|reserved| patterns_intersect(grant, reserved))
+    }
+
+    /// Refuses a spec whose Wasm grants could reach a reserved subject, naming the grant.
+    pub fn check_grants(&self, spec: &crate::spec::JobSpec) -> Result<(), Error> {
+        let grants = spec.wasm.iter().flat_map(|w| &w.allow_publish);
+        for grant in grants {
+            if let Some(reserved) = self.grant_reaches_reserved(grant) {
+                return Err(Error::invalid(
+                    "wasm.allow_publish",
+                    format!(
+                        "wasm.allow_publish: job {}: grant {grant:?} could reach {reserved}, which no job may publish to; grant only the subjects it needs, e.g. \"orders.>\"",
+                        spec.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn wildcard(&self, kind: &str) -> String {
         format!("{}.{kind}.>", self.ns)
+    }
+}
+
+/// Whether two subject patterns (`*` one token, `>` one or more) match a subject in common.
+pub fn patterns_intersect(a: &str, b: &str) -> bool {
+    let (mut x, mut y) = (a.split('.'), b.split('.'));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some(p), Some(q)) if p == "*" || q == "*" || p == q => {}
+            _ => return false,
+        }
     }
 }
 
@@ -132,6 +174,32 @@ pub mod lease_keys {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn grants_that_could_reach_reserved_subjects_are_found() {
+        let names = super::Names::new("cronrun").unwrap();
+        let cases = [
+            (">", Some("$JS.>")),
+            ("$KV.>", Some("$KV.>")),
+            ("$KV.cronrun_jobs.x", Some("$KV.>")),
+            ("*.API.>", Some("$JS.>")),
+            ("$O.*.x", Some("$O.>")),
+            ("$SYS.REQ.SERVER.PING", Some("$SYS.>")),
+            ("_INBOX.abc", Some("_INBOX.>")),
+            ("cronrun.dispatch.default", Some("cronrun.>")),
+            ("cronrun.ctl.run.j.r.kill", Some("cronrun.>")),
+            ("orders.>", None),
+            ("orders.*.created", None),
+            ("cronrunner.x", None),
+            ("$JSX.y", None),
+            ("cronrun", None),
+        ];
+        for (grant, reached) in cases {
+            assert_eq!(names.grant_reaches_reserved(grant).as_deref(), reached, "{grant}");
+        }
+        assert!(!super::patterns_intersect("a.b", "a.b.>"), "`>` needs a token");
+        assert!(super::patterns_intersect("a.*", "a.>"));
+    }
+
     use super::*;
 
     #[test]

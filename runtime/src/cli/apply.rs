@@ -19,6 +19,10 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
     let jobs = parse_jobs_file(&text, &origin)?;
     let store = ctx.store().await?;
+    // Every job is checked before any is written.
+    for spec in &jobs {
+        store.names.check_grants(spec)?;
+    }
     let mut results = Vec::new();
     for spec in &jobs {
         let (revision, changed) = store.put_job(spec).await.with_context(|| format!("writing job {}", spec.name))?;

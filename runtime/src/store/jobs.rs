@@ -46,6 +46,7 @@ impl Store {
     /// Creates a job that must not exist yet.
     pub async fn create_job(&self, spec: &JobSpec) -> Result<u64, Error> {
         spec.validate()?;
+        self.names.check_grants(spec)?;
         self.jobs.create(&spec.name, spec.to_json(), None).await.map_err(|e| match e.kind() {
             ErrorKind::AlreadyExists => Error::new(
                 ErrorKind::AlreadyExists,
@@ -58,6 +59,7 @@ impl Store {
     /// Creates or replaces a job; unchanged specs are not rewritten.
     pub async fn put_job(&self, spec: &JobSpec) -> Result<(u64, bool), Error> {
         spec.validate()?;
+        self.names.check_grants(spec)?;
         if let Some(current) = self.jobs.get(&spec.name).await? {
             if JobSpec::from_json(&current.value).is_ok_and(|c| &c == spec) {
                 return Ok((current.revision, false));

@@ -82,6 +82,11 @@ impl NatsAccess {
 
     /// Publishes; waits for the stream's ack when a stream captures `subject`.
     pub async fn publish(&self, subject: &str, payload: Vec<u8>, headers: Vec<(String, String)>) -> Result<(), String> {
+        // Checked again here, whatever the grant says (deploy refuses such grants): a
+        // guest publishes through the agent's own connection.
+        if let Some(reserved) = self.store.names.grant_reaches_reserved(subject) {
+            return Err(format!("publish to {subject} denied: {reserved} is reserved and no job may publish there"));
+        }
         if payload.len() > MAX_VALUE_BYTES {
             return Err(format!(
                 "publish to {subject}: payload of {} bytes is over the limit of {MAX_VALUE_BYTES}",
