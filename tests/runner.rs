@@ -331,3 +331,42 @@ async fn runners_take_runs_only_into_free_slots() {
     );
     assert!(on("wide").len() > narrow_runs.len(), "the runner with free slots takes more");
 }
+
+/// A process that leaves the run's process group (`setsid`) ends with the run all the
+/// same: when the job exits, and when it times out.
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_that_leave_the_group_die_with_the_run() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    let escape = |file: &str| format!("setsid sh -c 'echo $$ > {dir}/{file}; exec sleep 600' &");
+    apply(
+        &nats,
+        &format!(
+            r#"
+[[job]]
+name = "leaves"
+schedule = "@yearly"
+shell = "{}  until [ -s {dir}/left ]; do sleep 0.05; done; echo bye"
+
+[[job]]
+name = "hangs"
+schedule = "@yearly"
+timeout = "2s"
+shell = "{}  sleep 600"
+"#,
+            escape("left"),
+            escape("hung")
+        ),
+    );
+    for (job, file, status) in [("leaves", "left", Status::Succeeded), ("hangs", "hung", Status::TimedOut)] {
+        let record = run_status(&nats, &nats.trigger(job)).await;
+        assert_eq!(record.status, status, "{record:?}");
+        let pid: i32 = std::fs::read_to_string(nats.dir.path().join(file)).unwrap().trim().parse().unwrap();
+        eventually(Duration::from_secs(5), &format!("{job}'s escaped process to die"), || async {
+            (!alive(pid)).then_some(())
+        })
+        .await;
+    }
+}

@@ -6,6 +6,7 @@
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `supervisor.rs`: a run's first process; the run dies with its runner.
+//! - `tree.rs`: a run's whole process tree, what left its group included.
 //! - `shell.rs`: process groups, signals, exit codes.
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
@@ -18,6 +19,7 @@ mod run;
 pub mod shell;
 mod starter;
 pub mod supervisor;
+mod tree;
 mod wasm_job;
 
 use std::collections::HashMap;

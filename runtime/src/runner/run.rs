@@ -531,8 +531,7 @@ async fn supervise(
                 }
                 info!("kill requested ({signal})");
                 let status = if signal == Signal::SIGKILL {
-                    process.signal(Signal::SIGKILL);
-                    process.child.wait().await.ok()
+                    process.kill_tree().await
                 } else {
                     process.signal(signal);
                     process.terminate(ctx.config.kill_grace).await

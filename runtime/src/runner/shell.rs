@@ -118,10 +118,23 @@ impl ShellProcess {
         }
     }
 
-    /// TERM to the group, then KILL after `grace` if the main process still lives.
+    /// TERM to the group, then, after `grace` if the main process still lives, the end of
+    /// the whole tree (see `kill_tree`).
     pub async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
         self.signal(Signal::SIGTERM);
-        let status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok);
+        match tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok) {
+            Some(status) => Some(status),
+            None => self.kill_tree().await,
+        }
+    }
+
+    /// Ends the run's whole tree at once, processes that left the group included: the
+    /// supervisor kills it and exits. KILL to the group too, in case it cannot.
+    pub async fn kill_tree(&mut self) -> Option<ExitStatus> {
+        if self.pgid.as_raw() > 0 {
+            let _ = nix::sys::signal::kill(self.pgid, super::supervisor::STOP_SIGNAL);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.ok().and_then(Result::ok);
         self.signal(Signal::SIGKILL);
         match status {
             Some(s) => Some(s),

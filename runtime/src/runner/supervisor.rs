@@ -5,8 +5,11 @@
 //! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
 //! run must not start), then runs the job in the same group and exits with its status.
 //! It outlives TERM, INT and HUP sent to the group, so the job alone decides how to end;
-//! and when its parent, the runner, dies, it kills the whole group: a run never outlives
-//! its runner, so a retry elsewhere never runs beside it.
+//! and when its parent, the runner, dies, it kills the whole tree: a run never outlives
+//! its runner, so a retry elsewhere never runs beside it. The tree is the group and every
+//! process that left it (`setsid`, a double fork): the supervisor is a child subreaper
+//! (see `tree`), so such processes become its children, and they die with the run, on
+//! the job's end, on SIGUSR1 from the runner (timeout, kill) and on the runner's death.
 //!
 //! A runner that is alive but stalled (SIGSTOP, a paused VM, a long GC) or cut off from
 //! NATS cannot renew the run's lease, and a retry starts elsewhere once the lease expires.
@@ -19,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::{getpgrp, getppid};
+use nix::sys::signal::Signal;
+use nix::unistd::getppid;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The hidden argument that selects this mode of the binary.
@@ -47,8 +50,13 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     };
     let _entered = runtime.enter();
-    let signals = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()));
-    let (Ok(term), Ok(int), Ok(hup)) = signals else {
+    let signals = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::user_defined1()),
+    );
+    let (Ok(term), Ok(int), Ok(hup), Ok(stop)) = signals else {
         eprintln!("cronrun: cannot install signal handlers for the run");
         return ExitCode::from(NOT_RELEASED);
     };
@@ -75,7 +83,7 @@ pub fn main(args: &[String]) -> ExitCode {
         },
         _ => (None, args),
     };
-    runtime.block_on(supervise(args, parent, alive, Signals { term, int, hup }))
+    runtime.block_on(supervise(args, parent, alive, Signals { term, int, hup, stop }))
 }
 
 /// Whether the runner's keepalive file is older than `within` (or gone).
@@ -84,12 +92,20 @@ fn stale(path: &Path, within: Duration) -> bool {
     modified.map(|t| t.elapsed().unwrap_or_default() > within).unwrap_or(true)
 }
 
-/// TERM, INT and HUP, caught so that they do not end the supervisor.
+/// TERM, INT and HUP, caught so that they do not end the supervisor; USR1, the runner's
+/// order to end the whole tree now (see `STOP_SIGNAL`).
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    stop: tokio::signal::unix::Signal,
 }
+
+/// Sent by the runner to the supervisor alone: kill the run's whole tree and exit.
+pub const STOP_SIGNAL: Signal = Signal::SIGUSR1;
+
+/// Exit code of a run whose tree was killed (128 + KILL, as shells report it).
+const KILLED: u8 = 137;
 
 async fn supervise(
     args: &[String],
@@ -113,6 +129,9 @@ async fn supervise(
             return ExitCode::from(NOT_RELEASED);
         }
     };
+    if !super::tree::become_subreaper() {
+        eprintln!("cronrun: cannot become a subreaper: processes leaving the run's group may outlive it");
+    }
     let mut child = match cmd.stdin(Stdio::null()).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -123,24 +142,34 @@ async fn supervise(
     let mut check = tokio::time::interval(PARENT_CHECK);
     loop {
         tokio::select! {
-            status = child.wait() => return status.map(exit_code).unwrap_or(ExitCode::FAILURE),
+            status = child.wait() => {
+                // What the job left behind ends with it.
+                super::tree::kill_tree();
+                return status.map(exit_code).unwrap_or(ExitCode::FAILURE);
+            }
             // The job got the same signal from the group; it decides.
             _ = signals.term.recv() => {}
             _ = signals.int.recv() => {}
             _ = signals.hup.recv() => {}
+            _ = signals.stop.recv() => return stop_tree(),
             _ = check.tick() => {
                 if getppid() != parent {
-                    let _ = killpg(getpgrp(), Signal::SIGKILL);
+                    return stop_tree();
                 }
                 if let Some((path, within)) = &alive
                     && stale(path, *within)
                 {
                     eprintln!("cronrun: the runner renewed this run's lease last over {within:?} ago: stopping the run before a retry starts elsewhere");
-                    let _ = killpg(getpgrp(), Signal::SIGKILL);
+                    return stop_tree();
                 }
             }
         }
     }
+}
+
+fn stop_tree() -> ExitCode {
+    super::tree::kill_tree();
+    ExitCode::from(KILLED)
 }
 
 /// The job's status as this process's: its code, or 128 + signal as shells report it.
