@@ -22,7 +22,8 @@ use crate::supervise::describe;
 pub const STOP_MARGIN: Duration = Duration::from_secs(15);
 
 /// Runs until `cancel`; then the scheduler releases its leases, the runner drains, and the
-/// function returns. The stop is bounded: past `drain_timeout + STOP_MARGIN` (NATS gone,
+/// function returns. The stop is bounded: past `drain_timeout + kill_grace + 2 s +
+/// STOP_MARGIN` (NATS gone,
 /// say) it gives up with an error, and runs left are recorded `lost` by whichever
 /// scheduler sees their leases expire.
 pub async fn run(
@@ -31,7 +32,8 @@ pub async fn run(
     clock: SharedClock,
     cancel: CancellationToken,
 ) -> Result<(), Error> {
-    let bound = config.runner.drain_timeout + STOP_MARGIN;
+    // The drain, then TERM's grace and the supervisors' own kill (2 s) for what still runs.
+    let bound = config.runner.drain_timeout + config.runner.kill_grace + Duration::from_secs(2) + STOP_MARGIN;
     let work = run_roles(client, config, clock, cancel.clone());
     tokio::pin!(work);
     tokio::select! {

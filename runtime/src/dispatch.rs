@@ -65,7 +65,7 @@ pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTim
 }
 
 /// Records a fire that will not run as a `skipped` run (create-if-absent: a fire that
-/// was dispatched after all keeps its record).
+/// was dispatched after all keeps its record). True when this call created the record.
 pub async fn record_skipped(
     store: &Store,
     job: &str,
@@ -74,15 +74,18 @@ pub async fn record_skipped(
     revision: u64,
     why: &str,
     now: DateTime<Utc>,
-) {
+) -> bool {
     let mut record = RunRecord::queued(job, run_id, Trigger::Schedule, fire, revision);
     record.status = Status::Skipped;
     record.error = Some(why.to_string());
     record.finished_at = Some(now);
-    if let Err(e) = store.create_run(&record).await
-        && *e.kind() != ErrorKind::AlreadyExists
-    {
-        tracing::warn!(job, run = run_id, "skipped fire not recorded: {e}");
+    match store.create_run(&record).await {
+        Ok(_) => true,
+        Err(e) if *e.kind() == ErrorKind::AlreadyExists => false,
+        Err(e) => {
+            tracing::warn!(job, run = run_id, "skipped fire not recorded: {e}");
+            false
+        }
     }
 }
 
@@ -109,6 +112,8 @@ pub async fn retry(
     record.output.clear();
     (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
     (record.exit_code, record.duration_ms) = (None, None);
+    // The record rides in the dispatch message too: fitted once, for both.
+    record.fit(store.record_budget);
     let revision = store.update_run(&record, revision).await?;
     let msg = DispatchMsg {
         job: record.job.clone(),

@@ -15,15 +15,13 @@ pub fn cancel_on_signals(token: CancellationToken, on_second: impl FnOnce() + Se
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
+        // A stop from within (a task's fault) is not the first signal: only signals count.
         let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
-            _ = token.cancelled() => "cancel",
         };
-        if name != "cancel" {
-            info!("{name} received, shutting down (send it again to stop at once)");
-            token.cancel();
-        }
+        info!("{name} received, shutting down (send it again to stop at once)");
+        token.cancel();
         let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",

@@ -187,7 +187,8 @@ async fn a_stop_while_nats_is_gone_is_bounded_and_a_second_signal_ends_it_at_onc
     nats.kill_server().await;
     let [mut a, mut b] = agents;
 
-    let bound = Duration::from_secs(5) + cronrun::agent::STOP_MARGIN;
+    // drain_timeout 5 s, kill_grace 1 s (the test config), the supervisors' 2 s, the margin.
+    let bound = Duration::from_secs(5 + 1 + 2) + cronrun::agent::STOP_MARGIN;
     let asked = Instant::now();
     kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
     let status = wait_exit(&mut a.child, bound + Duration::from_secs(5)).await;

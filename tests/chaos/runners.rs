@@ -153,9 +153,9 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     );
 }
 
-/// Run supervisors (`cronrun __supervise`) of the agents on `url`: pid, parent and the
-/// instant each run is for.
-fn supervisors(url: &str) -> Vec<(i32, i32, chrono::DateTime<Utc>)> {
+/// Run supervisors (`cronrun __supervise`) whose parent is `parent`: pid and the instant
+/// each run is for. (Runs get a clean environment: nothing in it names their agent.)
+fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
@@ -167,15 +167,17 @@ fn supervisors(url: &str) -> Vec<(i32, i32, chrono::DateTime<Utc>)> {
             })
         };
         let is_supervisor = cmdline.split(|b| *b == 0).nth(1) == Some(b"__supervise".as_slice());
-        if !is_supervisor || var("CRONRUN_NATS").as_deref() != Some(url) || !alive(pid) {
+        if !is_supervisor || !alive(pid) {
             continue;
         }
         let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let ppid = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
-        out.push((pid, ppid, at.to_utc()));
+        let ppid: i32 = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
+        if ppid == parent {
+            out.push((pid, at.to_utc()));
+        }
     }
     out
 }
@@ -192,9 +194,8 @@ async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
     // before its instant, so that it is still unreleased when the runner dies.
     let prepared = eventually(Duration::from_secs(15), "a run prepared ahead of its instant", || async {
         let soon = Utc::now() + chrono::Duration::milliseconds(150);
-        let mine: Vec<_> =
-            supervisors(&nats.url).into_iter().filter(|(_, ppid, at)| *ppid == agent.pid() && *at > soon).collect();
-        (!mine.is_empty()).then_some(mine)
+        let mine = supervisors_of(agent.pid());
+        mine.iter().any(|(_, at)| *at > soon).then_some(mine)
     })
     .await;
     agent.kill9();
@@ -202,13 +203,13 @@ async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
     // Without close-on-exec release pipes each supervisor held a write end of its own
     // stdin, never saw EOF and lived on, an orphan, for good.
     eventually(Duration::from_secs(5), "every supervisor to exit with its runner", || async {
-        supervisors(&nats.url).is_empty().then_some(())
+        prepared.iter().all(|(pid, _)| !alive(*pid)).then_some(())
     })
     .await;
     println!(
         "runner killed with {} run(s) prepared for {:?}: all supervisors gone after {} ms",
         prepared.len(),
-        prepared.iter().map(|p| p.2).collect::<Vec<_>>(),
+        prepared.iter().map(|p| p.1).collect::<Vec<_>>(),
         killed.elapsed().as_millis()
     );
 }

@@ -46,6 +46,8 @@ enum Disposition {
     Done,
     /// Not started; another runner should take it now.
     HandBack,
+    /// Not ours to start now; look again after this long.
+    Later(Duration),
 }
 
 /// Runs one dispatch message to its end and acks it (or hands it back).
@@ -63,6 +65,7 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
         let ack = match run(&ctx, &msg, &dispatch, &stops).await {
             Ok(Disposition::Done) => msg.ack().await,
             Ok(Disposition::HandBack) => msg.ack_with(AckKind::Nak(None)).await,
+            Ok(Disposition::Later(delay)) => msg.ack_with(AckKind::Nak(Some(delay))).await,
             Err(e) if e.is_conflict() => {
                 info!("run taken over elsewhere; this runner stops it: {e}");
                 msg.ack().await
@@ -107,8 +110,11 @@ impl Held {
     /// Extends the run's lease; a conflict means the run was declared lost.
     pub(super) async fn renew(&mut self) -> Result<(), Error> {
         if let Some(lease) = self.lease.as_mut() {
+            // Stamped with the time the renewal was sent: the server's TTL runs from no
+            // earlier than that, so the supervisor's window never outlasts the lease.
+            let sent = std::time::SystemTime::now();
             lease.renew().await?;
-            self.touch_alive();
+            self.touch_alive(sent);
         }
         guards::renew_all(&mut self.guards).await
     }
@@ -117,19 +123,19 @@ impl Held {
     /// touched with every lease renewal.
     fn watch_alive(&mut self, path: Option<PathBuf>) {
         self.alive = path;
-        self.touch_alive();
+        self.touch_alive(std::time::SystemTime::now());
     }
 
-    fn touch_alive(&self) {
+    fn touch_alive(&self, at: std::time::SystemTime) {
         let Some(path) = &self.alive else { return };
-        let touched = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        let touch = || std::fs::File::options().create(true).truncate(false).write(true).open(path)?.set_modified(at);
+        // A cleaner of /tmp may have removed the directory: make it again, once.
+        let touched = touch().or_else(|_| {
+            path.parent().map(std::fs::create_dir_all).transpose()?;
+            touch()
+        });
         if let Err(e) = touched {
-            debug!("keepalive {}: {e}", path.display());
+            warn!("keepalive {}: {e}; the run's supervisor will stop it", path.display());
         }
     }
 
@@ -189,8 +195,11 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
     // due now is claimed by the write that starts it.
     let key = lease_keys::run(&d.job, &d.run_id);
     let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
-        debug!("another runner holds the run");
-        return Ok(Disposition::Done);
+        // Held: by the runner running it (whose record write is on its way), or left by
+        // one that gave up or died. Look again once such a lease has expired: dropping
+        // the message could leave a queued record with nobody to start it.
+        debug!("another runner holds the run; looking again after its lease");
+        return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
     };
     let fence = Fenced::at(stored.revision);
     let mut held = Held { record: stored.record, fence, lease: Some(lease), guards: Vec::new(), alive: None };
@@ -206,6 +215,12 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
         Ok(true) => Ok(Disposition::Done),
         Err(e) => Err(e),
     };
+    // A run that may be recorded `running` and ended in NATS trouble keeps its lease until
+    // it expires: the scheduler then records it `lost` (and retries it). Released, it would
+    // stay `running` with nobody to notice.
+    if result.as_ref().is_err_and(|e| !e.is_conflict()) && held.record.status == Status::Running {
+        held.lease = None;
+    }
     held.release().await;
     result
 }
@@ -229,9 +244,13 @@ async fn claimed(
     // Prepare the process now; it is released at the instant (see `starter`).
     let scheduled = d.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true);
     let early = ctx.current(&d.job, d.spec_revision).await;
-    // The job's own run TTL, when it asks for a longer one: set again by the next renewal.
-    if let (Ok(Some((_, spec))), Some(lease)) = (&early, held.lease.as_mut()) {
+    // The job's own run TTL, when it asks for a longer one: in force from now on (the
+    // lease was taken before the spec was read).
+    if let (Ok(Some((_, spec))), Some(lease)) = (&early, held.lease.as_mut())
+        && spec.run_ttl.is_some()
+    {
         lease.set_ttl(ctx.config.run_ttl_for(spec.run_ttl));
+        held.renew().await?;
     }
     let alive = ctx.alive_path(&held.record.key(), d.attempt);
     let within = ctx.config.alive_within(held.run_ttl(ctx));
@@ -320,7 +339,7 @@ async fn claimed(
         return Ok(false);
     }
     let planned = if in_group { d.scheduled_at } else { ctx.clock.now() };
-    if let Err(e) = mark_running(ctx, msg, held, revision, planned).await {
+    if let Err(e) = mark_running(ctx, msg, held, (revision, planned), &stops.shutdown).await {
         discard(prepared).await;
         return Err(e);
     }
@@ -363,21 +382,20 @@ pub(super) async fn mark_running(
     ctx: &RunnerCtx,
     msg: &Message,
     held: &mut Held,
-    revision: u64,
-    at: DateTime<Utc>,
+    (revision, at): (u64, DateTime<Utc>),
+    shutdown: &CancellationToken,
 ) -> Result<(), Error> {
     held.record.spec_revision = revision;
     held.record.status = Status::Running;
     held.record.started_at = Some(at);
     held.record.heartbeat_at = Some(at);
-    let give_up = std::time::Instant::now() + held.run_ttl(ctx);
+    // Half the TTL: the lease was last renewed up to a heartbeat ago, and must not expire
+    // while the write may still land unseen.
+    let give_up = std::time::Instant::now() + held.run_ttl(ctx) / 2;
     let mut backoff = Duration::from_millis(50);
     loop {
         let error = match held.write(ctx).await {
-            Ok(()) => {
-                held.touch_alive();
-                return Ok(());
-            }
+            Ok(()) => return Ok(()),
             Err(e) if e.is_conflict() => return Err(e),
             Err(e) => e,
         };
@@ -386,7 +404,14 @@ pub(super) async fn mark_running(
             return Err(error);
         }
         warn!("the run's start is not recorded yet, retrying in {backoff:?}: {error}");
-        tokio::time::sleep(backoff).await;
+        let stopping = tokio::select! {
+            _ = shutdown.cancelled() => true,
+            _ = tokio::time::sleep(backoff) => false,
+        };
+        if stopping {
+            held.lease = None;
+            return Err(error);
+        }
         backoff = (backoff * 2).min(Duration::from_secs(1));
         if let Err(e) = held.renew().await
             && e.is_conflict()
@@ -541,7 +566,7 @@ async fn supervise(
             Some(line) = line_rx.recv() => publish_line(ctx, &logs_subject, line, &mut tail).await,
             _ = heartbeat.tick() => {
                 if let Err(e) = held.heartbeat(ctx, msg, &tail).await {
-                    process.signal(Signal::SIGKILL);
+                    process.kill_tree().await;
                     return Err(e);
                 }
             }

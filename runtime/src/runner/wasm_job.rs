@@ -60,7 +60,7 @@ pub(super) async fn run(
         return Ok(false);
     }
     let planned = if ticket.is_some() { d.scheduled_at } else { ctx.clock.now() };
-    mark_running(ctx, msg, held, revision, planned).await?;
+    mark_running(ctx, msg, held, (revision, planned), &stops.shutdown).await?;
     let released = match ticket {
         Some(t) if t.confirm() => t.released().await,
         _ => None,

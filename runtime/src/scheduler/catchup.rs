@@ -87,7 +87,10 @@ pub(super) async fn record_missed(
     now: DateTime<Utc>,
 ) {
     let run_id = fire_run_id(fire);
-    record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await;
+    // An event follows only the record it reports.
+    if !record_skipped(store, name, &run_id, fire, revision, &format!("missed: {why}"), now).await {
+        return;
+    }
     publish_event(store, &Event::new(name, &run_id, EventKind::Missed, 1, now).with_detail(why)).await;
     // At most `MISSED_RECORDS_MAX` of these per job and takeover: pruning each time is cheap.
     if let Err(e) = store.prune_runs(name, history).await {

@@ -49,8 +49,8 @@ pub struct Fenced {
     unconfirmed: Vec<Bytes>,
 }
 
-/// Writes with a lost answer remembered per key; older ones cannot have landed after a
-/// newer one was accepted, so a few suffice.
+/// Writes with a lost answer remembered per key. All are compare-and-sets from one
+/// revision, so at most one lands, and the first ones sent are the likeliest.
 const UNCONFIRMED_MAX: usize = 4;
 
 impl Fenced {
@@ -118,10 +118,17 @@ impl Bucket {
                     if fence.unconfirmed.is_empty() {
                         return Err(e);
                     }
-                    let sent = std::mem::take(&mut fence.unconfirmed);
-                    match self.get(key).await? {
+                    let stored = match self.get(key).await {
+                        Ok(stored) => stored,
+                        // Not known yet: the next conflict asks again.
+                        Err(read) => return Err(read),
+                    };
+                    match stored {
                         // Ours after all: write again from there.
-                        Some(v) if sent.contains(&v.value) => fence.revision = v.revision,
+                        Some(v) if fence.unconfirmed.contains(&v.value) => {
+                            fence.revision = v.revision;
+                            fence.unconfirmed.clear();
+                        }
                         _ => return Err(e),
                     }
                 }
@@ -133,10 +140,11 @@ impl Bucket {
                         fence.unconfirmed.clear();
                         return Ok(v.revision);
                     }
-                    if fence.unconfirmed.len() == UNCONFIRMED_MAX {
-                        fence.unconfirmed.remove(0);
+                    // Writes from one revision: of those queued while NATS was away, the first
+                    // to reach the server is the one that can land. Keep the first ones.
+                    if fence.unconfirmed.len() < UNCONFIRMED_MAX {
+                        fence.unconfirmed.push(value);
                     }
-                    fence.unconfirmed.push(value);
                     return Err(e);
                 }
             }
