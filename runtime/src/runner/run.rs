@@ -374,7 +374,7 @@ async fn claimed(
 
 /// Records the run `running` (planned to start at `at`, from spec `revision`) before its
 /// process or guest may start: the compare-and-set that fences it against a retry
-/// elsewhere. NATS trouble (a leader election) is retried, lease kept alive, for up to one
+/// elsewhere. NATS trouble (a leader election) is retried, lease kept alive, for up to half a
 /// run-lease TTL, so a start is late rather than doubled. If it still fails, the run's
 /// lease is left to expire rather than released: the write may have landed unseen, and
 /// the scheduler that sees the expiry records the run `lost` and retries it per policy.
