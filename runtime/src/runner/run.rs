@@ -94,6 +94,8 @@ pub(super) struct Held {
     guards: Vec<Lease>,
     /// The keepalive file of a shell run, touched with every lease renewal.
     alive: Option<PathBuf>,
+    /// When the run's lease was last taken or renewed, as sent.
+    renewed: std::time::Instant,
 }
 
 impl Held {
@@ -112,8 +114,9 @@ impl Held {
         if let Some(lease) = self.lease.as_mut() {
             // Stamped with the time the renewal was sent: the server's TTL runs from no
             // earlier than that, so the supervisor's window never outlasts the lease.
-            let sent = std::time::SystemTime::now();
+            let (sent, sent_at) = (std::time::SystemTime::now(), std::time::Instant::now());
             lease.renew().await?;
+            self.renewed = sent_at;
             self.touch_alive(sent);
         }
         guards::renew_all(&mut self.guards).await
@@ -202,7 +205,8 @@ async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> 
         return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
     };
     let fence = Fenced::at(stored.revision);
-    let mut held = Held { record: stored.record, fence, lease: Some(lease), guards: Vec::new(), alive: None };
+    let (record, renewed) = (stored.record, std::time::Instant::now());
+    let mut held = Held { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await
@@ -374,8 +378,8 @@ async fn claimed(
 
 /// Records the run `running` (planned to start at `at`, from spec `revision`) before its
 /// process or guest may start: the compare-and-set that fences it against a retry
-/// elsewhere. NATS trouble (a leader election) is retried, lease kept alive, for up to half a
-/// run-lease TTL, so a start is late rather than doubled. If it still fails, the run's
+/// elsewhere. NATS trouble (a leader election) is retried, lease kept alive, as long as
+/// the lease lives, so a start is late rather than doubled or lost. If it still fails, the run's
 /// lease is left to expire rather than released: the write may have landed unseen, and
 /// the scheduler that sees the expiry records the run `lost` and retries it per policy.
 pub(super) async fn mark_running(
@@ -389,9 +393,9 @@ pub(super) async fn mark_running(
     held.record.status = Status::Running;
     held.record.started_at = Some(at);
     held.record.heartbeat_at = Some(at);
-    // Half the TTL: the lease was last renewed up to a heartbeat ago, and must not expire
-    // while the write may still land unseen.
-    let give_up = std::time::Instant::now() + held.run_ttl(ctx) / 2;
+    // As long as the lease lives (renewed between tries, once NATS answers again), less
+    // half a heartbeat: it must not expire while the write may still land unseen.
+    let lease_left = |held: &Held| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
     let mut backoff = Duration::from_millis(50);
     loop {
         let error = match held.write(ctx).await {
@@ -399,7 +403,7 @@ pub(super) async fn mark_running(
             Err(e) if e.is_conflict() => return Err(e),
             Err(e) => e,
         };
-        if std::time::Instant::now() + backoff > give_up {
+        if std::time::Instant::now() + backoff > lease_left(held) {
             held.lease = None;
             return Err(error);
         }
