@@ -7,8 +7,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
+use super::held::Held;
 use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail};
-use super::run::Held;
 use crate::dispatch::retry;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};

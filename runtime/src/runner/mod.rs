@@ -1,6 +1,7 @@
 //! The runner: pulls due runs of its pools and executes them with bounded concurrency.
 //!
 //! - `run.rs`: one run's life (claim, wait for the instant, start, supervise).
+//! - `held.rs`: what the runner holds of a run: record and fence, leases, keepalive.
 //! - `finish.rs`: the end of a started run: final record or next attempt, log end, event.
 //! - `wasm_job.rs`: Wasm runs: prepared at claim, called at the instant, supervised.
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
@@ -13,6 +14,7 @@
 
 mod finish;
 mod guards;
+mod held;
 pub(crate) mod output;
 mod presence;
 mod run;

@@ -3,7 +3,6 @@
 //! compare-and-set on the revision this runner last wrote; a refused write means the run
 //! was taken from us (fencing), and the child is killed without writing anything more.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::RunnerCtx;
 use super::finish::{Ended, finish, publish_eof, publish_line, shut_down, timed_out};
 use super::guards::{self, Decision};
+use super::held::Held;
 use super::output::{Line, Source, Tail, read_lines};
 use super::shell::{self, RunEnv, ShellProcess};
 use super::starter::{Starter, Ticket};
@@ -26,7 +26,7 @@ use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::names::lease_keys;
-use crate::record::{RunRecord, Status, Trigger};
+use crate::record::{Status, Trigger};
 use crate::spec::JobSpec;
 use crate::store::StoredRun;
 use crate::store::kv::Fenced;
@@ -83,96 +83,6 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
     }
     .instrument(span)
     .await
-}
-
-/// The record as this runner last wrote it, the run's lease, and the overlap and lock
-/// leases it holds (see `guards`).
-pub(super) struct Held {
-    pub(super) record: RunRecord,
-    pub(super) fence: Fenced,
-    lease: Option<Lease>,
-    guards: Vec<Lease>,
-    /// The keepalive file of a shell run, touched with every lease renewal.
-    alive: Option<PathBuf>,
-    /// When the run's lease was last taken or renewed, as sent.
-    renewed: std::time::Instant,
-}
-
-impl Held {
-    pub(super) async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
-        ctx.store.update_run_fenced(&self.record, &mut self.fence).await?;
-        Ok(())
-    }
-
-    /// The TTL of the run's lease.
-    pub(super) fn run_ttl(&self, ctx: &RunnerCtx) -> Duration {
-        self.lease.as_ref().map_or(ctx.config.run_lease_ttl(), Lease::ttl)
-    }
-
-    /// Extends the run's lease; a conflict means the run was declared lost.
-    pub(super) async fn renew(&mut self) -> Result<(), Error> {
-        if let Some(lease) = self.lease.as_mut() {
-            // Stamped with the time the renewal was sent: the server's TTL runs from no
-            // earlier than that, so the supervisor's window never outlasts the lease.
-            let (sent, sent_at) = (std::time::SystemTime::now(), std::time::Instant::now());
-            lease.renew().await?;
-            self.renewed = sent_at;
-            self.touch_alive(sent);
-        }
-        guards::renew_all(&mut self.guards).await
-    }
-
-    /// From now on the run's supervisor watches `path` (see `supervisor`): created now,
-    /// touched with every lease renewal.
-    fn watch_alive(&mut self, path: Option<PathBuf>) {
-        self.alive = path;
-        self.touch_alive(std::time::SystemTime::now());
-    }
-
-    fn touch_alive(&self, at: std::time::SystemTime) {
-        let Some(path) = &self.alive else { return };
-        let touch = || std::fs::File::options().create(true).truncate(false).write(true).open(path)?.set_modified(at);
-        // A cleaner of /tmp may have removed the directory: make it again, once.
-        let touched = touch().or_else(|_| {
-            path.parent().map(std::fs::create_dir_all).transpose()?;
-            touch()
-        });
-        if let Err(e) = touched {
-            warn!("keepalive {}: {e}; the run's supervisor will stop it", path.display());
-        }
-    }
-
-    /// Refreshes the run's lease, then its record (`heartbeat_at`, output so far), and tells
-    /// JetStream the message is still in hand. A conflict means the run was taken away:
-    /// the caller stops it. Nothing is written once the lease renewal is refused.
-    pub(super) async fn heartbeat(&mut self, ctx: &RunnerCtx, msg: &Message, tail: &Tail) -> Result<(), Error> {
-        self.record.heartbeat_at = Some(ctx.clock.now());
-        self.record.output = tail.to_vec();
-        let written = match self.renew().await {
-            Ok(()) => self.write(ctx).await,
-            Err(e) => Err(e),
-        };
-        let _ = msg.ack_with(AckKind::Progress).await;
-        match written {
-            Err(e) if !e.is_conflict() => {
-                warn!("heartbeat not recorded: {e}");
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    pub(super) async fn release(&mut self) {
-        if let Some(path) = self.alive.take() {
-            let _ = std::fs::remove_file(path);
-        }
-        guards::release_all(std::mem::take(&mut self.guards)).await;
-        if let Some(lease) = self.lease.take()
-            && let Err(e) = lease.release().await
-        {
-            debug!("run lease not released: {e}");
-        }
-    }
 }
 
 async fn run(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {

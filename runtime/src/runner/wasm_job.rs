@@ -10,8 +10,9 @@ use tracing::info;
 
 use super::RunnerCtx;
 use super::finish::{Ended, finish, publish_line, shut_down, timed_out};
+use super::held::Held;
 use super::output::{Line, Tail};
-use super::run::{Held, Stops, finish_without_start, mark_running, wait_until};
+use super::run::{Stops, finish_without_start, mark_running, wait_until};
 use super::starter::Ticket;
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
