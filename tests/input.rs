@@ -119,7 +119,7 @@ async fn malformed_spec_in_kv_is_skipped_and_explained() {
 #[tokio::test(flavor = "multi_thread")]
 async fn layout_is_created_once_and_existing_streams_are_left_alone() {
     let nats = Nats::start().await;
-    let client = async_nats::connect(&nats.url).await.unwrap();
+    let client = nats.client().await;
     let js = async_nats::jetstream::new(client);
     // An operator created the logs stream with a shorter age than cronrun's default.
     js.create_stream(async_nats::jetstream::stream::Config {
@@ -185,12 +185,7 @@ async fn output_into_a_closed_pipe_ends_quietly() {
         // `cronrun ls | head -0`: the reader is gone before the first write.
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cronrun"))
-            .args(args)
-            .env("CRONRUN_NATS", &nats.url)
-            .stdout(writer)
-            .output()
-            .unwrap();
+        let out = nats.command().args(args).stdout(writer).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{args:?}: {stderr}");
         assert!(stderr.is_empty(), "{args:?}: {stderr}");

@@ -98,8 +98,8 @@ shell = "yes $(printf '%01023d' 7) | head -c 104857600; head -c 104857600 /dev/z
     assert!(peak < 200 * 1024, "agent peak RSS {peak} KiB for 200 MiB of output");
 }
 
-/// A job sees a clean environment: nothing of the agent's (here its NATS URL and log
-/// level) unless it asks for it with `inherit_env`.
+/// A job sees a clean environment: nothing of the agent's (here its NATS URL, identity
+/// file and log level) unless it asks for it with `inherit_env`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_sees_nothing_of_the_agents_environment_unless_it_inherits_it() {
     let nats = Nats::start().await;
@@ -127,9 +127,14 @@ shell = { command = "env | sort", inherit_env = true }
     for name in ["PATH", "MINE", "CRONRUN_JOB", "CRONRUN_RUN_ID", "CRONRUN_ATTEMPT", "CRONRUN_SCHEDULED_AT"] {
         assert!(names.contains(&name), "{name} missing: {:?}", clean.output);
     }
-    assert!(!names.contains(&"CRONRUN_NATS") && !names.contains(&"RUST_LOG"), "{:?}", clean.output);
+    for agents in ["CRONRUN_NATS", "CRONRUN_CREDS", "RUST_LOG"] {
+        assert!(!names.contains(&agents), "the job saw {agents}: {:?}", clean.output);
+    }
+    let seed = std::fs::read_to_string(nats.identity("agent")).unwrap();
+    assert!(!clean.output.iter().any(|l| l.contains(seed.trim())), "{:?}", clean.output);
     let inherits = run_status(&nats, &nats.trigger("inherits")).await;
     assert!(inherits.output.iter().any(|l| l.starts_with("CRONRUN_NATS=nats://")), "{:?}", inherits.output);
+    assert!(inherits.output.iter().any(|l| l.starts_with("CRONRUN_CREDS=")), "{:?}", inherits.output);
 }
 
 /// Quotes and NULs grow six-fold in JSON: 100 lines of 8 KiB once made the record too large

@@ -109,10 +109,11 @@ async fn a_shard_count_other_than_the_deployments_is_refused() {
     // so this agent gets a config of its own.
     let config = nats.dir.path().join("other.toml");
     std::fs::write(&config, "name = \"other\"\nroles = [\"scheduler\"]\n[scheduler]\nshards = 16\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cronrun"))
+    let out = nats
+        .command()
         .args(["agent", "--config"])
         .arg(&config)
-        .env("CRONRUN_NATS", &nats.url)
+        .env("CRONRUN_CREDS", nats.identity("scheduler"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -39,17 +39,23 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     build_plugins();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    // The default data directory, under XDG_DATA_HOME: the CLI finds the admin identity there.
     let mut up = Command::new(BIN)
-        .args(["up", "--port", &port.to_string(), "--data-dir"])
-        .arg(dir.path())
+        .args(["up", "--port", &port.to_string()])
+        .env("XDG_DATA_HOME", dir.path())
         .env_remove("CRONRUN_NATS")
+        .env_remove("CRONRUN_CREDS")
         .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let url = format!("nats://127.0.0.1:{port}");
-    let cli = |args: &[&str]| Command::new(BIN).args(args).env("CRONRUN_NATS", &url).output().unwrap();
+    let cli = |args: &[&str]| {
+        let mut command = Command::new(BIN);
+        command.args(args).env("CRONRUN_NATS", &url).env("XDG_DATA_HOME", dir.path()).env_remove("CRONRUN_CREDS");
+        command.output().unwrap()
+    };
     let listed = eventually(Duration::from_secs(20), "cronrun up to list its example jobs", || async {
         let out = cli(&["ls"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -60,6 +66,22 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     assert!(listed.contains("*/10 * * * * *"), "{listed}");
     let server = nats_server_children(up.id());
     assert_eq!(server.len(), 1, "one nats-server child");
+    // Secure by default: identities only their owner reads, and no entry without one.
+    for name in ["admin", "viewer", "scheduler", "runner", "agent"] {
+        let path = dir.path().join(format!("cronrun/identities/{name}.nk"));
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    }
+    let elsewhere = tempfile::tempdir().unwrap();
+    let anonymous = Command::new(BIN)
+        .args(["ls"])
+        .env("CRONRUN_NATS", &url)
+        .env("XDG_DATA_HOME", elsewhere.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(!anonymous.status.success(), "a client without credentials is refused");
+    assert!(err.contains("requires credentials") && err.trim_end().lines().count() == 1, "{err}");
     eventually(Duration::from_secs(20), "the hello example to succeed", || async {
         let out = cli(&["runs", "hello"]);
         String::from_utf8_lossy(&out.stdout).contains("succeeded").then_some(())
@@ -92,9 +114,10 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
 
     // A second start finds its data and does not add the examples again.
     let again = Command::new(BIN)
-        .args(["up", "--port", &port.to_string(), "--data-dir"])
-        .arg(dir.path())
+        .args(["up", "--port", &port.to_string()])
+        .env("XDG_DATA_HOME", dir.path())
         .env_remove("CRONRUN_NATS")
+        .env_remove("CRONRUN_CREDS")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -42,7 +42,7 @@ async fn deployed_wasm_jobs_run_on_the_agent() {
     assert_eq!(output.last(), Some(&"hej, world"));
 
     // emit-event every 2 s: one event per fire in a deduplicating stream.
-    let js = async_nats::jetstream::new(async_nats::connect(&nats.url).await.unwrap());
+    let js = async_nats::jetstream::new(nats.client().await);
     js.create_stream(async_nats::jetstream::stream::Config {
         name: "DEMO".into(),
         subjects: vec!["demo.events".into()],

@@ -137,6 +137,8 @@ pub fn patterns_intersect(a: &str, b: &str) -> bool {
 
 /// Lease and lock keys in the leases bucket.
 pub mod lease_keys {
+    /// The deployment's shard count, written once by the first scheduler.
+    pub const SHARD_COUNT: &str = "shards";
     /// The scheduler lease of shard `n`.
     pub fn shard(n: u32) -> String {
         format!("shard.{n}")

@@ -65,6 +65,30 @@ async fn watch_role(
     result
 }
 
+/// How long a runner waits at start for a scheduler (or an admin) to create the layout.
+pub const LAYOUT_WAIT: Duration = Duration::from_secs(120);
+
+/// The layout as a runner finds it: a runner's identity may not create streams, and on a
+/// fresh deployment its scheduler may start a moment later. Waits at most `LAYOUT_WAIT`.
+async fn open_existing(client: async_nats::Client, names: Names, cancel: &CancellationToken) -> Result<Store, Error> {
+    let deadline = tokio::time::Instant::now() + LAYOUT_WAIT;
+    let mut said = false;
+    loop {
+        match Store::open_existing(client.clone(), names.clone()).await {
+            Err(e) if e.is_not_found() && tokio::time::Instant::now() < deadline => {
+                if !std::mem::replace(&mut said, true) {
+                    warn!("waiting for the layout: {e}");
+                }
+            }
+            result => return result,
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(Error::new(crate::ErrorKind::Other, "stopped while waiting for the layout")),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
 async fn run_roles(
     client: async_nats::Client,
     config: AgentConfig,
@@ -72,7 +96,10 @@ async fn run_roles(
     cancel: CancellationToken,
 ) -> Result<(), Error> {
     let names = Names::new(&config.namespace)?;
-    let store = Store::open(client, names, &config.layout).await?;
+    let store = match config.roles.contains(&Role::Scheduler) {
+        true => Store::open(client, names, &config.layout).await?,
+        false => open_existing(client, names, &cancel).await?,
+    };
     // The catalog outlives the runner's drain, which still reads specs.
     let catalog_cancel = CancellationToken::new();
     let schedules = config.roles.contains(&Role::Scheduler);

@@ -45,6 +45,8 @@ pub struct ServerOptions {
     pub port: u16,
     pub server_name: Option<String>,
     pub extra_config: String,
+    /// The identity that checks the server is ready, when it requires authentication.
+    pub probe_creds: Option<String>,
 }
 
 impl EmbeddedNats {
@@ -82,7 +84,7 @@ impl EmbeddedNats {
         let mut server = Self { child, url: String::new(), port: 0 };
         server.port = server.wait_for_port(&ports_dir, data_dir).await?;
         server.url = format!("nats://127.0.0.1:{}", server.port);
-        server.wait_for_jetstream().await?;
+        server.wait_for_jetstream(opts.probe_creds.as_deref()).await?;
         Ok(server)
     }
 
@@ -101,8 +103,8 @@ impl EmbeddedNats {
         Err(Error::new(ErrorKind::Other, "nats-server did not start within 10s"))
     }
 
-    async fn wait_for_jetstream(&self) -> Result<(), Error> {
-        let client = crate::connect::connect(&self.url, None, "cronrun-probe").await?;
+    async fn wait_for_jetstream(&self, creds: Option<&str>) -> Result<(), Error> {
+        let client = crate::connect::connect(&self.url, creds, "cronrun-probe").await?;
         let js = async_nats::jetstream::new(client);
         for _ in 0..200 {
             if js.query_account().await.is_ok() {

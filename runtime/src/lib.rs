@@ -13,10 +13,12 @@
 //! - `events`: publishing on the event stream.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
+//! - `auth`: NATS identities per role and the server's `authorization` block.
 //! - `cli`: the command line, one file per command.
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched.
 //! - `clock`: time behind a trait for tests.
 pub mod agent;
+pub mod auth;
 pub mod catalog;
 pub mod cli;
 pub mod clock;

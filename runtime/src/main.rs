@@ -16,7 +16,8 @@ fn main() -> ExitCode {
         return cronrun::runner::supervisor::main(&args[2..]);
     }
     let cli = Cli::parse();
-    let default_level = if cli.command.is_daemon() { "info" } else { "warn" };
+    // One-shot commands end in one line of their own; the client's reconnect logs are noise.
+    let default_level = if cli.command.is_daemon() { "info" } else { "warn,async_nats=off,cronrun::connect=error" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -34,7 +35,14 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            let e = format!("{e:#}").replace('\n', " ");
+            match cronrun::connect::last_denial() {
+                // A denied write is not answered: say why it timed out.
+                Some(denial) => eprintln!(
+                    "error: NATS refused it: {denial}; connect as an identity whose role allows it (--creds, docs/security.md) [{e}]"
+                ),
+                None => eprintln!("error: {e}"),
+            }
             ExitCode::FAILURE
         }
     }

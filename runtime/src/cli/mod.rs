@@ -3,6 +3,7 @@
 mod add;
 mod agent;
 mod apply;
+mod auth;
 mod bench;
 mod deploy;
 mod get;
@@ -39,7 +40,8 @@ pub struct Global {
     /// NATS server URL(s), comma-separated [default: nats://127.0.0.1:4222]
     #[arg(long, global = true, env = "CRONRUN_NATS")]
     pub nats: Option<String>,
-    /// NATS credentials file
+    /// NATS identity: an nkey seed file from `cronrun auth init` or a .creds file
+    /// [default: admin.nk of a local `cronrun up`, when readable]
     #[arg(long, global = true, env = "CRONRUN_CREDS")]
     pub creds: Option<String>,
     /// Prefix of every bucket, stream and subject
@@ -60,6 +62,9 @@ pub enum Output {
 pub enum Command {
     /// Everything on this machine: a local nats-server (unless --nats), scheduler and runner
     Up(up::UpArgs),
+    /// NATS identities per role and the nats-server authorization that goes with them
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
     /// The daemon for one host: scheduler and/or runner
     Agent(agent::AgentArgs),
     /// Add a shell job: cronrun add NAME --schedule EXPR -- CMD...
@@ -113,13 +118,23 @@ impl Ctx {
         self.global.nats.clone().unwrap_or_else(|| "nats://127.0.0.1:4222".into())
     }
 
+    /// The identity to connect as: `--creds`, else the admin identity a `cronrun up` on
+    /// this host generated, when this user may read it, else none.
+    pub fn creds(&self) -> Option<String> {
+        if self.global.creds.is_some() {
+            return self.global.creds.clone();
+        }
+        let admin = crate::auth::up_identities_dir(&up::default_data_dir()).join("admin.nk");
+        std::fs::File::open(&admin).is_ok().then(|| admin.to_string_lossy().into_owned())
+    }
+
     pub fn names(&self) -> Result<Names> {
         Ok(Names::new(&self.global.namespace)?)
     }
 
     pub async fn store(&self) -> Result<Store> {
         let names = self.names()?;
-        let client = crate::connect::connect(&self.nats_url(), self.global.creds.as_deref(), "cronrun-cli").await?;
+        let client = crate::connect::connect(&self.nats_url(), self.creds().as_deref(), "cronrun-cli").await?;
         Store::open(client, names, &LayoutOptions::default()).await.context("opening the cronrun layout in NATS")
     }
 
@@ -157,6 +172,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let ctx = Ctx { global: cli.global };
     match cli.command {
         Command::Up(a) => up::run(&ctx, a).await,
+        Command::Auth(a) => auth::run(&ctx, a),
         Command::Agent(a) => agent::run(&ctx, a).await,
         Command::Add(a) => add::run(&ctx, a).await,
         Command::Apply(a) => apply::run(&ctx, a).await,

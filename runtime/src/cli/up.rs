@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::agent::AgentArgs;
 use super::deploy::DeployArgs;
 use super::{Ctx, Global, Output};
+use crate::auth::Identities;
 use crate::embedded::{EmbeddedNats, ServerOptions};
 use crate::names::Names;
 use crate::spec::parse_jobs_file;
@@ -32,11 +33,15 @@ pub struct UpArgs {
     /// Do not add the example jobs on first start
     #[arg(long)]
     pub no_examples: bool,
+    /// A subject Wasm jobs may publish to (repeatable), within their own grants: the
+    /// local server's bound on guests [default: none]
+    #[arg(long = "guest-publish")]
+    pub guest_publish: Vec<String>,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
 
-fn default_data_dir() -> PathBuf {
+pub(super) fn default_data_dir() -> PathBuf {
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
@@ -56,6 +61,9 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         }
     };
     crate::shutdown::cancel_on_signals(cancel.clone(), on_second).context("installing signal handlers")?;
+    // With its own server, `up` is secure by default: identities in the data directory,
+    // anonymous clients refused, the agent and the examples each with their own role.
+    let mut admin_creds = ctx.global.creds.clone();
     let server = match &ctx.global.nats {
         Some(_) => None,
         None => {
@@ -67,25 +75,38 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
                     a.port
                 );
             }
-            let opts = ServerOptions { port: a.port, ..Default::default() };
+            let ids = Identities::ensure(&crate::auth::up_identities_dir(&dir))?;
+            let names = Names::new(&config.namespace)?;
+            let opts = ServerOptions {
+                port: a.port,
+                extra_config: ids.authorization(&names, &a.guest_publish, &[])?,
+                probe_creds: Some(path_str(&ids.path("admin"))),
+                ..Default::default()
+            };
             let server = EmbeddedNats::start(&dir.join("nats"), &opts).await?;
-            info!(url = %server.url, data = %dir.display(), "local nats-server started");
+            info!(url = %server.url, data = %dir.display(), identities = %ids.dir.display(), "local nats-server started");
             if let Some(pid) = server.pid() {
                 let _ = server_pid.set(pid);
             }
             config.nats = server.url.clone();
+            config.creds = Some(path_str(&ids.path("agent")));
+            admin_creds = Some(path_str(&ids.path("admin")));
             Some(server)
         }
     };
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
-        add_examples(&client, &config).await?;
+        add_examples(&config, admin_creds.clone()).await?;
     }
     // The agent runs on whether or not anyone reads the banner.
+    let nats_cli = match (&server, &admin_creds) {
+        (Some(_), Some(admin)) => format!("nats --server {} --nkey {admin}", config.nats),
+        _ => format!("nats --server {}", config.nats),
+    };
     let _ = super::out(&format!(
         "cronrun is up: NATS at {}. Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, \
-         `nats --server {} kv ls {}_jobs`. Ctrl-C stops.",
-        config.nats, config.nats, config.namespace
+         `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
+        config.nats, config.namespace
     ));
     let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
     if let Some(server) = server {
@@ -95,8 +116,9 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
 }
 
 /// Adds the example jobs if the deployment has no jobs at all.
-async fn add_examples(client: &async_nats::Client, config: &crate::config::AgentConfig) -> Result<()> {
-    let store = Store::open(client.clone(), Names::new(&config.namespace)?, &config.layout).await?;
+async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<String>) -> Result<()> {
+    let client = crate::connect::connect(&config.nats, admin_creds.as_deref(), "cronrun-up examples").await?;
+    let store = Store::open(client, Names::new(&config.namespace)?, &config.layout).await?;
     if !store.list_jobs().await?.is_empty() {
         return Ok(());
     }
@@ -111,7 +133,7 @@ async fn add_examples(client: &async_nats::Client, config: &crate::config::Agent
     let ctx = Ctx {
         global: Global {
             nats: Some(config.nats.clone()),
-            creds: config.creds.clone(),
+            creds: admin_creds,
             namespace: config.namespace.clone(),
             output: Output::Text,
         },
@@ -137,4 +159,8 @@ fn example_plugin() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let plugin = exe.parent()?.parent()?.join("wasm32-wasip2/release/hello.wasm");
     plugin.is_file().then_some(plugin)
+}
+
+fn path_str(path: &std::path::Path) -> String {
+    path.to_string_lossy().into_owned()
 }

@@ -15,7 +15,7 @@ use crate::store::Store;
 /// Shards of a new deployment unless `[scheduler] shards` says otherwise.
 pub const DEFAULT_SHARDS: u32 = 64;
 /// The key in the leases bucket holding the shard count.
-pub const SHARDS_KEY: &str = "shards";
+pub const SHARDS_KEY: &str = crate::names::lease_keys::SHARD_COUNT;
 
 /// FNV-1a over the concatenated parts: fixed by its definition, the same on every host,
 /// Rust release and cronrun version (unlike `std`'s `DefaultHasher`).

@@ -49,13 +49,23 @@ pub const DISPATCH_MAX_MSGS: i64 = 1_000_000;
 pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
 pub const DISPATCH_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Whether `ensure` creates what is missing, or only finds what is there (an identity that
+/// may not create streams: a runner, a viewer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    Create,
+    Refuse,
+}
+
 pub(super) async fn ensure(
     js: &jetstream::Context,
     names: &Names,
     opts: &LayoutOptions,
+    missing: Missing,
 ) -> Result<(kv::Store, kv::Store, kv::Store), Error> {
     let jobs = ensure_kv(
         js,
+        missing,
         kv::Config {
             bucket: names.jobs_bucket(),
             description: "cronrun job specs".into(),
@@ -67,6 +77,7 @@ pub(super) async fn ensure(
     .await?;
     let runs = ensure_kv(
         js,
+        missing,
         kv::Config {
             bucket: names.runs_bucket(),
             description: "cronrun run records".into(),
@@ -80,6 +91,7 @@ pub(super) async fn ensure(
     .await?;
     let leases = ensure_kv(
         js,
+        missing,
         kv::Config {
             bucket: names.leases_bucket(),
             description: "cronrun leases, locks and runner presence".into(),
@@ -90,7 +102,20 @@ pub(super) async fn ensure(
         },
     )
     .await?;
+    ensure_kv(
+        js,
+        missing,
+        kv::Config {
+            bucket: names.job_kv_bucket(),
+            description: "cronrun Wasm jobs' private key-value data".into(),
+            history: 1,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        },
+    )
+    .await?;
     if js.get_object_store(names.plugins_store()).await.is_err() {
+        refuse_missing(missing, &names.plugins_store())?;
         js.create_object_store(object_store::Config {
             bucket: names.plugins_store(),
             description: Some("cronrun Wasm components by digest".into()),
@@ -102,6 +127,7 @@ pub(super) async fn ensure(
     }
     ensure_stream(
         js,
+        missing,
         stream::Config {
             name: names.dispatch_stream(),
             description: Some("cronrun due runs, pulled by runners".into()),
@@ -122,6 +148,7 @@ pub(super) async fn ensure(
     .await?;
     ensure_stream(
         js,
+        missing,
         stream::Config {
             name: names.logs_stream(),
             description: Some("cronrun live output lines".into()),
@@ -136,6 +163,7 @@ pub(super) async fn ensure(
     .await?;
     ensure_stream(
         js,
+        missing,
         stream::Config {
             name: names.events_stream(),
             description: Some("cronrun run events".into()),
@@ -150,11 +178,23 @@ pub(super) async fn ensure(
     Ok((jobs, runs, leases))
 }
 
-async fn ensure_kv(js: &jetstream::Context, config: kv::Config) -> Result<kv::Store, Error> {
+/// The error for a missing part of the layout this identity may not create.
+fn refuse_missing(missing: Missing, name: &str) -> Result<(), Error> {
+    match missing {
+        Missing::Create => Ok(()),
+        Missing::Refuse => Err(Error::new(
+            crate::ErrorKind::NotFound,
+            format!("{name} does not exist yet: a scheduler or an admin command creates the layout"),
+        )),
+    }
+}
+
+async fn ensure_kv(js: &jetstream::Context, missing: Missing, config: kv::Config) -> Result<kv::Store, Error> {
     let bucket = config.bucket.clone();
     if let Ok(store) = js.get_key_value(&bucket).await {
         return Ok(store);
     }
+    refuse_missing(missing, &bucket)?;
     // Several agents may race here; the server accepts identical creates, and a loser of
     // a differing one finds the winner's bucket on the second look.
     match js.create_key_value(config).await {
@@ -165,11 +205,12 @@ async fn ensure_kv(js: &jetstream::Context, config: kv::Config) -> Result<kv::St
     }
 }
 
-async fn ensure_stream(js: &jetstream::Context, config: stream::Config) -> Result<(), Error> {
+async fn ensure_stream(js: &jetstream::Context, missing: Missing, config: stream::Config) -> Result<(), Error> {
     let name = config.name.clone();
     if js.get_stream(&name).await.is_ok() {
         return Ok(());
     }
+    refuse_missing(missing, &name)?;
     match js.create_stream(config).await {
         Ok(_) => Ok(()),
         Err(create_err) => js

@@ -20,7 +20,7 @@ use crate::names::Names;
 
 pub use jobs::StoredJob;
 pub use kv::Bucket;
-pub use layout::{LEASE_MARKER_TTL, LayoutOptions};
+pub use layout::{LEASE_MARKER_TTL, LayoutOptions, Missing};
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
 
@@ -44,8 +44,22 @@ const RECORD_HEADROOM: usize = 8 * 1024;
 impl Store {
     /// Opens the layout, creating what is missing.
     pub async fn open(client: async_nats::Client, names: Names, opts: &LayoutOptions) -> Result<Self, Error> {
+        Self::open_with(client, names, opts, Missing::Create).await
+    }
+
+    /// Opens the layout as it is: a missing part is an `ErrorKind::NotFound` error.
+    pub async fn open_existing(client: async_nats::Client, names: Names) -> Result<Self, Error> {
+        Self::open_with(client, names, &LayoutOptions::default(), Missing::Refuse).await
+    }
+
+    async fn open_with(
+        client: async_nats::Client,
+        names: Names,
+        opts: &LayoutOptions,
+        missing: Missing,
+    ) -> Result<Self, Error> {
         let js = jetstream::new(client.clone());
-        let (jobs, runs, leases) = layout::ensure(&js, &names, opts).await?;
+        let (jobs, runs, leases) = layout::ensure(&js, &names, opts, missing).await?;
         let max_payload = client.server_info().max_payload;
         let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
         Ok(Self {

@@ -1,5 +1,5 @@
 //! What Wasm host calls do in NATS: the job's private KV (bucket `<namespace>_jobkv`,
-//! key `<job>.<key>`, created on first use like the rest of the layout) and publishing
+//! key `<job>.<key>`, part of the layout) and publishing
 //! (JetStream when a stream captures the subject, so `Nats-Msg-Id` deduplicates; core
 //! NATS otherwise). Grants are checked by the caller; errors here are readable strings.
 
@@ -35,29 +35,9 @@ impl NatsAccess {
     async fn jobkv(&self) -> Result<&kv::Store, String> {
         self.jobkv
             .get_or_try_init(|| async {
+                // Part of the layout, which whoever opened it first created.
                 let bucket = self.jobkv_bucket();
-                if let Ok(store) = self.store.js.get_key_value(&bucket).await {
-                    return Ok(store);
-                }
-                // Same replicas as the job specs, so a cluster keeps both alike.
-                let replicas = self.store.jobs.kv.stream.cached_info().config.num_replicas.max(1);
-                let config = kv::Config {
-                    bucket: bucket.clone(),
-                    description: "cronrun Wasm jobs' private key-value data".into(),
-                    history: 1,
-                    num_replicas: replicas,
-                    ..Default::default()
-                };
-                match self.store.js.create_key_value(config).await {
-                    Ok(store) => Ok(store),
-                    // Another agent may have won the race: use its bucket.
-                    Err(create) => self
-                        .store
-                        .js
-                        .get_key_value(&bucket)
-                        .await
-                        .map_err(|_| format!("kv unavailable: creating bucket {bucket}: {create}")),
-                }
+                self.store.js.get_key_value(&bucket).await.map_err(|e| format!("kv unavailable: bucket {bucket}: {e}"))
             })
             .await
     }

@@ -1,0 +1,322 @@
+//! The NATS permissions of each cronrun role, derived from [`Names`]: the one place that
+//! says which subjects a role publishes to and subscribes to. `cronrun auth init` writes
+//! them into nats-server's `authorization` block; docs/security.md explains each line.
+//!
+//! JetStream is reached through subjects, so "may read a bucket" is a set of API subjects
+//! (`$JS.API.STREAM.INFO.KV_x`, direct gets, ordered consumers) and "may write a key" is a
+//! publish to `$KV.<bucket>.<key>`. Replies come to the identity's own inbox prefix
+//! (`_INBOX.<public key>`), so no identity reads the answers meant for another.
+
+use serde::Serialize;
+
+use crate::names::{Names, lease_keys};
+
+/// What an identity is for. An agent holds the roles it runs (`scheduler`, `runner`);
+/// guests (Wasm jobs) hold none: they reach NATS only through their runner's host checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Everything the CLI writes: jobs, deploy, pause, trigger, kill, rm.
+    Admin,
+    /// Reads only: ls, get, runs, logs, status.
+    Viewer,
+    /// Fires schedules: reads jobs, leads shards, publishes dispatches, records lost runs.
+    Scheduler,
+    /// Executes runs: pulls dispatches, writes records and run leases, publishes output.
+    Runner,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Viewer, Role::Scheduler, Role::Runner];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Viewer => "viewer",
+            Role::Scheduler => "scheduler",
+            Role::Runner => "runner",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// Publish and subscribe allow-lists (nats-server semantics: `*` one token, `>` the rest).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Permissions {
+    pub publish: Vec<String>,
+    pub subscribe: Vec<String>,
+    /// May answer requests it received (kill requests), whatever their reply subject.
+    pub allow_responses: bool,
+}
+
+impl Permissions {
+    /// The union of two roles' permissions, for an agent that runs both.
+    pub fn union(mut self, other: Permissions) -> Permissions {
+        for s in other.publish {
+            if !self.publish.contains(&s) {
+                self.publish.push(s);
+            }
+        }
+        for s in other.subscribe {
+            if !self.subscribe.contains(&s) {
+                self.subscribe.push(s);
+            }
+        }
+        self.allow_responses |= other.allow_responses;
+        self
+    }
+
+    /// Whether a publish to `subject` is allowed.
+    pub fn may_publish(&self, subject: &str) -> bool {
+        self.publish.iter().any(|p| covers(p, subject))
+    }
+
+    /// Whether subscribing to `subject` is allowed.
+    pub fn may_subscribe(&self, subject: &str) -> bool {
+        self.subscribe.iter().any(|p| covers(p, subject))
+    }
+}
+
+/// Whether pattern `p` covers every subject that pattern `s` matches.
+fn covers(p: &str, s: &str) -> bool {
+    let (mut x, mut y) = (p.split('.'), s.split('.'));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+    }
+}
+
+/// The inbox prefix of the identity with public key `public_key`: its replies and the
+/// deliveries of its ordered consumers arrive under it.
+pub fn inbox_prefix(public_key: &str) -> String {
+    format!("_INBOX.{public_key}")
+}
+
+/// Subject builders for the JetStream API, per stream.
+struct Api<'a> {
+    publish: &'a mut Vec<String>,
+}
+
+impl Api<'_> {
+    fn add(&mut self, s: impl Into<String>) {
+        let s = s.into();
+        if !self.publish.contains(&s) {
+            self.publish.push(s);
+        }
+    }
+    /// Stream info, message gets and ordered (ephemeral) consumers: reading a stream.
+    fn read_stream(&mut self, stream: &str) {
+        self.add(format!("$JS.API.STREAM.INFO.{stream}"));
+        self.add(format!("$JS.API.STREAM.MSG.GET.{stream}"));
+        self.add(format!("$JS.API.DIRECT.GET.{stream}"));
+        self.add(format!("$JS.API.DIRECT.GET.{stream}.>"));
+        self.add(format!("$JS.API.CONSUMER.CREATE.{stream}"));
+        self.add(format!("$JS.API.CONSUMER.CREATE.{stream}.>"));
+        // A watch that ends deletes its consumer.
+        self.add(format!("$JS.API.CONSUMER.DELETE.{stream}.>"));
+        // Flow control of push consumers is answered on `$JS.FC.<stream>.…`.
+        self.add(format!("$JS.FC.{stream}.>"));
+    }
+    /// Creating the stream when it is missing (never updating or deleting it).
+    fn create_stream(&mut self, stream: &str) {
+        self.add(format!("$JS.API.STREAM.CREATE.{stream}"));
+    }
+}
+
+fn kv_stream(bucket: &str) -> String {
+    format!("KV_{bucket}")
+}
+
+fn obj_stream(store: &str) -> String {
+    format!("OBJ_{store}")
+}
+
+impl Names {
+    /// Every bucket and stream of the layout, by stream name.
+    pub fn layout_streams(&self) -> Vec<String> {
+        let mut streams: Vec<String> =
+            [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.job_kv_bucket()]
+                .iter()
+                .map(|b| kv_stream(b))
+                .collect();
+        streams.push(obj_stream(&self.plugins_store()));
+        streams.extend([self.dispatch_stream(), self.logs_stream(), self.events_stream()]);
+        streams
+    }
+
+    /// The permissions of `role`, whose replies arrive under `inbox` (see [`inbox_prefix`]).
+    /// `guest_publish` lists the subjects Wasm jobs on a runner may publish to (their grants
+    /// are checked by the runner first; this is the server's own bound on them).
+    pub fn permissions(&self, role: Role, inbox: &str, guest_publish: &[String]) -> Permissions {
+        let mut publish = vec!["$JS.API.INFO".to_string()];
+        let mut api = Api { publish: &mut publish };
+        // Every role checks the layout is there when it starts.
+        for stream in self.layout_streams() {
+            api.add(format!("$JS.API.STREAM.INFO.{stream}"));
+        }
+        let kv_write = |bucket: String, key: &str| format!("$KV.{bucket}.{key}");
+        let mut subscribe = vec![format!("{inbox}.>")];
+        let mut allow_responses = false;
+        match role {
+            Role::Admin => {
+                for stream in self.layout_streams() {
+                    api.read_stream(&stream);
+                    api.create_stream(&stream);
+                }
+                // Replacing a plugin purges the old chunks of its name.
+                api.add(format!("$JS.API.STREAM.PURGE.{}", obj_stream(&self.plugins_store())));
+                for bucket in [self.jobs_bucket(), self.runs_bucket(), self.job_kv_bucket()] {
+                    api.add(kv_write(bucket, ">"));
+                }
+                api.add(format!("$O.{}.>", self.plugins_store()));
+                // trigger, kill, and the audit events of CLI writes.
+                api.add(self.wildcard("dispatch"));
+                api.add(self.wildcard("ctl"));
+                api.add(self.wildcard("events"));
+            }
+            Role::Viewer => {
+                for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket()] {
+                    api.read_stream(&kv_stream(&bucket));
+                }
+                api.read_stream(&self.logs_stream());
+                api.read_stream(&self.events_stream());
+            }
+            Role::Scheduler => {
+                for stream in self.layout_streams() {
+                    api.read_stream(&stream);
+                    api.create_stream(&stream);
+                }
+                api.add(kv_write(self.runs_bucket(), ">"));
+                for key in [
+                    "shard.*".to_string(),
+                    "watermark.*".to_string(),
+                    lease_keys::scheduler(">"),
+                    lease_keys::SHARD_COUNT.to_string(),
+                ] {
+                    api.add(kv_write(self.leases_bucket(), &key));
+                }
+                api.add(self.wildcard("dispatch"));
+                api.add(self.wildcard("events"));
+            }
+            Role::Runner => {
+                for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.job_kv_bucket()] {
+                    api.read_stream(&kv_stream(&bucket));
+                }
+                api.read_stream(&obj_stream(&self.plugins_store()));
+                let dispatch = self.dispatch_stream();
+                // The pool consumers: created once, then pulled from and acknowledged.
+                api.add(format!("$JS.API.CONSUMER.CREATE.{dispatch}.>"));
+                api.add(format!("$JS.API.CONSUMER.DURABLE.CREATE.{dispatch}.>"));
+                api.add(format!("$JS.API.CONSUMER.INFO.{dispatch}.>"));
+                api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{dispatch}.>"));
+                api.add(format!("$JS.ACK.{dispatch}.>"));
+                // Which stream captures a guest's subject (publish with acknowledgement).
+                api.add("$JS.API.STREAM.NAMES");
+                api.add(kv_write(self.runs_bucket(), ">"));
+                api.add(kv_write(self.job_kv_bucket(), ">"));
+                for key in [
+                    lease_keys::run("*", ">"),
+                    lease_keys::active(">"),
+                    lease_keys::queued(">"),
+                    lease_keys::lock(">"),
+                    lease_keys::runner(">"),
+                ] {
+                    api.add(kv_write(self.leases_bucket(), &key));
+                }
+                // Retries are dispatched by the runner that saw the attempt fail, and
+                // `overlap = "replace"` asks the active run's runner to stop it.
+                api.add(self.wildcard("dispatch"));
+                api.add(self.wildcard("ctl"));
+                api.add(self.wildcard("logs"));
+                api.add(self.wildcard("events"));
+                for subject in guest_publish {
+                    api.add(subject.clone());
+                }
+                subscribe.push(self.wildcard("ctl"));
+                allow_responses = true;
+            }
+        }
+        Permissions { publish, subscribe, allow_responses }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perms(role: Role) -> Permissions {
+        Names::new("cronrun").unwrap().permissions(role, "_INBOX.UABC", &["orders.>".into()])
+    }
+
+    /// (role, subject, may publish): the lines of the README's permission table that matter most.
+    #[test]
+    fn roles_publish_only_what_they_need() {
+        use Role::*;
+        let cases = [
+            (Admin, "$KV.cronrun_jobs.backup", true),
+            (Admin, "$O.cronrun_plugins.M.abc", true),
+            (Admin, "cronrun.ctl.run.j.r.kill", true),
+            (Admin, "$JS.API.STREAM.DELETE.KV_cronrun_jobs", false),
+            (Admin, "$KV.other_jobs.x", false),
+            (Admin, "orders.new", false),
+            (Viewer, "$KV.cronrun_jobs.backup", false),
+            (Viewer, "$KV.cronrun_runs.j.r", false),
+            (Viewer, "cronrun.dispatch.default", false),
+            (Viewer, "cronrun.ctl.run.j.r.kill", false),
+            (Viewer, "$JS.API.STREAM.INFO.KV_cronrun_jobs", true),
+            (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
+            (Viewer, "$JS.API.STREAM.PURGE.CRONRUN_LOGS", false),
+            (Scheduler, "$KV.cronrun_jobs.backup", false),
+            (Scheduler, "$KV.cronrun_leases.shard.3", true),
+            (Scheduler, "$KV.cronrun_leases.run.j.r", false),
+            (Scheduler, "$KV.cronrun_leases.shards", true),
+            (Scheduler, "$KV.cronrun_leases.scheduler.a.b", true),
+            (Scheduler, "cronrun.dispatch.default", true),
+            (Scheduler, "cronrun.ctl.run.j.r.kill", false),
+            (Scheduler, "$O.cronrun_plugins.M.abc", false),
+            (Runner, "$KV.cronrun_jobs.backup", false),
+            (Runner, "$O.cronrun_plugins.M.abc", false),
+            (Runner, "$O.cronrun_plugins.C.abc", false),
+            (Runner, "$KV.cronrun_leases.shard.3", false),
+            (Runner, "$KV.cronrun_leases.shards", false),
+            (Runner, "$KV.cronrun_leases.run.j.r", true),
+            (Runner, "$KV.cronrun_runs.j.r", true),
+            (Runner, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
+            (Runner, "$JS.API.STREAM.PURGE.OBJ_cronrun_plugins", false),
+            (Runner, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_DISPATCH.pool-a", true),
+            (Runner, "orders.new", true),
+            (Runner, "payments.new", false),
+        ];
+        for (role, subject, allowed) in cases {
+            assert_eq!(perms(role).may_publish(subject), allowed, "{} publish {subject}", role.as_str());
+        }
+    }
+
+    #[test]
+    fn only_runners_subscribe_beyond_their_inbox() {
+        for role in Role::ALL {
+            let p = perms(role);
+            assert!(p.may_subscribe("_INBOX.UABC.x1"), "{role:?}");
+            assert!(!p.may_subscribe("_INBOX.UOTHER.x1"), "{role:?} reads another's replies");
+            assert!(!p.may_subscribe("cronrun.dispatch.default"), "{role:?}");
+            assert_eq!(p.may_subscribe("cronrun.ctl.run.j.r.kill"), role == Role::Runner, "{role:?}");
+            assert_eq!(p.allow_responses, role == Role::Runner, "{role:?}");
+        }
+    }
+
+    #[test]
+    fn union_keeps_both() {
+        let both = perms(Role::Scheduler).union(perms(Role::Runner));
+        assert!(both.may_publish("$KV.cronrun_leases.shard.1"));
+        assert!(both.may_publish("$KV.cronrun_leases.run.j.r"));
+        assert!(both.may_subscribe("cronrun.ctl.run.j.r.kill"));
+        assert!(!both.may_publish("$KV.cronrun_jobs.x"));
+    }
+}

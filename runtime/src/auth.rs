@@ -1,0 +1,207 @@
+//! NATS identities (nkeys) per role and the nats-server `authorization` block that gives
+//! each its permissions (docs/security.md).
+//!
+//! An identity is an nkey seed in a file of its own, `<dir>/<name>.nk`, mode 0600: the
+//! server holds only public keys, and a client proves its identity by signing the
+//! server's nonce, so the seed never crosses the network. The permissions come from
+//! `Names::permissions`, so the subjects the server allows are the subjects the code uses.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::error::{Error, ErrorKind};
+use crate::model::roles::{Permissions, Role, inbox_prefix};
+use crate::names::Names;
+
+/// The identities `cronrun auth init` and `cronrun up` create, with the roles each holds.
+/// `agent` is for a host that runs both scheduler and runner.
+pub const IDENTITIES: [(&str, &[Role]); 5] = [
+    ("admin", &[Role::Admin]),
+    ("viewer", &[Role::Viewer]),
+    ("scheduler", &[Role::Scheduler]),
+    ("runner", &[Role::Runner]),
+    ("agent", &[Role::Scheduler, Role::Runner]),
+];
+
+/// The route user of a cluster's `cluster { authorization { } }`.
+pub const ROUTE_USER: &str = "cronrun-route";
+
+/// A directory of identity files.
+pub struct Identities {
+    pub dir: PathBuf,
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::new(ErrorKind::Other, format!("{what}: {e}"))
+}
+
+impl Identities {
+    /// Creates the directory (0700) and every identity file that is missing; existing
+    /// files are kept, so running it again changes nothing that clients already use.
+    pub fn ensure(dir: &Path) -> Result<Identities, Error> {
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io(format!("restricting {} to its owner", dir.display())))?;
+        let ids = Identities { dir: dir.to_path_buf() };
+        for (name, _) in IDENTITIES {
+            let path = ids.path(name);
+            if path.exists() {
+                continue;
+            }
+            let seed = nkeys::KeyPair::new_user()
+                .seed()
+                .map_err(|e| Error::new(ErrorKind::Other, format!("generating identity {name}: {e}")))?;
+            write_private(&path, &format!("{seed}\n"))?;
+        }
+        Ok(ids)
+    }
+
+    /// `<dir>/<name>.nk`
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.nk"))
+    }
+
+    /// The public key of identity `name`.
+    pub fn public_key(&self, name: &str) -> Result<String, Error> {
+        let seed = read_seed(&self.path(name))?;
+        Ok(keypair(&seed, &self.path(name))?.public_key())
+    }
+
+    /// The permissions of identity `name` (the union of its roles).
+    pub fn permissions(&self, names: &Names, name: &str, guest_publish: &[String]) -> Result<Permissions, Error> {
+        let roles = IDENTITIES.iter().find(|(n, _)| *n == name).map(|(_, r)| *r).unwrap_or(&[]);
+        let inbox = inbox_prefix(&self.public_key(name)?);
+        let all = roles.iter().map(|&role| names.permissions(role, &inbox, guest_publish));
+        Ok(all.fold(Permissions::default(), Permissions::union))
+    }
+
+    /// nats-server's `authorization` block for every identity, plus `extra_users` (already
+    /// JSON objects, e.g. a test's unrestricted user). JSON is valid nats-server config.
+    pub fn authorization(
+        &self,
+        names: &Names,
+        guest_publish: &[String],
+        extra_users: &[serde_json::Value],
+    ) -> Result<String, Error> {
+        let mut users = Vec::new();
+        for (name, _) in IDENTITIES {
+            let p = self.permissions(names, name, guest_publish)?;
+            users.push(json!({
+                "nkey": self.public_key(name)?,
+                "permissions": {
+                    "publish": { "allow": p.publish },
+                    "subscribe": { "allow": p.subscribe },
+                    "allow_responses": p.allow_responses,
+                },
+            }));
+        }
+        users.extend(extra_users.iter().cloned());
+        let block = json!({ "users": users });
+        let text = serde_json::to_string_pretty(&block).unwrap_or_default();
+        Ok(format!(
+            "# Written by cronrun auth init: one nkey user per identity file beside it.\nauthorization {text}\n"
+        ))
+    }
+}
+
+/// Writes `text` to a new file readable by its owner only (replacing any file there).
+pub fn write_private(path: &Path, text: &str) -> Result<(), Error> {
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(format!("creating {}", tmp.display())))?;
+    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io(format!("writing {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Reads an nkey seed file, refusing one that others can read: a seed is a password.
+pub fn read_seed(path: &Path) -> Result<String, Error> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| Error::invalid("creds", format!("cannot read {shown}: {e}")))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(Error::invalid(
+            "creds",
+            format!("{shown} is readable by others (mode {mode:o}): a seed is a secret; run `chmod 600 {shown}`"),
+        ));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::invalid("creds", format!("cannot read {shown}: {e}")))?;
+    Ok(text.trim().to_string())
+}
+
+fn keypair(seed: &str, path: &Path) -> Result<nkeys::KeyPair, Error> {
+    nkeys::KeyPair::from_seed(seed).map_err(|e| {
+        Error::invalid("creds", format!("{} does not hold an nkey user seed (SU...): {e}", path.display()))
+    })
+}
+
+/// What a credentials file holds: a `.creds` file (JWT and seed, for operator mode) or a
+/// bare nkey seed as `cronrun auth init` writes.
+pub enum Credentials {
+    CredsFile(PathBuf),
+    Nkey { seed: String, public_key: String },
+}
+
+impl Credentials {
+    pub fn load(path: &str) -> Result<Credentials, Error> {
+        let p = Path::new(path);
+        let text = read_seed(p)?;
+        if text.contains("BEGIN NATS USER JWT") {
+            return Ok(Credentials::CredsFile(p.to_path_buf()));
+        }
+        let public_key = keypair(&text, p)?.public_key();
+        Ok(Credentials::Nkey { seed: text, public_key })
+    }
+}
+
+/// Where `cronrun up` keeps its identities, under its data directory.
+pub fn up_identities_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("identities")
+}
+
+/// A random route password for a cluster's route authentication.
+pub fn route_password() -> String {
+    use rand::Rng;
+    let bytes: [u8; 24] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_private_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = Identities::ensure(&dir.path().join("ids")).unwrap();
+        let admin = ids.public_key("admin").unwrap();
+        assert!(admin.starts_with('U'));
+        let mode = std::fs::metadata(ids.path("admin")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let again = Identities::ensure(&ids.dir).unwrap();
+        assert_eq!(again.public_key("admin").unwrap(), admin, "a second init keeps existing identities");
+        let agent = ids.permissions(&Names::new("cronrun").unwrap(), "agent", &[]).unwrap();
+        assert!(agent.may_publish("$KV.cronrun_leases.shard.1") && agent.may_publish("$KV.cronrun_leases.run.j.r"));
+    }
+
+    #[test]
+    fn seeds_readable_by_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.nk");
+        std::fs::write(&path, "SUAAAA\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Credentials::load(path.to_str().unwrap()).err().unwrap().to_string();
+        assert!(err.contains("readable by others") && err.contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = Credentials::load(path.to_str().unwrap()).err().unwrap().to_string();
+        assert!(err.contains("does not hold an nkey user seed"), "{err}");
+    }
+}

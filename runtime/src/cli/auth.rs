@@ -1,0 +1,127 @@
+//! `cronrun auth init --dir DIR`: an nkey identity per role and the nats-server
+//! `authorization` block that confines each; `cronrun auth permissions ROLE`: one role's
+//! allow-lists as JSON, for deployments that manage users with `nsc` instead.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::Ctx;
+use crate::auth::{IDENTITIES, Identities, ROUTE_USER, route_password, write_private};
+use crate::model::roles::Role;
+
+#[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Create the identities (kept if present) and write auth.conf for nats-server
+    Init(InitArgs),
+    /// Print one role's publish/subscribe allow-lists as JSON
+    Permissions(PermissionsArgs),
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// Directory for the identity files (0600) and auth.conf
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// A subject Wasm jobs may publish to through their runner (repeatable) [default: none]
+    #[arg(long = "guest-publish")]
+    pub guest_publish: Vec<String>,
+    /// For a cluster: its nodes' route addresses, comma-separated (nats-1:6222,...); writes
+    /// cluster-auth.conf, the route user and password and the routes that carry them
+    #[arg(long, value_delimiter = ',')]
+    pub routes: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct PermissionsArgs {
+    /// admin, viewer, scheduler or runner
+    pub role: String,
+    /// As for `auth init`
+    #[arg(long = "guest-publish")]
+    pub guest_publish: Vec<String>,
+}
+
+pub fn run(ctx: &Ctx, command: AuthCommand) -> Result<()> {
+    match command {
+        AuthCommand::Init(a) => init(ctx, a),
+        AuthCommand::Permissions(a) => permissions(ctx, a),
+    }
+}
+
+fn check_guest_subjects(ctx: &Ctx, subjects: &[String]) -> Result<()> {
+    let names = ctx.names()?;
+    for subject in subjects {
+        if let Some(reserved) = names.grant_reaches_reserved(subject) {
+            bail!(
+                "--guest-publish {subject:?} could reach {reserved}, which no job may publish to; give subjects like \"orders.>\""
+            );
+        }
+    }
+    Ok(())
+}
+
+fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
+    check_guest_subjects(ctx, &a.guest_publish)?;
+    let ids = Identities::ensure(&a.dir)?;
+    let conf = a.dir.join("auth.conf");
+    write_private(&conf, &ids.authorization(&ctx.names()?, &a.guest_publish, &[])?)?;
+    let mut lines = vec![format!(
+        "include {} at the top level of nats-server.conf, by a path relative to that file (nats-server resolves includes so)",
+        conf.display()
+    )];
+    if !a.routes.is_empty() {
+        let cluster = a.dir.join("cluster-auth.conf");
+        write_private(&cluster, &cluster_auth(&cluster, &a.routes)?)?;
+        lines.push(format!(
+            "include {} inside cluster {{ }} on every node, with no routes of its own",
+            cluster.display()
+        ));
+    }
+    for (name, roles) in IDENTITIES {
+        let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+        lines.push(format!("{}: {}", ids.path(name).display(), roles.join(" + ")));
+    }
+    let files: Vec<String> = IDENTITIES.iter().map(|(n, _)| ids.path(n).to_string_lossy().into_owned()).collect();
+    ctx.print(&json!({ "auth_conf": conf, "identities": files }), || lines.join("\n"))
+}
+
+/// The route user, its password (kept from an earlier run, so that nodes configured before
+/// still agree) and the routes with it, for inside `cluster { }`.
+fn cluster_auth(path: &std::path::Path, routes: &[String]) -> Result<String> {
+    let kept = std::fs::read_to_string(path).ok().and_then(|text| {
+        let line = text.lines().find(|l| l.trim_start().starts_with("password:"))?;
+        Some(line.split('"').nth(1)?.to_string())
+    });
+    let password = kept.unwrap_or_else(route_password);
+    let mut urls = Vec::new();
+    for route in routes {
+        if route.is_empty() || route.contains(['/', '@', ' ', '"']) {
+            bail!("--routes {route:?}: give host:port, e.g. nats-1:6222");
+        }
+        urls.push(format!("    \"nats-route://{ROUTE_USER}:{password}@{route}\""));
+    }
+    Ok(format!(
+        "# Written by cronrun auth init: include inside cluster {{ }} on every node.\n\
+         authorization {{\n  user: {ROUTE_USER}\n  password: \"{password}\"\n}}\nroutes: [\n{}\n]\n",
+        urls.join("\n")
+    ))
+}
+
+fn permissions(ctx: &Ctx, a: PermissionsArgs) -> Result<()> {
+    check_guest_subjects(ctx, &a.guest_publish)?;
+    let Some(role) = Role::parse(&a.role) else {
+        bail!("role {:?} is not one of admin, viewer, scheduler, runner", a.role);
+    };
+    // A .creds user keeps the default inbox prefix.
+    let p = ctx.names()?.permissions(role, "_INBOX", &a.guest_publish);
+    let text = serde_json::to_string_pretty(&json!({
+        "publish": { "allow": p.publish },
+        "subscribe": { "allow": p.subscribe },
+        "allow_responses": p.allow_responses,
+    }))
+    .context("printing permissions")?;
+    super::out(&text)?;
+    Ok(())
+}

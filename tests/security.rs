@@ -1,0 +1,242 @@
+//! Least privilege against a real nats-server with the authorization `cronrun auth init`
+//! writes: each role refused, operation by operation, what it must not do; clients
+//! without a valid identity refused with one line; the CLI as a viewer reads only.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+
+use cronrun::auth::Credentials;
+use futures::StreamExt;
+use support::*;
+
+/// How long the client may take to hand on an error the server sent before its `PONG`.
+const VERDICT: Duration = Duration::from_millis(500);
+
+/// What an identity tries: publish to a subject, or subscribe to one.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Publish(&'static str),
+    Subscribe(&'static str),
+}
+
+const IDS: [&str; 5] = ["admin", "viewer", "scheduler", "runner", "agent"];
+
+/// (operation, what it does, the identities allowed it; every other identity is refused).
+const CASES: &[(Op, &str, &[&str])] = &[
+    (Op::Publish("$KV.cronrun_jobs.evil"), "write a job spec", &["admin"]),
+    (Op::Publish("$O.cronrun_plugins.C.evil"), "write a plugin chunk", &["admin"]),
+    (Op::Publish("$O.cronrun_plugins.M.evil"), "write plugin metadata", &["admin"]),
+    (Op::Publish("$JS.API.STREAM.PURGE.OBJ_cronrun_plugins"), "purge the plugin store", &["admin"]),
+    (Op::Publish("cronrun.ctl.run.job.run1.kill"), "send a kill request", &["admin", "runner", "agent"]),
+    (Op::Publish("cronrun.dispatch.default"), "dispatch a run", &["admin", "scheduler", "runner", "agent"]),
+    (Op::Publish("$KV.cronrun_runs.job.run1"), "write a run record", &["admin", "scheduler", "runner", "agent"]),
+    (Op::Publish("$KV.cronrun_leases.run.job.run1"), "write a run lease", &["runner", "agent"]),
+    (Op::Publish("$KV.cronrun_leases.shard.1"), "write a shard lease", &["scheduler", "agent"]),
+    (Op::Publish("$KV.cronrun_leases.shards"), "change the shard count", &["scheduler", "agent"]),
+    (Op::Publish("cronrun.logs.job.run1"), "write a run's output", &["runner", "agent"]),
+    (Op::Publish("cronrun.events.job.succeeded"), "publish an event", &["admin", "scheduler", "runner", "agent"]),
+    (Op::Publish("$JS.API.STREAM.DELETE.KV_cronrun_jobs"), "delete the jobs bucket", &[]),
+    (Op::Publish("$JS.API.STREAM.UPDATE.CRONRUN_DISPATCH"), "reconfigure the dispatch stream", &[]),
+    (Op::Publish("$JS.API.STREAM.CREATE.KV_cronrun_jobs"), "create the jobs bucket", &["admin", "scheduler", "agent"]),
+    (Op::Publish("$JS.API.STREAM.CREATE.EVIL"), "create a stream of its own", &[]),
+    (Op::Publish("$KV.other_jobs.x"), "write another namespace's jobs", &[]),
+    (Op::Publish("$SYS.REQ.SERVER.PING"), "ask the system account", &[]),
+    (Op::Publish("orders.created"), "publish as a Wasm guest may", &["runner", "agent"]),
+    (Op::Publish("payments.created"), "publish outside the guest subjects", &[]),
+    (Op::Subscribe("cronrun.ctl.run.job.run1.kill"), "receive kill requests", &["runner", "agent"]),
+    (Op::Subscribe("cronrun.dispatch.default"), "snoop on dispatches", &[]),
+    (Op::Subscribe("_INBOX.UOTHER.reply"), "read another identity's replies", &[]),
+    (Op::Subscribe("$KV.cronrun_jobs.evil"), "snoop on job writes", &[]),
+];
+
+/// Whether `id` may do `op`: the server answers a refused publish or subscription with
+/// `-ERR 'Permissions Violation for …'` before the `PONG` of the flush that follows it.
+async fn allowed(nats: &Nats, id: &str, op: Op) -> bool {
+    let Credentials::Nkey { seed, public_key } = Credentials::load(&nats.identity(id)).unwrap() else { unreachable!() };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_nkey(seed)
+        .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(&nats.url)
+        .await
+        .unwrap();
+    let (kind, subject) = match op {
+        Op::Publish(subject) => {
+            client.publish(subject, "{}".into()).await.unwrap();
+            ("Publish", subject)
+        }
+        Op::Subscribe(subject) => {
+            std::mem::forget(client.subscribe(subject).await.unwrap());
+            ("Subscription", subject)
+        }
+    };
+    client.flush().await.unwrap();
+    let refusal = format!("Permissions Violation for {kind} to \"{subject}\"");
+    let refused = tokio::time::timeout(VERDICT, async {
+        while let Some(error) = rx.recv().await {
+            if error.contains(&refusal) {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    client.drain().await.ok();
+    !refused
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_role_is_refused_what_it_must_not_do() {
+    let nats = Nats::start().await;
+    // The layout exists, as it does once any agent or admin has run.
+    let _store = nats.store().await;
+    let checks = CASES.iter().flat_map(|&(op, what, who)| {
+        let nats = &nats;
+        IDS.iter().map(move |&id| async move {
+            let got = allowed(nats, id, op).await;
+            let want = who.contains(&id);
+            (got != want).then(|| format!("{id} {} {what} ({op:?})", if got { "could" } else { "could not" }))
+        })
+    });
+    // A few at a time: an allowed operation waits VERDICT for a refusal that does not come.
+    let wrong: Vec<String> =
+        futures::stream::iter(checks).buffer_unordered(8).filter_map(|w| async { w }).collect().await;
+    assert!(wrong.is_empty(), "permissions differ from the table:\n{}", wrong.join("\n"));
+    let log = std::fs::read_to_string(nats.dir.path().join("nats-server.log")).unwrap();
+    assert!(log.contains("Publish Violation") && log.contains("Subscription Violation"), "the server logs refusals");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_viewer_reads_everything_and_writes_nothing() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    nats.ok(&["add", "seen", "--schedule", "@yearly", "--", "echo", "hi"]);
+    nats.ok(&["add", "sleepy", "--schedule", "@yearly", "--", "sleep", "60"]);
+    let sleeping = nats.trigger("sleepy");
+    let run = nats.trigger("seen");
+    eventually(Duration::from_secs(20), "the run to succeed", || async {
+        String::from_utf8_lossy(&nats.cli(&["runs", "seen"]).stdout).contains("succeeded").then_some(())
+    })
+    .await;
+    let viewer =
+        |args: &[&str]| nats.command().args(args).env("CRONRUN_CREDS", nats.identity("viewer")).output().unwrap();
+    for args in [&["ls"][..], &["get", "seen"], &["runs", "seen"], &["logs", &run], &["status"]] {
+        let out = viewer(args);
+        assert!(out.status.success(), "viewer {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(String::from_utf8_lossy(&viewer(&["logs", &run]).stdout).contains("hi"));
+    let status = |run: &str| {
+        let out = nats.ok(&["runs", run.split('.').next().unwrap(), "--output", "json"]);
+        serde_json::from_str::<Vec<serde_json::Value>>(&out).unwrap()[0]["status"].as_str().unwrap().to_string()
+    };
+    eventually(Duration::from_secs(20), "sleepy to run", || async { (status(&sleeping) == "running").then_some(()) })
+        .await;
+    let writes: [&[&str]; 5] = [
+        &["add", "evil", "--schedule", "@yearly", "--", "true"],
+        &["pause", "seen"],
+        &["rm", "seen"],
+        &["trigger", "seen"],
+        &["kill", &sleeping],
+    ];
+    for args in writes {
+        let out = viewer(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a viewer could {args:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("NATS refused it"), "{args:?}: {err}");
+    }
+    // Nothing of it landed: no job added, paused or removed, no second run.
+    let jobs: Vec<serde_json::Value> = serde_json::from_str(&nats.ok(&["ls", "--output", "json"])).unwrap();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert!(!nats.ok(&["ls"]).contains("paused"));
+    assert_eq!(status(&sleeping), "running", "the viewer's kill did not reach the runner");
+    assert_eq!(runs(&nats.store().await, "seen").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_without_a_valid_identity_are_refused_with_one_line() {
+    let nats = Nats::start().await;
+    let dir = test_dir();
+    let stranger = dir.path().join("stranger.nk");
+    cronrun::auth::write_private(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    let open = dir.path().join("open.nk");
+    std::fs::copy(nats.identity("admin"), &open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let garbage = dir.path().join("garbage.nk");
+    cronrun::auth::write_private(&garbage, "not a seed").unwrap();
+    let cases = [
+        ("", "requires credentials"),
+        (stranger.to_str().unwrap(), "does not accept the identity"),
+        (open.to_str().unwrap(), "chmod 600"),
+        (garbage.to_str().unwrap(), "does not hold an nkey user seed"),
+        ("/nonexistent/admin.nk", "cannot read /nonexistent/admin.nk"),
+    ];
+    for (creds, expected) in cases {
+        let mut command = nats.command();
+        command.args(["ls"]).env("XDG_DATA_HOME", dir.path());
+        match creds {
+            "" => command.env_remove("CRONRUN_CREDS"),
+            path => command.env("CRONRUN_CREDS", path),
+        };
+        let out = command.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{creds:?} was let in");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "{creds:?}: {err}");
+    }
+}
+
+/// `cronrun auth init` writes identities and a config nats-server starts with; a second
+/// run keeps the identities; a guest subject that could reach a reserved one is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn auth_init_writes_a_config_the_server_accepts() {
+    let dir = test_dir();
+    let ids = dir.path().join("auth");
+    let init = |extra: &[&str]| {
+        let mut command = std::process::Command::new(BIN);
+        command.args(["auth", "init", "--dir"]).arg(&ids).args(extra);
+        command.output().unwrap()
+    };
+    let out = init(&["--routes", "n1:6222,n2:6222", "--guest-publish", "orders.>"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let admin = std::fs::read_to_string(ids.join("admin.nk")).unwrap();
+    assert!(init(&[]).status.success());
+    assert_eq!(std::fs::read_to_string(ids.join("admin.nk")).unwrap(), admin, "identities are kept");
+    let refused = init(&["--guest-publish", "$KV.>"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("could reach $KV.>"), "{err}");
+    let cluster = std::fs::read_to_string(ids.join("cluster-auth.conf")).unwrap();
+    assert!(cluster.contains("nats-route://cronrun-route:") && cluster.contains("@n2:6222"), "{cluster}");
+
+    let opts = cronrun::embedded::ServerOptions {
+        // nats-server resolves includes relative to the including file.
+        extra_config: "include ../auth/auth.conf\n".into(),
+        probe_creds: Some(ids.join("admin.nk").to_string_lossy().into_owned()),
+        ..Default::default()
+    };
+    let server = cronrun::embedded::EmbeddedNats::start(&dir.path().join("server"), &opts).await.unwrap();
+    let admin = ids.join("admin.nk");
+    let cli = |creds: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(args)
+            .env("CRONRUN_NATS", &server.url)
+            .env("CRONRUN_CREDS", creds)
+            .output()
+            .unwrap()
+    };
+    let added = cli(&admin, &["add", "j", "--schedule", "@daily", "--", "true"]);
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let listed = cli(&ids.join("viewer.nk"), &["ls"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("@daily"));
+}
