@@ -308,7 +308,8 @@ async fn health_check_reaches_granted_hosts_only_and_kv_needs_its_grant() {
     let mut s = spec(&h, "health_check");
     let url = format!("http://127.0.0.1:{port}/health");
     s.config = BTreeMap::from([("url".to_string(), url.clone())]);
-    s.allow_http = vec!["127.0.0.1".into()];
+    // An IP literal names the address: the operator meant this internal one.
+    s.allow_http = vec![format!("http://127.0.0.1:{port}")];
     s.allow_kv = true;
     let timeout = Some(Duration::from_secs(20));
     let (outcome, _) = h.run("health", &s, timeout).await;
@@ -323,10 +324,26 @@ async fn health_check_reaches_granted_hosts_only_and_kv_needs_its_grant() {
     let (outcome, _) = h.run("health2", &no_kv, timeout).await;
     assert!(matches!(&outcome, WasmOutcome::Failed(m) if m.starts_with("kv denied: not granted")), "{outcome:?}");
 
-    let mut no_http = s.clone();
-    no_http.allow_http = vec!["example.com".into()];
-    let (outcome, _) = h.run("health3", &no_http, timeout).await;
-    assert!(matches!(&outcome, WasmOutcome::Failed(m) if m.contains("HttpRequestDenied")), "{outcome:?}");
+    // Each entry that misses scheme, host or port, or whose name leads inside, is refused.
+    let other_port = port.wrapping_add(1);
+    let localhost_url = format!("http://localhost:{port}/health");
+    let refused = [
+        (vec!["example.com".to_string()], url.clone()),
+        (vec![format!("https://127.0.0.1:{port}")], url.clone()),
+        (vec![format!("http://127.0.0.1:{other_port}")], url.clone()),
+        (vec!["127.0.0.1".to_string()], url.clone()),
+        (vec![format!("http://localhost:{port}")], localhost_url),
+    ];
+    for (i, (allow_http, target)) in refused.into_iter().enumerate() {
+        let mut denied = s.clone();
+        denied.config = BTreeMap::from([("url".to_string(), target.clone())]);
+        denied.allow_http = allow_http.clone();
+        let (outcome, _) = h.run(&format!("denied{i}"), &denied, timeout).await;
+        assert!(
+            matches!(&outcome, WasmOutcome::Failed(m) if m.contains("HttpRequestDenied")),
+            "{allow_http:?} -> {target}: {outcome:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -134,6 +134,11 @@ async fn grants_that_reach_reserved_subjects_are_refused_at_deploy_and_at_publis
         assert!(err.starts_with("error: ") && !err.trim_end().contains('\n'), "{err}");
         assert!(err.contains(&format!("grant {grant:?} could reach")), "{grant}: {err}");
     }
+    for entry in ["ftp://files.example.com", "https://api.example.com/v1", "https://*.10.0.0.1", "https://x.com:0"] {
+        let err = nats.fails(&["deploy", &emit, "--name", "evil", "--config", "subject=x", "--allow-http", entry]);
+        assert!(err.contains("wasm.allow_http") || err.contains("allow_http entry"), "{entry}: {err}");
+        assert!(err.contains("scheme://host[:port]"), "{entry}: {err}");
+    }
     assert!(nats.fails(&["get", "evil"]).contains("not found"), "a refused deploy wrote the job");
 
     // Past the CLI: a spec with grant `>` whose guest publishes a job spec into KV.

@@ -7,6 +7,7 @@
 
 pub mod codec;
 mod file;
+pub mod http_grant;
 mod validate;
 
 use std::collections::BTreeMap;

@@ -71,6 +71,9 @@ impl JobSpec {
                         ),
                     ));
                 }
+                for entry in &wasm.allow_http {
+                    super::http_grant::HttpGrant::parse(entry).map_err(|e| invalid("wasm.allow_http", e))?;
+                }
             }
             (Some(_), Some(_)) => return Err(invalid("shell", "a job has either shell or wasm, not both")),
             (None, None) => return Err(invalid("shell", "a job needs shell (a command) or wasm (a plugin)")),

@@ -39,8 +39,9 @@ pub struct DeployArgs {
     /// A subject the job may publish to, NATS wildcards allowed (repeatable)
     #[arg(long = "allow-publish", value_name = "SUBJECT")]
     pub allow_publish: Vec<String>,
-    /// A host the job may reach over HTTP: host, host:port or *.domain (repeatable)
-    #[arg(long = "allow-http", value_name = "HOST")]
+    /// What the job may reach over HTTP: scheme://host[:port] or scheme://*.domain[:port],
+    /// matched exactly; a name must resolve to public addresses (repeatable)
+    #[arg(long = "allow-http", value_name = "URL")]
     pub allow_http: Vec<String>,
     /// Let the job use its private KV store
     #[arg(long)]

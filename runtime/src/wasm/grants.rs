@@ -1,14 +1,16 @@
 //! What a job spec grants a Wasm job, and the checks of each host call against it: NATS
-//! subjects against `allow_publish` patterns (`*` one token, `>` the rest), HTTP hosts
-//! against `allow_http`, KV keys against the WIT rules. Pure functions, unit-tested here.
+//! subjects against `allow_publish` patterns (`*` one token, `>` the rest), HTTP requests
+//! against `allow_http` entries (scheme, host and port), KV keys against the WIT rules.
+//! Pure functions, unit-tested here; the address check of HTTP is in `http.rs`.
 
 use crate::spec::WasmSpec;
+use crate::spec::http_grant::{HttpGrant, Scheme};
 
 /// The grants of one run, from its spec.
 #[derive(Debug, Clone, Default)]
 pub struct Grants {
     pub allow_publish: Vec<String>,
-    pub allow_http: Vec<String>,
+    pub allow_http: Vec<HttpGrant>,
     pub allow_kv: bool,
 }
 
@@ -16,7 +18,8 @@ impl Grants {
     pub fn from_spec(spec: &WasmSpec) -> Self {
         Self {
             allow_publish: spec.allow_publish.clone(),
-            allow_http: spec.allow_http.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            // Validated with the spec; an entry that no longer parses grants nothing.
+            allow_http: spec.allow_http.iter().filter_map(|h| HttpGrant::parse(h).ok()).collect(),
             allow_kv: spec.allow_kv,
         }
     }
@@ -34,24 +37,9 @@ impl Grants {
         Err(format!("publish to {subject} denied: not granted (add it to the job's wasm.allow_publish)"))
     }
 
-    /// Whether an HTTP request to `host` (and `port`, if the URL names one) is granted.
-    /// An entry is a host (`api.example.com`), a host with port (`localhost:8080`) or a
-    /// domain wildcard (`*.example.com`, which does not match `example.com` itself).
-    pub fn http_allowed(&self, host: &str, port: Option<u16>) -> bool {
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-        self.allow_http.iter().any(|entry| {
-            let entry = entry.as_str();
-            if let Some(domain) = entry.strip_prefix("*.") {
-                return host.ends_with(&format!(".{domain}"));
-            }
-            match entry.rsplit_once(':') {
-                Some((h, p)) if !h.contains(':') || h.ends_with(']') => {
-                    let h = h.trim_start_matches('[').trim_end_matches(']');
-                    h == host && p.parse::<u16>().ok() == port
-                }
-                _ => entry.trim_start_matches('[').trim_end_matches(']') == host,
-            }
-        })
+    /// The entry that allows a request to `scheme://host:port`, if one does.
+    pub fn http_grant(&self, scheme: Scheme, host: &str, port: u16) -> Option<&HttpGrant> {
+        self.allow_http.iter().find(|g| g.allows(scheme, host, port))
     }
 
     /// Why the job may not use its KV store, if it may not.
@@ -131,19 +119,17 @@ mod tests {
     }
 
     #[test]
-    fn http_hosts() {
-        let g = Grants {
-            allow_http: vec!["api.example.com".into(), "127.0.0.1:8080".into(), "*.svc.local".into()],
-            ..Grants::default()
+    fn http_requests_need_an_entry_for_scheme_host_and_port() {
+        let spec = WasmSpec {
+            allow_http: vec!["https://api.example.com".into(), "http://127.0.0.1:8080".into(), "bad entry".into()],
+            ..WasmSpec::default()
         };
-        assert!(g.http_allowed("API.example.com", None));
-        assert!(g.http_allowed("api.example.com", Some(443)));
-        assert!(g.http_allowed("127.0.0.1", Some(8080)));
-        assert!(!g.http_allowed("127.0.0.1", Some(8081)));
-        assert!(!g.http_allowed("127.0.0.1", None));
-        assert!(g.http_allowed("db.svc.local", None));
-        assert!(!g.http_allowed("svc.local", None));
-        assert!(!g.http_allowed("example.com", None));
+        let g = Grants::from_spec(&spec);
+        assert_eq!(g.allow_http.len(), 2, "the bad entry grants nothing");
+        assert!(g.http_grant(Scheme::Https, "api.example.com", 443).is_some());
+        assert!(g.http_grant(Scheme::Http, "api.example.com", 80).is_none());
+        assert!(g.http_grant(Scheme::Http, "127.0.0.1", 8080).is_some());
+        assert!(g.http_grant(Scheme::Http, "127.0.0.1", 8081).is_none());
     }
 
     #[test]

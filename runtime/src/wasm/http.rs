@@ -1,13 +1,26 @@
 //! Outbound HTTP of Wasm jobs (`wasi:http/outgoing-handler`): linked for every job, but a
-//! request leaves only when its host is in the spec's `allow_http`; any other fails with
-//! `HttpRequestDenied` (the guest sees an error code, not a trap).
+//! request leaves only when an `allow_http` entry names its scheme, host and port, and
+//! the host's addresses are public unless the entry names the address itself
+//! (docs/security.md). Anything else fails with `HttpRequestDenied` (the guest sees an
+//! error code, not a trap). Redirects are not followed here: a guest that follows one
+//! sends a new request, checked again. Time and size are bounded whatever the guest asks.
 
 use std::future::Future;
+use std::time::Duration;
 
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Limited};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::grants::Grants;
+use crate::spec::http_grant::{Scheme, is_internal};
+
+/// Bounds of one request: connecting (DNS included), the first response byte, the gap
+/// between later bytes, and the sizes of the request and response bodies.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// The HTTP hooks of one run: its grants.
 pub struct HttpGrants {
@@ -25,15 +38,69 @@ impl WasiHttpHooks for HttpGrants {
         fut: Pending,
     ) -> Sent {
         drop(fut);
-        let uri = request.uri();
-        let allowed = uri.host().is_some_and(|host| self.grants.http_allowed(host, uri.port_u16()));
-        if !allowed {
-            tracing::debug!("wasm job: HTTP request to {uri} denied");
+        let uri = request.uri().clone();
+        let scheme = uri.scheme_str().and_then(Scheme::parse);
+        let (Some(scheme), Some(host)) = (scheme, uri.host().map(str::to_string)) else {
+            return Box::new(async { Err(Error::HttpRequestUriInvalid) });
+        };
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        let Some(grant) = self.grants.http_grant(scheme, &host, port) else {
+            tracing::debug!("wasm job: HTTP request to {uri} denied: no allow_http entry for it");
             return Box::new(async { Err(Error::HttpRequestDenied) });
-        }
+        };
+        let check_addresses = !grant.names_address();
         Box::new(async move {
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as Pending))
+            if check_addresses {
+                check_public(&host, port).await?;
+            }
+            let request = request.map(|body| {
+                Limited::new(body, MAX_REQUEST_BYTES)
+                    .map_err(|e| unlimited(e, Error::HttpRequestBodySize(None)))
+                    .boxed_unsync()
+            });
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(bounded(options))).await?;
+            let response = response.map(|body| {
+                Limited::new(body, MAX_RESPONSE_BYTES)
+                    .map_err(|e| unlimited(e, Error::HttpResponseBodySize(None)))
+                    .boxed_unsync()
+            });
+            Ok((response, Box::new(io) as Pending))
         })
     }
+}
+
+/// The guest's timeouts, each at most ours (ours where it gave none).
+fn bounded(options: Option<RequestOptions>) -> RequestOptions {
+    let cap = |asked: Option<Duration>, most: Duration| Some(asked.map_or(most, |a| a.min(most)));
+    let o = options.unwrap_or_default();
+    RequestOptions {
+        connect_timeout: cap(o.connect_timeout, CONNECT_TIMEOUT),
+        first_byte_timeout: cap(o.first_byte_timeout, FIRST_BYTE_TIMEOUT),
+        between_bytes_timeout: cap(o.between_bytes_timeout, BETWEEN_BYTES_TIMEOUT),
+    }
+}
+
+/// The body's own error, or `over` when `Limited` stopped it.
+fn unlimited(e: Box<dyn std::error::Error + Send + Sync>, over: Error) -> Error {
+    match e.downcast::<Error>() {
+        Ok(inner) => *inner,
+        Err(_) => over,
+    }
+}
+
+/// Refuses a host any of whose addresses is internal (loopback, link-local and metadata,
+/// private ranges): a public name or a wildcard entry must not lead a guest inside.
+/// The connection resolves the name again; a DNS answer changed in between is not seen.
+async fn check_public(host: &str, port: u16) -> Result<(), Error> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs = match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((bare, port))).await {
+        Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect::<Vec<_>>(),
+        Ok(Err(e)) => return Err(Error::DnsError { rcode: Some(e.to_string()), info_code: None }),
+        Err(_) => return Err(Error::DnsTimeout),
+    };
+    if let Some(ip) = addrs.iter().find(|ip| is_internal(**ip)) {
+        tracing::debug!("wasm job: HTTP request to {host} denied: it resolves to the internal address {ip}");
+        return Err(Error::HttpRequestDenied);
+    }
+    Ok(())
 }
