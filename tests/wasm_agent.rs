@@ -156,3 +156,25 @@ async fn grants_that_reach_reserved_subjects_are_refused_at_deploy_and_at_publis
     assert!(record["error"].as_str().unwrap().contains("reserved"), "{record}");
     assert!(store.jobs.get("pwned").await.unwrap().is_none(), "the guest wrote a job spec");
 }
+
+/// A guest whose spec sets no timeout still ends: `[wasm] default_timeout` bounds it, so a
+/// stuck guest cannot hold one of the runner's Wasm instances for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wasm_job_without_a_timeout_gets_the_runners_default() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "wasm.default_timeout = \"2s\"");
+    ready(&agent).await;
+    let store = nats.store().await;
+    nats.ok(&["deploy", &plugin("test_spin"), "--name", "spin"]);
+    let stored: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "spin", "--output", "json"])).unwrap();
+    let mut spec = stored["spec"].clone();
+    assert_eq!(spec["timeout"], "1s", "the manifest's timeout, removed below");
+    spec.as_object_mut().unwrap().remove("timeout");
+    store.jobs.kv.put("spin", serde_json::to_vec(&spec).unwrap().into()).await.unwrap();
+    let started = std::time::Instant::now();
+    let out = nats.cli(&["trigger", "spin", "--wait", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["status"], "timed_out", "{record}");
+    assert_eq!(record["error"], "timed out after 2s", "{record}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+}

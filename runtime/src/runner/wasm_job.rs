@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
-use super::finish::{Ended, finish, publish_line, shut_down, timed_out};
+use super::finish::{Ended, finish, publish_line, shut_down};
 use super::held::Held;
 use super::output::{Line, Tail};
 use super::run::{Stops, finish_without_start, mark_running, wait_until};
@@ -34,6 +34,12 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &WasmSpec) -> Result<Prepared
         Ok(runtime) => runtime.prepare(spec).await.map_err(|e| format!("could not load plugin {}: {e}", spec.plugin)),
         Err(why) => Err(format!("this runner cannot run wasm jobs: {why}")),
     }
+}
+
+/// The spec's timeout, else `[wasm] default_timeout`: no guest runs unbounded.
+fn wasm_timeout(ctx: &RunnerCtx, spec: &JobSpec) -> std::time::Duration {
+    let default = ctx.wasm.as_ref().map(|w| w.config().default_timeout).unwrap_or_default();
+    spec.timeout.unwrap_or(default)
 }
 
 /// Starts the run at its instant and supervises it. Ok(false): handed back (shutdown).
@@ -89,7 +95,8 @@ pub(super) async fn run(
     };
     let (line_tx, mut line_rx) = mpsc::channel::<Line>(1024);
     let stop_guest = CancellationToken::new();
-    let mut call = tokio::spawn(prepared.run(job_ctx, spec.timeout, line_tx, stop_guest.clone()));
+    let timeout = wasm_timeout(ctx, spec);
+    let mut call = tokio::spawn(prepared.run(job_ctx, Some(timeout), line_tx, stop_guest.clone()));
     let logs_subject = ctx.store.names.logs_subject(&d.job, &d.run_id);
     let mut kills = ctx
         .store
@@ -136,7 +143,9 @@ pub(super) async fn run(
             (Status::Succeeded, None)
         }
         WasmOutcome::Failed(why) => (Status::Failed, Some(why)),
-        WasmOutcome::TimedOut => (Status::TimedOut, Some(timed_out(spec))),
+        WasmOutcome::TimedOut => {
+            (Status::TimedOut, Some(format!("timed out after {}", humantime::format_duration(timeout))))
+        }
         WasmOutcome::Cancelled if shutting_down => (Status::Lost, Some(shut_down(ctx))),
         WasmOutcome::Cancelled if killed => (Status::Cancelled, Some("killed on request".into())),
         WasmOutcome::Cancelled => (Status::Cancelled, Some("stopped".into())),

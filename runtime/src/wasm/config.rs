@@ -37,6 +37,10 @@ pub struct WasmConfig {
     pub epoch_tick: Duration,
     /// An output line longer than this many bytes is cut. Default 8192.
     pub max_line_bytes: usize,
+    /// The timeout of a Wasm job whose spec sets none: a stuck guest holds one of the
+    /// `max_instances` slots only this long. Default 10m.
+    #[serde(with = "crate::spec::codec::duration")]
+    pub default_timeout: Duration,
 }
 
 impl Default for WasmConfig {
@@ -51,6 +55,7 @@ impl Default for WasmConfig {
             cached_components: 64,
             epoch_tick: Duration::from_millis(10),
             max_line_bytes: 8192,
+            default_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -71,6 +76,9 @@ impl WasmConfig {
         }
         if self.epoch_tick < Duration::from_millis(1) || self.epoch_tick > Duration::from_secs(1) {
             return invalid("epoch_tick", "must be between 1ms and 1s");
+        }
+        if self.default_timeout < Duration::from_secs(1) || self.default_timeout > Duration::from_secs(30 * 86_400) {
+            return invalid("default_timeout", "must be between 1s and 30d");
         }
         if self.max_line_bytes < 80 {
             return invalid("max_line_bytes", "must be at least 80");
