@@ -70,14 +70,6 @@ impl Identities {
         Ok(keypair(&seed, &self.path(name))?.public_key())
     }
 
-    /// The permissions of identity `name` (the union of its roles).
-    pub fn permissions(&self, names: &Names, name: &str, guest_publish: &[String]) -> Result<Permissions, Error> {
-        let roles = IDENTITIES.iter().find(|(n, _)| *n == name).map(|(_, r)| *r).unwrap_or(&[]);
-        let inbox = inbox_prefix(&self.public_key(name)?);
-        let all = roles.iter().map(|&role| names.permissions(role, &inbox, guest_publish));
-        Ok(all.fold(Permissions::default(), Permissions::union))
-    }
-
     /// nats-server's `authorization` block for every identity, plus `extra_users` (already
     /// JSON objects, e.g. a test's unrestricted user). JSON is valid nats-server config.
     pub fn authorization(
@@ -87,16 +79,10 @@ impl Identities {
         extra_users: &[serde_json::Value],
     ) -> Result<String, Error> {
         let mut users = Vec::new();
-        for (name, _) in IDENTITIES {
-            let p = self.permissions(names, name, guest_publish)?;
-            users.push(json!({
-                "nkey": self.public_key(name)?,
-                "permissions": {
-                    "publish": { "allow": p.publish },
-                    "subscribe": { "allow": p.subscribe },
-                    "allow_responses": p.allow_responses,
-                },
-            }));
+        for (name, roles) in IDENTITIES {
+            let public_key = self.public_key(name)?;
+            let p = identity_permissions(names, roles, &inbox_prefix(&public_key), guest_publish);
+            users.push(json!({ "nkey": public_key, "permissions": server_permissions(&p) }));
         }
         users.extend(extra_users.iter().cloned());
         let block = json!({ "users": users });
@@ -105,6 +91,21 @@ impl Identities {
             "# Written by cronrun auth init: one nkey user per identity file beside it.\nauthorization {text}\n"
         ))
     }
+}
+
+/// The permissions of an identity holding `roles` (their union), replies under `inbox`.
+pub fn identity_permissions(names: &Names, roles: &[Role], inbox: &str, guest_publish: &[String]) -> Permissions {
+    let all = roles.iter().map(|&role| names.permissions(role, inbox, guest_publish));
+    all.fold(Permissions::default(), Permissions::union)
+}
+
+/// `permissions` in nats-server's form.
+pub fn server_permissions(p: &Permissions) -> serde_json::Value {
+    json!({
+        "publish": { "allow": p.publish },
+        "subscribe": { "allow": p.subscribe },
+        "allow_responses": p.allow_responses,
+    })
 }
 
 /// Writes `text` to a new file readable by its owner only (replacing any file there).
@@ -167,6 +168,17 @@ pub fn up_identities_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("identities")
 }
 
+/// The lines inside `cluster { }` that make routes authenticate: the route user with
+/// `password`, and the routes to `host:port`s that carry it.
+pub fn route_authorization(password: &str, routes: &[String]) -> String {
+    let urls: Vec<String> =
+        routes.iter().map(|route| format!("  \"nats-route://{ROUTE_USER}:{password}@{route}\"")).collect();
+    format!(
+        "authorization {{\n  user: {ROUTE_USER}\n  password: \"{password}\"\n}}\nroutes: [\n{}\n]\n",
+        urls.join("\n")
+    )
+}
+
 /// A random route password for a cluster's route authentication.
 pub fn route_password() -> String {
     use rand::Rng;
@@ -188,7 +200,8 @@ mod tests {
         assert_eq!(mode, 0o600);
         let again = Identities::ensure(&ids.dir).unwrap();
         assert_eq!(again.public_key("admin").unwrap(), admin, "a second init keeps existing identities");
-        let agent = ids.permissions(&Names::new("cronrun").unwrap(), "agent", &[]).unwrap();
+        let roles = IDENTITIES.iter().find(|(name, _)| *name == "agent").unwrap().1;
+        let agent = identity_permissions(&Names::new("cronrun").unwrap(), roles, "_INBOX.U", &[]);
         assert!(agent.may_publish("$KV.cronrun_leases.shard.1") && agent.may_publish("$KV.cronrun_leases.run.j.r"));
     }
 

@@ -194,21 +194,17 @@ impl Cluster {
     pub async fn start(size: usize) -> Cluster {
         let dir = test_dir();
         let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        // Routes authenticate as `cronrun auth init --cluster` documents.
-        let password = cronrun::auth::route_password();
-        let user = cronrun::auth::ROUTE_USER;
-        let routes: Vec<String> =
-            route_ports.iter().map(|p| format!("nats-route://{user}:{password}@127.0.0.1:{p}")).collect();
+        // Routes authenticate as `cronrun auth init --routes` writes it.
+        let routes: Vec<String> = route_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let route_auth = cronrun::auth::route_authorization(&cronrun::auth::route_password(), &routes);
         let (authorization, test_seed) = secure(dir.path());
         let starts = (0..size).map(|i| {
             let opts = ServerOptions {
                 port: 0,
                 server_name: Some(format!("n{i}")),
                 extra_config: format!(
-                    "{authorization}\ncluster {{\n  name: cronrun-test\n  listen: 127.0.0.1:{}\n  \
-                     authorization {{ user: {user}, password: \"{password}\" }}\n  routes: [{}]\n}}\n",
-                    route_ports[i],
-                    routes.join(", ")
+                    "{authorization}\ncluster {{\nname: cronrun-test\nlisten: 127.0.0.1:{}\n{route_auth}}}\n",
+                    route_ports[i]
                 ),
                 probe_creds: Some(test_seed.clone()),
             };

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::Ctx;
-use crate::auth::{IDENTITIES, Identities, ROUTE_USER, route_password, write_private};
+use crate::auth::{IDENTITIES, Identities, route_authorization, route_password, server_permissions, write_private};
 use crate::model::roles::Role;
 
 #[derive(Subcommand)]
@@ -95,17 +95,12 @@ fn cluster_auth(path: &std::path::Path, routes: &[String]) -> Result<String> {
         Some(line.split('"').nth(1)?.to_string())
     });
     let password = kept.unwrap_or_else(route_password);
-    let mut urls = Vec::new();
-    for route in routes {
-        if route.is_empty() || route.contains(['/', '@', ' ', '"']) {
-            bail!("--routes {route:?}: give host:port, e.g. nats-1:6222");
-        }
-        urls.push(format!("    \"nats-route://{ROUTE_USER}:{password}@{route}\""));
+    if let Some(route) = routes.iter().find(|r| r.is_empty() || r.contains(['/', '@', ' ', '"'])) {
+        bail!("--routes {route:?}: give host:port, e.g. nats-1:6222");
     }
     Ok(format!(
-        "# Written by cronrun auth init: include inside cluster {{ }} on every node.\n\
-         authorization {{\n  user: {ROUTE_USER}\n  password: \"{password}\"\n}}\nroutes: [\n{}\n]\n",
-        urls.join("\n")
+        "# Written by cronrun auth init: include inside cluster {{ }} on every node.\n{}",
+        route_authorization(&password, routes)
     ))
 }
 
@@ -116,12 +111,7 @@ fn permissions(ctx: &Ctx, a: PermissionsArgs) -> Result<()> {
     };
     // A .creds user keeps the default inbox prefix.
     let p = ctx.names()?.permissions(role, "_INBOX", &a.guest_publish);
-    let text = serde_json::to_string_pretty(&json!({
-        "publish": { "allow": p.publish },
-        "subscribe": { "allow": p.subscribe },
-        "allow_responses": p.allow_responses,
-    }))
-    .context("printing permissions")?;
+    let text = serde_json::to_string_pretty(&server_permissions(&p)).context("printing permissions")?;
     super::out(&text)?;
     Ok(())
 }
