@@ -37,6 +37,11 @@ const CASES: &[(Op, &str, &[&str])] = &[
     (Op::Publish("$KV.cronrun_leases.shards"), "change the shard count", &["scheduler", "agent"]),
     (Op::Publish("cronrun.logs.job.run1"), "write a run's output", &["runner", "agent"]),
     (Op::Publish("cronrun.events.job.succeeded"), "publish an event", &["admin", "scheduler", "runner", "agent"]),
+    (
+        Op::Publish("$JS.API.CONSUMER.CREATE.CRONRUN_DISPATCH.x.cronrun.dispatch.default"),
+        "take runs off the queue",
+        &["runner", "agent"],
+    ),
     (Op::Publish("$JS.API.STREAM.DELETE.KV_cronrun_jobs"), "delete the jobs bucket", &[]),
     (Op::Publish("$JS.API.STREAM.UPDATE.CRONRUN_DISPATCH"), "reconfigure the dispatch stream", &[]),
     (Op::Publish("$JS.API.STREAM.CREATE.KV_cronrun_jobs"), "create the jobs bucket", &["admin", "scheduler", "agent"]),
@@ -213,9 +218,17 @@ async fn auth_init_writes_a_config_the_server_accepts() {
     let admin = std::fs::read_to_string(ids.join("admin.nk")).unwrap();
     assert!(init(&[]).status.success());
     assert_eq!(std::fs::read_to_string(ids.join("admin.nk")).unwrap(), admin, "identities are kept");
-    let refused = init(&["--guest-publish", "$KV.>"]);
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success() && err.contains("could reach $KV.>"), "{err}");
+    for (args, expected) in [
+        (&["--guest-publish", "$KV.>"][..], "could reach $KV.>"),
+        (&["--guest-publish", ">"], "could reach $JS.>"),
+        (&["--routes", "n1:6222,evil@n2:6222"], "give host:port"),
+        (&["--routes", "nats://n1:6222"], "give host:port"),
+    ] {
+        let refused = init(args);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
     let cluster = std::fs::read_to_string(ids.join("cluster-auth.conf")).unwrap();
     assert!(cluster.contains("nats-route://cronrun-route:") && cluster.contains("@n2:6222"), "{cluster}");
 

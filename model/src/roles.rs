@@ -124,9 +124,15 @@ impl Api<'_> {
         // Flow control of push consumers is answered on `$JS.FC.<stream>.…`.
         self.add(format!("$JS.FC.{stream}.>"));
     }
-    /// Creating the stream when it is missing (never updating or deleting it).
-    fn create_stream(&mut self, stream: &str) {
-        self.add(format!("$JS.API.STREAM.CREATE.{stream}"));
+    /// Reading every stream of the layout but the work queue (a consumer there takes runs
+    /// off it: runners only), and creating any that is missing (never updating or deleting).
+    fn read_and_create_layout(&mut self, names: &Names) {
+        for stream in names.layout_streams() {
+            if stream != names.dispatch_stream() {
+                self.read_stream(&stream);
+            }
+            self.add(format!("$JS.API.STREAM.CREATE.{stream}"));
+        }
     }
 }
 
@@ -166,10 +172,7 @@ impl Names {
         let mut allow_responses = false;
         match role {
             Role::Admin => {
-                for stream in self.layout_streams() {
-                    api.read_stream(&stream);
-                    api.create_stream(&stream);
-                }
+                api.read_and_create_layout(self);
                 // Replacing a plugin purges the old chunks of its name.
                 api.add(format!("$JS.API.STREAM.PURGE.{}", obj_stream(&self.plugins_store())));
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.job_kv_bucket()] {
@@ -189,10 +192,7 @@ impl Names {
                 api.read_stream(&self.events_stream());
             }
             Role::Scheduler => {
-                for stream in self.layout_streams() {
-                    api.read_stream(&stream);
-                    api.create_stream(&stream);
-                }
+                api.read_and_create_layout(self);
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
@@ -265,6 +265,8 @@ mod tests {
             (Admin, "cronrun.ctl.run.j.r.kill", true),
             (Admin, "$JS.API.STREAM.DELETE.KV_cronrun_jobs", false),
             (Admin, "$KV.other_jobs.x", false),
+            (Admin, "$JS.API.CONSUMER.CREATE.CRONRUN_DISPATCH.x.cronrun.dispatch.a", false),
+            (Scheduler, "$JS.API.CONSUMER.CREATE.CRONRUN_DISPATCH.x.cronrun.dispatch.a", false),
             (Admin, "orders.new", false),
             (Viewer, "$KV.cronrun_jobs.backup", false),
             (Viewer, "$KV.cronrun_runs.j.r", false),
