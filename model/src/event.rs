@@ -1,6 +1,7 @@
 //! Events on `CRONRUN_EVENTS` (`cronrun.events.<job>.<event>`). The kinds and their wire
 //! names are a public contract (README, NATS layout): consumers filter on the subject's
-//! last token, so a name never changes once shipped.
+//! last token, so a name never changes once shipped. Most report what happened to a run;
+//! `changed`, `removed` and `kill_requested` are the audit trail of CLI writes, with `by`.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -27,10 +28,16 @@ pub enum EventKind {
     Lost,
     /// An attempt ended badly and another is queued.
     Retrying,
+    /// The job's spec was written (add, apply, deploy, pause, resume); `detail` says how.
+    Changed,
+    /// The job was removed.
+    Removed,
+    /// Someone asked for the run to be killed.
+    KillRequested,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Dispatched,
         EventKind::Started,
         EventKind::Succeeded,
@@ -41,6 +48,9 @@ impl EventKind {
         EventKind::Missed,
         EventKind::Lost,
         EventKind::Retrying,
+        EventKind::Changed,
+        EventKind::Removed,
+        EventKind::KillRequested,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +65,9 @@ impl EventKind {
             EventKind::Missed => "missed",
             EventKind::Lost => "lost",
             EventKind::Retrying => "retrying",
+            EventKind::Changed => "changed",
+            EventKind::Removed => "removed",
+            EventKind::KillRequested => "kill_requested",
         }
     }
 
@@ -90,6 +103,9 @@ pub struct Event {
     pub at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Who made the change, for events of CLI writes (see the runtime's `auth::actor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl Event {
@@ -101,6 +117,7 @@ impl Event {
             attempt,
             at: at.to_rfc3339_opts(SecondsFormat::Millis, true),
             detail: None,
+            by: None,
         }
     }
 

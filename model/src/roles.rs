@@ -230,9 +230,9 @@ impl Names {
                 ] {
                     api.add(kv_write(self.leases_bucket(), &key));
                 }
-                // Retries are dispatched by the runner that saw the attempt fail, and
-                // `overlap = "replace"` asks the active run's runner to stop it.
-                api.add(self.wildcard("dispatch"));
+                // No dispatches: a failed attempt's retry is dispatched by the scheduler
+                // (see the runtime's `scheduler::reaper`). `overlap = "replace"` asks the
+                // active run's runner to stop it.
                 api.add(self.wildcard("ctl"));
                 api.add(self.wildcard("logs"));
                 api.add(self.wildcard("events"));
@@ -293,6 +293,7 @@ mod tests {
             (Runner, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
             (Runner, "$JS.API.STREAM.PURGE.OBJ_cronrun_plugins", false),
             (Runner, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_DISPATCH.pool-a", true),
+            (Runner, "cronrun.dispatch.default", false),
             (Runner, "orders.new", true),
             (Runner, "payments.new", false),
         ];

@@ -163,6 +163,35 @@ impl Credentials {
     }
 }
 
+/// Who a CLI command acts as, for the audit trail (spec history, events): the identity's
+/// name and public key and the local user and host, e.g. `admin UABC… (root@build-1)`.
+/// The name is a seed file's stem, or a `.creds` JWT's `name` claim. Written by the client,
+/// so it tells honest operators apart; it does not prove who wrote (docs/security.md).
+pub fn actor(creds: Option<&str>) -> String {
+    let who = match creds.map(|path| (path, Credentials::load(path))) {
+        None => "anonymous".to_string(),
+        Some((path, Ok(Credentials::Nkey { public_key, .. }))) => {
+            let name = Path::new(path).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            format!("{name} {public_key}")
+        }
+        Some((path, Ok(Credentials::CredsFile(_)))) => {
+            jwt_subject(&std::fs::read_to_string(path).unwrap_or_default()).unwrap_or_else(|| path.to_string())
+        }
+        Some((path, Err(_))) => path.to_string(),
+    };
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "?".into());
+    format!("{who} ({user}@{})", crate::config::default_name())
+}
+
+/// `name sub` of the user JWT in a `.creds` file.
+fn jwt_subject(creds: &str) -> Option<String> {
+    use base64::Engine;
+    let jwt = creds.lines().skip_while(|l| !l.contains("BEGIN NATS USER JWT")).nth(1)?.trim();
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(jwt.split('.').nth(1)?).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&payload).ok()?;
+    Some(format!("{} {}", claims["name"].as_str()?, claims["sub"].as_str()?))
+}
+
 /// Where `cronrun up` keeps its identities, under its data directory.
 pub fn up_identities_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("identities")
@@ -189,6 +218,23 @@ pub fn route_password() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_actor_names_the_identity_and_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = Identities::ensure(&dir.path().join("ids")).unwrap();
+        let admin = actor(Some(ids.path("admin").to_str().unwrap()));
+        assert!(admin.starts_with(&format!("admin {} (", ids.public_key("admin").unwrap())), "{admin}");
+        assert!(actor(None).starts_with("anonymous ("));
+        // A .creds file: the JWT's name and subject (the payload is all that is read).
+        let claims = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            br#"{"name":"ops-alice","sub":"UALICE"}"#,
+        );
+        let creds = format!("-----BEGIN NATS USER JWT-----\nhdr.{claims}.sig\n------END NATS USER JWT------\n");
+        assert_eq!(jwt_subject(&creds).as_deref(), Some("ops-alice UALICE"));
+        assert_eq!(jwt_subject("garbage"), None);
+    }
 
     #[test]
     fn identities_are_private_and_kept() {

@@ -84,6 +84,21 @@ impl AgentConfig {
             return Err(Error::invalid("runner.pools", "a runner needs at least one pool"));
         }
         self.wasm.validate()?;
+        if let Some(user) = &self.runner.default_user
+            && self.roles.contains(&Role::Runner)
+        {
+            use crate::runner::account::{Accounts, HostAccounts};
+            let known = match user.parse::<u32>() {
+                Ok(_) => true, // a uid needs no passwd entry
+                Err(_) => HostAccounts.user_by_name(user).is_some(),
+            };
+            if !known {
+                return Err(Error::invalid(
+                    "runner.default_user",
+                    format!("runner.default_user {user:?} is no user on this host: create it or name another"),
+                ));
+            }
+        }
         if let Some(n) = self.scheduler.shards
             && !(1..=crate::scheduler::MAX_SHARDS).contains(&n)
         {
@@ -149,6 +164,7 @@ mod tests {
             ("[runner]\nslots = 0\n", "runner.slots"),
             ("[runner]\nmax_line_bytes = 100000000\n", "runner.max_line_bytes"),
             ("[scheduler]\nmax_in_flight = 0\n", "scheduler.max_in_flight"),
+            ("[runner]\ndefault_user = \"no-such-user-here\"\n", "runner.default_user"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = AgentConfig::load(&path).unwrap_err();

@@ -90,18 +90,32 @@ pub async fn record_skipped(
 }
 
 /// Queues the next attempt of a run whose attempt ended badly (failed, timed out, lost):
-/// the record goes back to `queued` by compare-and-set from `revision` (a conflict means
-/// someone else moved it first) and a message to start at `start_at` is published.
-/// Returns the `retrying` event for the caller to publish after its own (events follow
-/// writes that landed: a refused retry publishes nothing).
+/// `queue_retry`, then `publish_retry` to start at `start_at`. Schedulers only (runners
+/// hand a failed attempt to the scheduler, see `runner::finish`). Returns the `retrying`
+/// event for the caller to publish after its own (events follow writes that landed: a
+/// refused retry publishes nothing).
 pub async fn retry(
     store: &Store,
     pool: &str,
-    mut record: RunRecord,
+    record: RunRecord,
     revision: u64,
     start_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<Event, Error> {
+    let (queued, event) = queue_retry(store, record, revision, now).await?;
+    publish_retry(store, pool, queued, start_at).await?;
+    Ok(event)
+}
+
+/// Records the next attempt of a run `queued` (trigger `retry`, no host) by compare-and-set
+/// from `revision`: a conflict means someone else moved the run first. Returns the record
+/// as queued and the `retrying` event.
+pub async fn queue_retry(
+    store: &Store,
+    mut record: RunRecord,
+    revision: u64,
+    now: DateTime<Utc>,
+) -> Result<(Queued, Event), Error> {
     let why = record.error.take().unwrap_or_else(|| record.status.as_str().to_string());
     record.error = Some(format!("attempt {} {}: {why}", record.attempt, record.status.as_str()));
     record.attempt += 1;
@@ -115,6 +129,15 @@ pub async fn retry(
     // The record rides in the dispatch message too: fitted once, for both.
     record.fit(store.record_budget);
     let revision = store.update_run(&record, revision).await?;
+    let event = Event::new(&record.job, &record.run_id, EventKind::Retrying, record.attempt, now)
+        .with_detail(record.error.clone().unwrap_or_default());
+    Ok((Queued { revision, record }, event))
+}
+
+/// Publishes a queued retry (see `queue_retry`) to start at `start_at`; deduplicated per
+/// attempt by `Nats-Msg-Id`.
+pub async fn publish_retry(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
+    let record = &queued.record;
     let msg = DispatchMsg {
         job: record.job.clone(),
         run_id: record.run_id.clone(),
@@ -122,11 +145,9 @@ pub async fn retry(
         trigger: Trigger::Retry,
         scheduled_at: start_at,
         spec_revision: record.spec_revision,
-        queued: Some(Queued { revision, record: record.clone() }),
+        queued: Some(queued.clone()),
     };
-    publish(store, pool, &msg).await?;
-    Ok(Event::new(&msg.job, &msg.run_id, EventKind::Retrying, msg.attempt, now)
-        .with_detail(record.error.unwrap_or_default()))
+    publish(store, pool, &msg).await
 }
 
 async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Error> {

@@ -132,13 +132,14 @@ impl Nats {
         self.runner_with(name, &format!("pools = {pools:?}"))
     }
 
-    /// A runner with `lines` added to its `[runner]` settings.
+    /// A runner with `lines` added to its `[runner]` settings (its last table: `lines` may
+    /// go on with tables of their own, e.g. `[wasm]`).
     pub fn runner_with(&self, name: &str, lines: &str) -> Agent {
-        let runner = format!("[runner]\n{lines}\n");
-        self.agent_with_config(
-            name,
-            &format!("roles = [\"runner\"]\n{}", test_config(name).replace("[runner]\n", &runner)),
-        )
+        let mut base = test_config(name);
+        if lines.contains("allow_root") {
+            base = base.replace("allow_root = true\n", "");
+        }
+        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{base}{lines}\n"))
     }
 
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
@@ -267,10 +268,11 @@ fn test_config(name: &str) -> String {
 pub const TEST_SHARDS: u32 = 8;
 
 /// The run lease TTL is three heartbeats: on a cluster it must outlast a leader election.
+/// Shell jobs may run as root (CI runs as root); `security` tests the refusal.
 fn test_config_with_heartbeat(name: &str, heartbeat: &str) -> String {
     format!(
         "name = \"{name}\"\n[scheduler]\nshards = {TEST_SHARDS}\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
-         [runner]\nheartbeat = \"{heartbeat}\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\n"
+         [runner]\nheartbeat = \"{heartbeat}\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\nallow_root = true\n"
     )
 }
 
@@ -584,4 +586,21 @@ pub async fn assert_each_second_once(store: &Store, job: &str, from: chrono::Dat
     }
     assert!(missing.is_empty(), "seconds without exactly one run: {missing:?}");
     println!("{job}: {secs} fires in [{from}, {to}) each ran exactly once");
+}
+
+/// Builds every plugin once per test binary (plugins/build.sh); returns their folder.
+pub fn plugins() -> &'static PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/build.sh");
+        let out = std::process::Command::new("bash").arg(script).output().unwrap();
+        assert!(out.status.success(), "plugins/build.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        let first = String::from_utf8(out.stdout).unwrap().lines().next().map(PathBuf::from).unwrap();
+        first.parent().unwrap().to_path_buf()
+    })
+}
+
+/// A built example plugin.
+pub fn plugin(name: &str) -> PathBuf {
+    plugins().join(format!("{name}.wasm"))
 }

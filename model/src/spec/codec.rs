@@ -94,6 +94,10 @@ struct ShellTable {
     cwd: Option<String>,
     #[serde(default)]
     inherit_env: bool,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    group: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for ShellSpec {
@@ -102,14 +106,22 @@ impl<'de> Deserialize<'de> for ShellSpec {
         impl<'de> Visitor<'de> for ShellVisitor {
             type Value = ShellSpec;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a command string or a table with command or argv, env, cwd")
+                f.write_str("a command string or a table with command or argv, env, cwd, user, group")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ShellSpec, E> {
                 Ok(ShellSpec { command: Some(v.to_string()), ..ShellSpec::default() })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ShellSpec, A::Error> {
                 let t = ShellTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ShellSpec { command: t.command, argv: t.argv, env: t.env, cwd: t.cwd, inherit_env: t.inherit_env })
+                Ok(ShellSpec {
+                    command: t.command,
+                    argv: t.argv,
+                    env: t.env,
+                    cwd: t.cwd,
+                    inherit_env: t.inherit_env,
+                    user: t.user,
+                    group: t.group,
+                })
             }
         }
         d.deserialize_any(ShellVisitor)

@@ -99,6 +99,13 @@ pub struct ShellSpec {
     /// secret its unit sets) instead of the clean one. Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inherit_env: bool,
+    /// The user the command runs as (a name or a numeric uid); needs a runner running as
+    /// root. Default: the runner's `[runner] default_user`, else the runner's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The command's group (a name or a numeric gid). Default: the user's primary group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A Wasm component by digest, its config and what it is allowed to reach.
@@ -118,6 +125,11 @@ pub struct WasmSpec {
     /// Whether the job may use its own KV store.
     #[serde(default)]
     pub allow_kv: bool,
+    /// `<public key>:<signature>`: an nkey's ed25519 signature of `plugin`, written by
+    /// `cronrun deploy --sign`. Runners that list trusted keys run only plugins signed by
+    /// one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

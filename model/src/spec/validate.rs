@@ -59,6 +59,16 @@ impl JobSpec {
                 {
                     return Err(invalid("shell.cwd", format!("cwd {cwd:?} must be an absolute path")));
                 }
+                for (field, value) in [("shell.user", &shell.user), ("shell.group", &shell.group)] {
+                    if let Some(name) = value
+                        && !is_account_name(name)
+                    {
+                        return Err(invalid(
+                            field,
+                            format!("{name:?} must be a user or group name (a-z 0-9 _ - ., at most 32) or a number"),
+                        ));
+                    }
+                }
             }
             (None, Some(wasm)) => {
                 let hex = wasm.plugin.strip_prefix("sha256-").unwrap_or("");
@@ -70,6 +80,19 @@ impl JobSpec {
                             wasm.plugin
                         ),
                     ));
+                }
+                if let Some(signature) = &wasm.signature {
+                    let shaped = signature.split_once(':').is_some_and(|(key, sig)| {
+                        key.len() == 56
+                            && key.bytes().all(|b| b.is_ascii_alphanumeric())
+                            && (80..=90).contains(&sig.len())
+                    });
+                    if !shaped {
+                        return Err(invalid(
+                            "wasm.signature",
+                            "the signature must be <public key>:<signature> as `cronrun deploy --sign` writes it",
+                        ));
+                    }
                 }
                 for entry in &wasm.allow_http {
                     super::http_grant::HttpGrant::parse(entry).map_err(|e| invalid("wasm.allow_http", e))?;
@@ -155,6 +178,16 @@ fn invalid(field: &str, reason: impl std::fmt::Display) -> Error {
     Error::invalid(field, format!("{field}: {reason}"))
 }
 
+/// A user or group name as `useradd` accepts it (a letter, digit or `_` first; at most 32
+/// bytes), or a numeric id. Checked at apply so that a typo is refused there, not at the
+/// first run; whether the account exists is the runner's to check.
+fn is_account_name(name: &str) -> bool {
+    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let rest_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let number_ok = !name.bytes().all(|b| b.is_ascii_digit()) || name.parse::<u32>().is_ok();
+    first_ok && rest_ok && name.len() <= 32 && number_ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +246,26 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell.cmd");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
         assert_eq!(field_of("not json"), "spec");
+    }
+
+    #[test]
+    fn user_and_group_are_account_names_or_numbers() {
+        let spec = |shell: &str| format!(r#"{{"name":"a","schedule":"* * * * *","shell":{shell}}}"#);
+        for good in [r#"{"command":"x","user":"backup","group":"adm"}"#, r#"{"command":"x","user":"1000"}"#] {
+            JobSpec::from_json(spec(good).as_bytes()).unwrap();
+        }
+        for (bad, field) in [
+            (r#"{"command":"x","user":""}"#, "shell.user"),
+            (r#"{"command":"x","user":"root;id"}"#, "shell.user"),
+            (r#"{"command":"x","user":"-rf"}"#, "shell.user"),
+            (r#"{"command":"x","user":"99999999999"}"#, "shell.user"),
+            (r#"{"command":"x","user":"a*"}"#, "shell.user"),
+            (r#"{"command":"x","group":"wheel>"}"#, "shell.group"),
+        ] {
+            assert_eq!(field_of(&spec(bad)), field, "{bad}");
+        }
+        let long = format!(r#"{{"command":"x","user":"{}"}}"#, "u".repeat(33));
+        assert_eq!(field_of(&spec(&long)), "shell.user");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use clap::Args;
 use serde_json::{Map, Value, json};
 
 use super::{Ctx, fmt_time};
+use crate::events::EventKind;
 use crate::spec::JobSpec;
 
 #[derive(Args)]
@@ -95,6 +96,7 @@ pub async fn run(ctx: &Ctx, a: AddArgs) -> Result<()> {
     let spec = spec_from(&a)?;
     let store = ctx.store().await?;
     let revision = if a.replace { store.put_job(&spec).await?.0 } else { store.create_job(&spec).await? };
+    ctx.audit(&store, &spec.name, EventKind::Changed, format!("added, revision {revision}")).await;
     let (schedule, tz) = spec.parsed_schedule()?;
     let next = schedule.next_after(chrono::Utc::now(), tz);
     ctx.print(&json!({ "name": spec.name, "revision": revision, "next": next.map(|t| fmt_time(&t)) }), || {

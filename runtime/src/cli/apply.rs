@@ -5,6 +5,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
+use crate::events::EventKind;
 use crate::spec::parse_jobs_file;
 
 #[derive(Args)]
@@ -26,6 +27,9 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let mut results = Vec::new();
     for spec in &jobs {
         let (revision, changed) = store.put_job(spec).await.with_context(|| format!("writing job {}", spec.name))?;
+        if changed {
+            ctx.audit(&store, &spec.name, EventKind::Changed, format!("applied, revision {revision}")).await;
+        }
         results.push(json!({ "name": spec.name, "revision": revision, "changed": changed }));
     }
     ctx.print(&results, || {

@@ -18,6 +18,15 @@ pub enum AuthCommand {
     Init(InitArgs),
     /// Print one role's publish/subscribe allow-lists as JSON
     Permissions(PermissionsArgs),
+    /// Create a plugin signing key (an nkey seed file, 0600) and print its public key, for
+    /// `deploy --sign` and the runners' [wasm] trusted_keys
+    Keygen(KeygenArgs),
+}
+
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// Where to write the seed; an existing file is never overwritten
+    pub file: PathBuf,
 }
 
 #[derive(Args)]
@@ -47,7 +56,22 @@ pub fn run(ctx: &Ctx, command: AuthCommand) -> Result<()> {
     match command {
         AuthCommand::Init(a) => init(ctx, a),
         AuthCommand::Permissions(a) => permissions(ctx, a),
+        AuthCommand::Keygen(a) => keygen(ctx, a),
     }
+}
+
+fn keygen(ctx: &Ctx, a: KeygenArgs) -> Result<()> {
+    let shown = a.file.display();
+    if a.file.exists() {
+        bail!("{shown} exists: a signing key is never overwritten; choose another file");
+    }
+    let key = nkeys::KeyPair::new_account();
+    let seed = key.seed().map_err(|e| anyhow::anyhow!("creating a key: {e}"))?;
+    write_private(&a.file, &seed).with_context(|| format!("writing {shown}"))?;
+    let public = key.public_key();
+    ctx.print(&json!({ "file": shown.to_string(), "public_key": public }), || {
+        format!("{public}\nsigning key written to {shown} (0600); trust it on runners with [wasm] trusted_keys = [\"{public}\"]")
+    })
 }
 
 fn check_guest_subjects(ctx: &Ctx, subjects: &[String]) -> Result<()> {

@@ -46,12 +46,20 @@ pub struct DeployArgs {
     /// Let the job use its private KV store
     #[arg(long)]
     pub allow_kv: bool,
+    /// Sign the plugin with this nkey seed file (`cronrun auth keygen`), for runners that
+    /// run only plugins signed by their [wasm] trusted_keys
+    #[arg(long, value_name = "KEY_FILE")]
+    pub sign: Option<PathBuf>,
 }
 
 /// Spec fields a manifest may not set: they belong to the deployment, not the plugin.
 const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels", "history", "output_lines"];
 
 fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
+    let signature = match &a.sign {
+        Some(key) => Some(crate::wasm::signing::sign(key, digest).map_err(|e| anyhow::anyhow!("--sign: {e}"))?),
+        None => None,
+    };
     if let Some(key) = manifest.keys().find(|k| NOT_FROM_MANIFEST.contains(&k.as_str())) {
         bail!("{file}: its manifest sets {key:?}, which only the job spec may set");
     }
@@ -87,6 +95,7 @@ fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &
             "allow_publish": a.allow_publish,
             "allow_http": a.allow_http,
             "allow_kv": a.allow_kv,
+            "signature": signature,
         }),
     );
     JobSpec::from_json(&serde_json::to_vec(&spec)?).with_context(|| format!("{file}: the job spec is refused"))
@@ -126,6 +135,10 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
     }
     let (_, stored) = store.put_plugin(&bytes).await?;
     let (revision, changed) = store.put_job(&spec).await.with_context(|| format!("writing job {}", spec.name))?;
+    if changed {
+        let detail = format!("deployed {digest}, revision {revision}");
+        ctx.audit(&store, &spec.name, crate::events::EventKind::Changed, detail).await;
+    }
     let (schedule, tz) = spec.parsed_schedule()?;
     let next = schedule.next_after(chrono::Utc::now(), tz).map(|t| fmt_time(&t));
     let value = json!({

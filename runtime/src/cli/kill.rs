@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
+use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, parse_run_key};
 use crate::runner::shell::parse_signal;
 
@@ -32,6 +33,9 @@ pub async fn run(ctx: &Ctx, a: KillArgs) -> Result<()> {
     }
     let subject = store.names.kill_subject(job, run_id);
     let host = run.host.unwrap_or_default();
+    let event = Event::new(job, run_id, EventKind::KillRequested, run.attempt, chrono::Utc::now())
+        .with_detail(format!("{} on {host}", signal.as_str()));
+    publish_event(&store, &event).await;
     let reply =
         tokio::time::timeout(Duration::from_secs(5), store.client.request(subject, signal.as_str().to_string().into()))
             .await;

@@ -134,8 +134,18 @@ impl Ctx {
 
     pub async fn store(&self) -> Result<Store> {
         let names = self.names()?;
-        let client = crate::connect::connect(&self.nats_url(), self.creds().as_deref(), "cronrun-cli").await?;
-        Store::open(client, names, &LayoutOptions::default()).await.context("opening the cronrun layout in NATS")
+        let creds = self.creds();
+        let client = crate::connect::connect(&self.nats_url(), creds.as_deref(), "cronrun-cli").await?;
+        let store = Store::open(client, names, &LayoutOptions::default())
+            .await
+            .context("opening the cronrun layout in NATS")?;
+        Ok(store.acting_as(&crate::auth::actor(creds.as_deref())))
+    }
+
+    /// Publishes the audit event of a CLI write to `job` (`by` is the store's actor).
+    pub async fn audit(&self, store: &Store, job: &str, kind: crate::events::EventKind, detail: String) {
+        let event = crate::events::Event::new(job, "", kind, 0, chrono::Utc::now()).with_detail(detail);
+        crate::events::publish_event(store, &event).await;
     }
 
     pub fn json(&self) -> bool {

@@ -22,6 +22,7 @@ pub struct RmArgs {
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<()> {
     let store = ctx.store().await?;
     store.delete_job(&a.name).await?;
+    ctx.audit(&store, &a.name, crate::events::EventKind::Removed, "removed".into()).await;
     let records = match a.keep_history {
         true => 0,
         false => store.purge_runs(&a.name).await?,

@@ -94,6 +94,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
             Some(server)
         }
     };
+    run_jobs_as_nobody_if_root(&mut config.runner);
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
         add_examples(&config, admin_creds.clone()).await?;
@@ -115,10 +116,26 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
     Ok(result?)
 }
 
+/// `up` started as root (a container, a test machine) runs shell jobs that name no user as
+/// `nobody` rather than refusing them: a demo that works, without running jobs as root.
+fn run_jobs_as_nobody_if_root(runner: &mut crate::runner::RunnerConfig) {
+    use crate::runner::account::{Accounts, HostAccounts};
+    if nix::unistd::geteuid().is_root()
+        && runner.default_user.is_none()
+        && !runner.allow_root
+        && HostAccounts.user_by_name("nobody").is_some()
+    {
+        info!("running as root: shell jobs that name no user run as nobody ([runner] default_user)");
+        runner.default_user = Some("nobody".into());
+    }
+}
+
 /// Adds the example jobs if the deployment has no jobs at all.
 async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<String>) -> Result<()> {
     let client = crate::connect::connect(&config.nats, admin_creds.as_deref(), "cronrun-up examples").await?;
-    let store = Store::open(client, Names::new(&config.namespace)?, &config.layout).await?;
+    let store = Store::open(client, Names::new(&config.namespace)?, &config.layout)
+        .await?
+        .acting_as(&crate::auth::actor(admin_creds.as_deref()));
     if !store.list_jobs().await?.is_empty() {
         return Ok(());
     }
@@ -149,6 +166,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
         allow_publish: Vec::new(),
         allow_http: Vec::new(),
         allow_kv: false,
+        sign: None,
     };
     super::deploy::run(&ctx, args).await
 }

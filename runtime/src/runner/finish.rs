@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use super::RunnerCtx;
 use super::held::Held;
 use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail};
-use crate::dispatch::retry;
+use crate::dispatch::queue_retry;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::Status;
@@ -48,11 +48,15 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     let event = Event::new(&job, &run_id, EventKind::of_status(status), r.attempt, finished).with_detail(detail);
     if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {
         let now = ctx.clock.now();
-        let start_at = spec.retries.retry_at(r.attempt, now);
-        info!(status = status.as_str(), next_attempt = held.record.attempt + 1, %start_at, "attempt failed, retrying");
-        // The next attempt must find the run's leases free, wherever it is claimed.
-        held.release().await;
-        let retrying = retry(&ctx.store, &spec.pool, held.record.clone(), held.fence.revision, start_at, now).await?;
+        let wait = spec.retries.delay_after(r.attempt);
+        info!(status = status.as_str(), next_attempt = held.record.attempt + 1, ?wait, "attempt failed, retrying");
+        // The next attempt must find the overlap and lock leases free, wherever it is
+        // claimed. The run's own lease stays: its expiry after `wait` has the job's
+        // scheduler dispatch the next attempt (runners publish no dispatches, see
+        // `scheduler::reaper`), and should this runner die before, it expires anyway.
+        held.release_guards().await;
+        let (_, retrying) = queue_retry(&ctx.store, held.record.clone(), held.fence.revision, now).await?;
+        held.hand_over_lease(wait).await;
         publish_eof(ctx, &logs_subject, status).await;
         publish_event(&ctx.store, &event).await;
         publish_event(&ctx.store, &retrying).await;

@@ -94,14 +94,33 @@ impl Held {
     }
 
     pub(super) async fn release(&mut self) {
-        if let Some(path) = self.alive.take() {
-            let _ = std::fs::remove_file(path);
-        }
-        guards::release_all(std::mem::take(&mut self.guards)).await;
+        self.release_guards().await;
         if let Some(lease) = self.lease.take()
             && let Err(e) = lease.release().await
         {
             debug!("run lease not released: {e}");
+        }
+    }
+
+    /// Releases the overlap and lock leases and the keepalive file; the run's lease stays.
+    pub(super) async fn release_guards(&mut self) {
+        if let Some(path) = self.alive.take() {
+            let _ = std::fs::remove_file(path);
+        }
+        guards::release_all(std::mem::take(&mut self.guards)).await;
+    }
+
+    /// Leaves the run's lease to expire `after` from now (at least a second, the TTL's
+    /// unit), without renewing it again: its expiry is the scheduler's cue to dispatch the
+    /// queued next attempt. If this write fails, the lease expires on its old TTL.
+    pub(super) async fn hand_over_lease(&mut self, after: Duration) {
+        if let Some(mut lease) = self.lease.take() {
+            // Whole seconds, rounded up: the retry never starts before its backoff.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            lease.set_ttl(Duration::from_secs(secs.max(1)));
+            if let Err(e) = lease.renew().await {
+                debug!("run lease not shortened, it expires on its old TTL: {e}");
+            }
         }
     }
 }

@@ -9,9 +9,11 @@
 //! - `supervisor.rs`: a run's first process; the run dies with its runner.
 //! - `tree.rs`: a run's whole process tree, what left its group included.
 //! - `shell.rs`: process groups, signals, exit codes.
+//! - `account.rs`: the user a shell job runs as; never root by accident.
 //! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
+pub mod account;
 mod finish;
 mod guards;
 mod held;
@@ -73,6 +75,15 @@ pub struct RunnerConfig {
     /// How long a draining shutdown waits before stopping what still runs. Default 30s.
     #[serde(with = "crate::spec::codec::duration")]
     pub drain_timeout: Duration,
+    /// The user shell jobs run as when they name none (`shell.user`); the runner must run
+    /// as root to switch. Default: none (the runner's own user).
+    pub default_user: Option<String>,
+    /// Whether a runner running as root may run shell jobs as root. Default false: such a
+    /// job fails with a line naming what to set (see `account`).
+    pub allow_root: bool,
+    /// Whether this runner runs shell jobs at all. Default true; false with
+    /// `[wasm] trusted_keys` makes a runner that executes signed code only.
+    pub allow_shell: bool,
 }
 
 impl RunnerConfig {
@@ -104,6 +115,9 @@ impl Default for RunnerConfig {
             max_line_bytes: 8 * 1024,
             drain_on_shutdown: true,
             drain_timeout: Duration::from_secs(30),
+            default_user: None,
+            allow_root: false,
+            allow_shell: true,
         }
     }
 }
@@ -170,14 +184,14 @@ impl RunnerCtx {
         Ok(spec)
     }
 
-    /// Trims the job's finished runs to its history. A prune scans the job's records, so
-    /// it runs after every K runs finished here (K = half the history, at least 5): the
-    /// bucket holds at most history + K per runner of each job.
     /// Where the keepalive file of attempt `attempt` of run `key` lives (see `supervisor`).
     fn alive_path(&self, key: &str, attempt: u32) -> Option<std::path::PathBuf> {
         Some(self.alive_dir.as_ref()?.path().join(format!("{key}.{attempt}")))
     }
 
+    /// Trims the job's finished runs to its history. A prune scans the job's records, so
+    /// it runs after every K runs finished here (K = half the history, at least 5): the
+    /// bucket holds at most history + K per runner of each job.
     async fn prune(&self, job: &str, history: &History) {
         let every = ((history.succeeded + history.failed) / 2).max(5);
         {
@@ -210,6 +224,12 @@ impl Runner {
     ) -> Self {
         if !config.pools.contains(&host) {
             config.pools.push(host.clone());
+        }
+        if nix::unistd::geteuid().is_root() && config.default_user.is_none() && !config.allow_root {
+            warn!(
+                "this runner runs as root: shell jobs that name no user (shell.user) will fail; \
+                 set [runner] default_user, or allow_root = true to run them as root"
+            );
         }
         let wasm = crate::wasm::WasmRuntime::new(store.clone(), wasm).map_err(|e| {
             warn!("wasm jobs will fail on this runner: {e}");

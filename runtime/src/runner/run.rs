@@ -174,6 +174,7 @@ async fn claimed(
         attempt: d.attempt,
         scheduled_at: &scheduled,
         alive: alive.as_deref().map(|path| (path, within)),
+        runner: &ctx.config,
     };
     let (mut prepared, mut prepared_wasm) = (None, None);
     match early {

@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin, Command};
 
+use super::account::{self, RunAs};
 use crate::spec::ShellSpec;
 
 /// A started shell job.
@@ -51,17 +52,27 @@ pub struct RunEnv<'a> {
     /// The file the runner touches with every renewal of the run's lease, and how stale
     /// it may get before the supervisor stops the run (see `supervisor`).
     pub alive: Option<(&'a std::path::Path, Duration)>,
+    /// The runner's settings: whom the job may run as (see `account`).
+    pub runner: &'a super::RunnerConfig,
 }
 
 /// Creates the job's process (in a group of its own), blocked until it reads a line from
 /// `shared_stdin` (released with its group, see `starter`) or, without one, until
 /// `Prepared::start`.
 pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>) -> std::io::Result<Prepared> {
+    if !env.runner.allow_shell {
+        return Err(std::io::Error::other("this runner runs no shell jobs ([runner] allow_shell = false)"));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    let run_as = account::decide(spec, env.runner, uid, &account::HostAccounts).map_err(std::io::Error::other)?;
     // The run's first process is this binary as its supervisor (see `supervisor`).
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(super::supervisor::ARG);
     if let Some((path, within)) = env.alive {
         cmd.arg(super::supervisor::ALIVE_ARG).arg(path).arg(within.as_millis().to_string());
+    }
+    if let RunAs::Account(a) = &run_as {
+        cmd.arg(super::supervisor::AS_ARG).arg(format!("{}:{}", a.uid, a.gid));
     }
     match (&spec.command, &spec.argv) {
         (Some(command), _) => cmd.args(["shell", command]),
@@ -70,6 +81,9 @@ pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>
     };
     if !spec.inherit_env {
         cmd.env_clear().envs(clean_env());
+    }
+    if let RunAs::Account(a) = &run_as {
+        cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name);
     }
     cmd.envs(&spec.env)
         .env("CRONRUN_JOB", env.job)
@@ -80,8 +94,16 @@ pub fn prepare(spec: &ShellSpec, env: &RunEnv<'_>, shared_stdin: Option<OwnedFd>
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
+    match (&spec.cwd, &run_as) {
+        (Some(cwd), _) => {
+            cmd.current_dir(cwd);
+        }
+        // As cron does: another user starts in its home, or at `/` when it has none here
+        // (the runner's own directory is none of its business).
+        (None, RunAs::Account(a)) => {
+            cmd.current_dir(if a.home.is_dir() { a.home.as_path() } else { std::path::Path::new("/") });
+        }
+        (None, RunAs::Runner) => {}
     }
     let mut child = cmd.spawn()?;
     let go = child.stdin.take();

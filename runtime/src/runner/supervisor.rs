@@ -1,5 +1,5 @@
-//! `cronrun __supervise [--alive FILE MS] shell CMD | exec PROG ARGS...`: the first process
-//! of every run.
+//! `cronrun __supervise [--alive FILE MS] [--as UID:GID] shell CMD | exec PROG ARGS...`:
+//! the first process of every run.
 //!
 //! The runner starts it ahead of the run's instant in a new process group. It waits for
 //! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
@@ -30,6 +30,9 @@ use tokio::signal::unix::{SignalKind, signal};
 pub const ARG: &str = "__supervise";
 /// `--alive FILE MS`: the runner's keepalive file and how stale it may get.
 pub const ALIVE_ARG: &str = "--alive";
+/// `--as UID:GID`: the job runs as this user and group (see `account`); the supervisor
+/// stays as it is, so that it can end the job's tree.
+pub const AS_ARG: &str = "--as";
 
 /// How often the parent is checked.
 const PARENT_CHECK: Duration = Duration::from_millis(200);
@@ -83,7 +86,25 @@ pub fn main(args: &[String]) -> ExitCode {
         },
         _ => (None, args),
     };
-    runtime.block_on(supervise(args, parent, alive, Signals { term, int, hup, stop }))
+    let (run_as, args) = match args {
+        [flag, ids, rest @ ..] if flag == AS_ARG => match ids.split_once(':').map(|(u, g)| (u.parse(), g.parse())) {
+            Some((Ok(uid), Ok(gid))) => (Some((uid, gid)), rest),
+            _ => {
+                eprintln!("cronrun: {AS_ARG} takes UID:GID");
+                return ExitCode::from(NOT_RELEASED);
+            }
+        },
+        _ => (None, args),
+    };
+    runtime.block_on(supervise(args, parent, Options { alive, run_as }, Signals { term, int, hup, stop }))
+}
+
+/// What the flags before the job's command ask for.
+struct Options {
+    /// `--alive FILE MS`
+    alive: Option<(PathBuf, Duration)>,
+    /// `--as UID:GID`
+    run_as: Option<(u32, u32)>,
 }
 
 /// Whether the runner's keepalive file is older than `within` (or gone).
@@ -110,7 +131,7 @@ const KILLED: u8 = 137;
 async fn supervise(
     args: &[String],
     parent: nix::unistd::Pid,
-    alive: Option<(PathBuf, Duration)>,
+    Options { alive, run_as }: Options,
     mut signals: Signals,
 ) -> ExitCode {
     let mut cmd = match args {
@@ -129,6 +150,10 @@ async fn supervise(
             return ExitCode::from(NOT_RELEASED);
         }
     };
+    if let Some((uid, gid)) = run_as {
+        // std drops the supplementary groups too when a root process sets a uid.
+        cmd.uid(uid).gid(gid);
+    }
     if !super::tree::become_subreaper() {
         eprintln!("cronrun: cannot become a subreaper: processes leaving the run's group may outlive it");
     }

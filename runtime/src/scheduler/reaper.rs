@@ -1,8 +1,14 @@
-//! Runs whose runner died: every run holds a lease (`run.<job>.<run-id>`) that its runner
-//! renews with each heartbeat. When the server expires one, the scheduler leading the
-//! job's shard marks the run `lost` by compare-and-set (so the stalled runner, should it
-//! wake, finds its writes refused) and queues another attempt if the job's retry policy
-//! allows.
+//! Runs whose runner died, and retries that are due. Every run holds a lease
+//! (`run.<job>.<run-id>`) that its runner renews with each heartbeat. When the server
+//! expires one, the scheduler leading the job's shard looks at the run's record:
+//!
+//! - still claimed (`running`, or `queued` with a host): the runner died or stalled. The
+//!   run is marked `lost` by compare-and-set (so the stalled runner, should it wake, finds
+//!   its writes refused) and another attempt is queued if the job's retry policy allows.
+//! - `queued` for a retry, with no host: the runner recorded a failed attempt and left the
+//!   lease to expire after the backoff (see `runner::finish`). The next attempt is
+//!   dispatched now. Runners never publish dispatches, so a runner identity cannot start
+//!   runs; and a runner that dies between the two writes leaves a lease that still expires.
 //!
 //! Every scheduler follows all run leases. An expiry in a shard it does not lead is kept
 //! (as long as the server keeps the expiry marker) and handled should it take the shard
@@ -19,10 +25,10 @@ use tracing::{info, warn};
 use super::{SchedulerCtx, shard_of};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
-use crate::dispatch::retry;
+use crate::dispatch::{Queued, publish_retry, retry};
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
-use crate::record::{Status, parse_run_key};
+use crate::record::{Status, Trigger, parse_run_key};
 use crate::store::kv::Watch;
 use crate::store::{LEASE_MARKER_TTL, Store};
 
@@ -130,6 +136,22 @@ impl Reaper {
     }
 }
 
+/// Dispatches a retry that is due, to start now; a job removed meanwhile has its run
+/// recorded `cancelled` instead.
+async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: DateTime<Utc>) -> Result<(), Error> {
+    let (job, run_id, attempt) = (queued.record.job.clone(), queued.record.run_id.clone(), queued.record.attempt);
+    let Some(pool) = catalog.get(&job).and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone())) else {
+        let mut record = queued.record;
+        record.status = Status::Cancelled;
+        record.error = Some("job was removed before its retry".into());
+        record.finished_at = Some(now);
+        store.update_run(&record, queued.revision).await?;
+        return Ok(());
+    };
+    info!(job, run = run_id, attempt, "retry due: dispatching");
+    publish_retry(store, &pool, queued, now).await
+}
+
 /// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
 /// taken again meanwhile, is left alone.
 async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: DateTime<Utc>) -> Result<(), Error> {
@@ -143,8 +165,13 @@ async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: Dat
     };
     let mut record = stored.record;
     let claimed = record.status == Status::Running || (record.status == Status::Queued && record.host.is_some());
-    if !claimed || store.leases.get(key).await?.is_some() {
+    let retry_due = record.status == Status::Queued && record.host.is_none() && record.trigger == Trigger::Retry;
+    if !(claimed || retry_due) || store.leases.get(key).await?.is_some() {
         return Ok(());
+    }
+    if retry_due {
+        let queued = Queued { revision: stored.revision, record };
+        return dispatch_retry(store, catalog, queued, now).await;
     }
     let host = record.host.clone().unwrap_or_default();
     warn!(job, run = run_id, attempt = record.attempt, %host, "run lost: its runner stopped renewing the run's lease");

@@ -24,11 +24,29 @@ pub const RELEASE_MARKER_TTL: Duration = Duration::from_secs(5);
 const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 const MESSAGE_TTL: &str = "Nats-TTL";
 
+/// Who wrote a value (see `auth::actor`): kept with every write of a bucket opened
+/// `signed_by`, read back by `history`.
+pub const WRITTEN_BY: &str = "Cronrun-By";
+const KV_OPERATION: &str = "KV-Operation";
+
 /// A KV bucket with the JetStream context its writes go through.
 #[derive(Clone, Debug)]
 pub struct Bucket {
     pub kv: Kv,
     js: jetstream::Context,
+    /// The `WRITTEN_BY` header of this handle's writes.
+    by: Option<std::sync::Arc<str>>,
+}
+
+/// One revision of a key, for its history.
+#[derive(Debug, Clone)]
+pub struct Revision {
+    pub revision: u64,
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// `put`, `delete` or `purge`.
+    pub operation: &'static str,
+    pub by: Option<String>,
+    pub value: Bytes,
 }
 
 /// A live value and its revision (the fencing token of compare-and-set).
@@ -74,7 +92,45 @@ pub struct Change {
 
 impl Bucket {
     pub fn new(kv: Kv, js: jetstream::Context) -> Self {
-        Self { kv, js }
+        Self { kv, js, by: None }
+    }
+
+    /// This bucket with every write marked as made by `by`.
+    pub fn signed_by(mut self, by: &str) -> Self {
+        self.by = Some(by.into());
+        self
+    }
+
+    /// Every revision of `key` the bucket keeps, oldest first, with who wrote each.
+    pub async fn history(&self, key: &str) -> Result<Vec<Revision>, Error> {
+        let subject = format!("$KV.{}.{key}", self.name());
+        let read = |e: &dyn std::fmt::Display| Error::nats(&format!("reading the history of {key}"), e.to_string());
+        let mut revisions = Vec::new();
+        let mut next = 1;
+        loop {
+            let message = match self.kv.stream.direct_get_next_for_subject(&subject, Some(next)).await {
+                Ok(message) => message,
+                Err(e) if e.kind() == async_nats::jetstream::stream::DirectGetErrorKind::NotFound => break,
+                Err(e) => return Err(read(&e)),
+            };
+            let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_string());
+            let operation = match header(KV_OPERATION).as_deref() {
+                Some("DEL") => "delete",
+                Some("PURGE") => "purge",
+                _ => "put",
+            };
+            let at = chrono::DateTime::from_timestamp(message.time.unix_timestamp(), message.time.nanosecond())
+                .unwrap_or_default();
+            next = message.sequence + 1;
+            revisions.push(Revision {
+                revision: message.sequence,
+                at,
+                operation,
+                by: header(WRITTEN_BY),
+                value: message.payload,
+            });
+        }
+        Ok(revisions)
     }
 
     pub fn name(&self) -> &str {
@@ -157,7 +213,21 @@ impl Bucket {
     }
 
     async fn write(&self, key: &str, value: Bytes, expect: Option<u64>, ttl: Option<Duration>) -> Result<u64, Error> {
-        let mut headers = HeaderMap::new();
+        self.publish(key, value, HeaderMap::new(), expect, ttl).await
+    }
+
+    /// Publishes a value (or, with `KV-Operation` in `headers`, a marker) to `key`.
+    async fn publish(
+        &self,
+        key: &str,
+        value: Bytes,
+        mut headers: HeaderMap,
+        expect: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<u64, Error> {
+        if let Some(by) = &self.by {
+            headers.insert(WRITTEN_BY, by.as_ref());
+        }
         if let Some(revision) = expect {
             headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, revision.to_string().as_str());
         }
@@ -200,12 +270,12 @@ impl Bucket {
         }
     }
 
-    /// Deletes `key` if it is still at `revision`.
+    /// Deletes `key` if it is still at `revision` (a delete marker, as `nats kv del`
+    /// writes, with who deleted it).
     pub async fn delete_at(&self, key: &str, revision: u64) -> Result<(), Error> {
-        self.kv
-            .delete_expect_revision(key, Some(revision))
-            .await
-            .map_err(|e| Error::nats(&format!("deleting {key}"), e))
+        let mut headers = HeaderMap::new();
+        headers.insert(KV_OPERATION, "DEL");
+        self.publish(key, Bytes::new(), headers, Some(revision), None).await.map(|_| ())
     }
 
     /// Removes `key` if it is still at `revision`, leaving a marker that expires after

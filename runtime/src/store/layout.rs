@@ -110,6 +110,9 @@ pub(super) async fn ensure(
             description: "cronrun Wasm jobs' private key-value data".into(),
             history: 1,
             num_replicas: opts.replicas,
+            // A deleted key's marker expires, so that it stops counting against the job's
+            // quota (see `wasm::nats`).
+            limit_markers: Some(LEASE_MARKER_TTL),
             ..Default::default()
         },
     )

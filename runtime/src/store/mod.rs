@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::names::Names;
 
 pub use jobs::StoredJob;
-pub use kv::Bucket;
+pub use kv::{Bucket, Revision};
 pub use layout::{LEASE_MARKER_TTL, LayoutOptions, Missing};
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
@@ -36,6 +36,8 @@ pub struct Store {
     /// The most a run record may take as JSON: the server's max payload (at most 1 MiB)
     /// less room for headers, so that a record write is never refused for its size.
     pub record_budget: usize,
+    /// Who this handle's job writes and events are made by (the CLI's identity).
+    pub actor: Option<std::sync::Arc<str>>,
 }
 
 /// Headers of a KV write (expected revision, TTL) and a margin.
@@ -70,6 +72,15 @@ impl Store {
             runs: Bucket::new(runs, js.clone()),
             leases: Bucket::new(leases, js.clone()),
             js,
+            actor: None,
         })
+    }
+
+    /// This store with every job write and event marked as made by `by` (see
+    /// `auth::actor`): the audit trail of the CLI.
+    pub fn acting_as(mut self, by: &str) -> Self {
+        self.jobs = self.jobs.signed_by(by);
+        self.actor = Some(by.into());
+        self
     }
 }

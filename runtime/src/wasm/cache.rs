@@ -1,7 +1,14 @@
 //! Compiled components: in memory by digest (bounded, most recently used kept) and on
 //! disk as wasmtime's serialized form, `<cache_dir>/<digest>-<engine fingerprint>.cwasm`,
-//! so a restarted agent does not compile again. A file that fails to load is compiled
-//! anew and replaced.
+//! so a restarted agent does not compile again.
+//!
+//! A file on disk is native code that the agent maps and runs, so it is loaded only from
+//! where nobody but the agent's user can write: the directory and the file must be owned
+//! by that user and writable by no one else (checked at start-up for the directory, and
+//! for both before every load). A file that fails the check, or fails to load, is
+//! compiled anew and replaced, never executed. Shell jobs running as the agent's own user
+//! could still write there; that is why a root runner runs them as another user (see
+//! `runner::account`).
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -24,6 +31,13 @@ impl ComponentCache {
     pub fn new(engine: &Engine, dir: Option<PathBuf>, capacity: usize) -> Self {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
+        let dir = dir.filter(|dir| match private_dir(dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("compiled components stay in memory only: {}: {e}", dir.display());
+                false
+            }
+        });
         Self {
             dir,
             fingerprint: format!("{:016x}", hasher.finish()),
@@ -59,7 +73,7 @@ impl ComponentCache {
     /// `digest` compiled earlier by an engine like this one, from disk (blocking).
     pub fn load_from_disk(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let path = self.file(digest).filter(|p| p.exists())?;
-        match load_own_file(engine, &path) {
+        match owned_by_us(&path).and_then(|()| load_own_file(engine, &path)) {
             Ok(component) => {
                 self.remember(digest, &component);
                 Some(component)
@@ -84,15 +98,43 @@ impl ComponentCache {
     }
 }
 
+/// Creates `dir` (0700) if missing; Err unless it is ours and no one else may write it.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    }
+    owned_by_us(dir)
+}
+
+/// Err unless `path` (not a symlink) belongs to this process's user and is writable by
+/// its owner only.
+fn owned_by_us(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.file_type().is_symlink() {
+        return Err("a symbolic link".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("owned by uid {}, not this agent's {me}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("writable by others (mode {:o})", meta.mode() & 0o777));
+    }
+    Ok(())
+}
+
 /// Deserializes a compiled component that this cache wrote.
 ///
 /// Sound because the file is our own output: `write_file` writes `Component::serialize`
 /// of a component compiled by an engine with the same compatibility fingerprint (part of
-/// the file name), to a private directory (0700) via a temporary file and an atomic
-/// rename, so a reader never sees a partial file. wasmtime checks the header, version and
-/// engine settings again and refuses a mismatch. What it cannot check is that the machine
-/// code was not altered: whoever can write the agent's cache directory can already run
-/// code as the agent.
+/// the file name), via a temporary file (0600) and an atomic rename into a directory
+/// only the agent's user may write, and `owned_by_us` checked the file and directory
+/// before this call. wasmtime checks the header, version and engine settings again and
+/// refuses a mismatch. What it cannot check is that the machine code was not altered by
+/// the agent's own user, who can already run code as the agent.
 #[allow(unsafe_code)]
 fn load_own_file(engine: &Engine, path: &Path) -> Result<Component, String> {
     if !matches!(Engine::detect_precompiled_file(path), Ok(Some(wasmtime::Precompiled::Component))) {
@@ -105,12 +147,7 @@ fn load_own_file(engine: &Engine, path: &Path) -> Result<Component, String> {
 
 fn write_file(component: &Component, path: &Path) -> Result<(), String> {
     let dir = path.parent().ok_or("no directory")?;
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    }
+    private_dir(dir)?;
     let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| e.to_string())?;
     std::io::Write::write_all(&mut tmp, &bytes).map_err(|e| e.to_string())?;

@@ -19,7 +19,7 @@ pub struct WasmConfig {
     /// Elements of one table (function references). Default 10,000.
     pub max_table_elements: u32,
     /// Wasm runs that may exist at once on this agent (slots of the pooling allocator).
-    /// A run beyond this fails to instantiate. Default 100.
+    /// A run beyond this waits for one to end, within its own timeout. Default 100.
     pub max_instances: u32,
     /// Guest stack (recursion depth) of one run, in bytes. Default 512 KiB.
     #[serde(deserialize_with = "bytes")]
@@ -41,6 +41,16 @@ pub struct WasmConfig {
     /// `max_instances` slots only this long. Default 10m.
     #[serde(with = "crate::spec::codec::duration")]
     pub default_timeout: Duration,
+    /// Keys one job may hold in its KV store. Default 1,000.
+    pub kv_max_keys: usize,
+    /// Largest value a job may store under one key. Default 64 KiB: with `kv_max_keys`,
+    /// at most 64 MiB per job.
+    #[serde(deserialize_with = "bytes")]
+    pub kv_max_value_bytes: u64,
+    /// nkey public keys whose signatures this runner trusts: when any are listed, it runs
+    /// only plugins signed by one of them (`cronrun deploy --sign`). Default: none, and
+    /// signatures are not required.
+    pub trusted_keys: Vec<String>,
 }
 
 impl Default for WasmConfig {
@@ -56,6 +66,9 @@ impl Default for WasmConfig {
             epoch_tick: Duration::from_millis(10),
             max_line_bytes: 8192,
             default_timeout: Duration::from_secs(600),
+            kv_max_keys: 1_000,
+            kv_max_value_bytes: 64 << 10,
+            trusted_keys: Vec::new(),
         }
     }
 }
@@ -83,7 +96,21 @@ impl WasmConfig {
         if self.max_line_bytes < 80 {
             return invalid("max_line_bytes", "must be at least 80");
         }
+        if !(1..=1_000_000).contains(&self.kv_max_keys) {
+            return invalid("kv_max_keys", "must be between 1 and 1000000");
+        }
+        if !(1..=1 << 20).contains(&self.kv_max_value_bytes) {
+            return invalid("kv_max_value_bytes", "must be between 1 and 1MiB (NATS's default max payload)");
+        }
+        if let Err(e) = super::signing::check_trusted(&self.trusted_keys) {
+            return invalid("trusted_keys", &e);
+        }
         Ok(())
+    }
+
+    /// What one job may keep in its KV store.
+    pub fn kv_quota(&self) -> super::nats::KvQuota {
+        super::nats::KvQuota { max_keys: self.kv_max_keys, max_value_bytes: self.kv_max_value_bytes as usize }
     }
 
     /// Where compiled components go, if anywhere.

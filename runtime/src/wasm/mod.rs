@@ -9,6 +9,7 @@
 //! - `bindings.rs`: the one `bindgen!`. `host.rs`: host interfaces, limits.
 //! - `grants.rs`: capability checks. `http.rs`: wasi:http hooks. `nats.rs`: kv, publish.
 //! - `cache.rs`: compiled components in memory and on disk. `run.rs`: one run.
+//! - `signing.rs`: plugin signatures (`deploy --sign`, `[wasm] trusted_keys`).
 //! - `stdio.rs`: guest stdout/stderr as lines into the run's output.
 //! - `inspect.rs`: what `cronrun deploy` checks before storing a plugin.
 
@@ -22,6 +23,7 @@ mod http;
 mod inspect;
 mod nats;
 mod run;
+pub mod signing;
 mod stdio;
 
 use std::sync::Arc;
@@ -75,6 +77,9 @@ struct Inner {
     cache: cache::ComponentCache,
     nats: Arc<nats::NatsAccess>,
     config: WasmConfig,
+    /// One permit per slot of the pooling allocator: a run waits here for an instance
+    /// (within its timeout) rather than failing to instantiate when all are taken.
+    instances: Arc<tokio::sync::Semaphore>,
     _ticker: engine::Ticker,
 }
 
@@ -98,7 +103,8 @@ impl WasmRuntime {
                 engine,
                 linker,
                 cache,
-                nats: Arc::new(nats::NatsAccess::new(store)),
+                nats: Arc::new(nats::NatsAccess::new(store, config.kv_quota())),
+                instances: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
                 config,
                 _ticker: ticker,
             }),
@@ -109,6 +115,8 @@ impl WasmRuntime {
     /// disk), links it and returns it ready to instantiate: done ahead of the fire instant.
     pub async fn prepare(&self, spec: &WasmSpec) -> Result<PreparedWasm, Error> {
         let digest = spec.plugin.clone();
+        signing::verify(&digest, spec.signature.as_deref(), &self.inner.config.trusted_keys)
+            .map_err(|e| Error::invalid("wasm.signature", e))?;
         let component = self.component(&digest).await?;
         let pre = self
             .link(&component)

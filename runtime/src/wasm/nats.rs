@@ -1,5 +1,5 @@
 //! What Wasm host calls do in NATS: the job's private KV (bucket `<namespace>_jobkv`,
-//! key `<job>.<key>`, part of the layout) and publishing
+//! key `<job>.<key>`, part of the layout, within the job's quota) and publishing
 //! (JetStream when a stream captures the subject, so `Nats-Msg-Id` deduplicates; core
 //! NATS otherwise). Grants are checked by the caller; errors here are readable strings.
 
@@ -13,14 +13,28 @@ use crate::store::Store;
 pub struct NatsAccess {
     store: Store,
     jobkv: OnceCell<kv::Store>,
+    quota: KvQuota,
 }
 
-/// Largest KV value or message payload a job may write.
+/// What one job may keep in its KV store (`[wasm] kv_max_keys`, `kv_max_value_bytes`): at
+/// most their product in bytes, so that one guest cannot fill the JetStream storage every
+/// job and cronrun itself share. Counted when a key is added; runs of one job adding keys
+/// at the same instant on several runners may pass it by one key each.
+#[derive(Debug, Clone, Copy)]
+pub struct KvQuota {
+    pub max_keys: usize,
+    pub max_value_bytes: usize,
+}
+
+/// Largest message payload a job may publish.
 const MAX_VALUE_BYTES: usize = 1 << 20;
 
+/// How long the marker of a deleted key stays (and counts against the quota).
+const DELETE_MARKER_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl NatsAccess {
-    pub fn new(store: Store) -> Self {
-        Self { store, jobkv: OnceCell::new() }
+    pub fn new(store: Store, quota: KvQuota) -> Self {
+        Self { store, jobkv: OnceCell::new(), quota }
     }
 
     pub fn store(&self) -> &Store {
@@ -48,16 +62,46 @@ impl NatsAccess {
     }
 
     pub async fn kv_set(&self, job: &str, key: &str, value: Vec<u8>) -> Result<(), String> {
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(format!("kv set {key}: value of {} bytes is over the limit of {MAX_VALUE_BYTES}", value.len()));
+        let max = self.quota.max_value_bytes;
+        if value.len() > max {
+            return Err(format!(
+                "kv set {key}: value of {} bytes is over the limit of {max} ([wasm] kv_max_value_bytes)",
+                value.len()
+            ));
         }
         let kv = self.jobkv().await?;
-        kv.put(format!("{job}.{key}"), value.into()).await.map(|_| ()).map_err(|e| format!("kv set {key}: {e}"))
+        let full = format!("{job}.{key}");
+        let exists = kv.get(&full).await.map_err(|e| format!("kv set {key}: {e}"))?.is_some();
+        if !exists {
+            let held =
+                self.keys_of(kv, job).await.map_err(|e| format!("kv set {key}: counting the job's keys: {e}"))?;
+            if held >= self.quota.max_keys {
+                return Err(format!(
+                    "kv set {key}: the job holds {held} keys, its quota ([wasm] kv_max_keys); delete some first"
+                ));
+            }
+        }
+        kv.put(full, value.into()).await.map(|_| ()).map_err(|e| format!("kv set {key}: {e}"))
     }
 
+    /// Removes the key with its history; the marker left behind expires, so a deleted key
+    /// stops counting against the quota. A bucket created without markers gets a plain
+    /// delete (its marker stays and counts).
     pub async fn kv_delete(&self, job: &str, key: &str) -> Result<(), String> {
         let kv = self.jobkv().await?;
-        kv.delete(format!("{job}.{key}")).await.map_err(|e| format!("kv delete {key}: {e}"))
+        let full = format!("{job}.{key}");
+        if kv.purge_with_ttl(&full, DELETE_MARKER_TTL).await.is_ok() {
+            return Ok(());
+        }
+        kv.delete(full).await.map_err(|e| format!("kv delete {key}: {e}"))
+    }
+
+    /// Keys (and recent delete markers) the job has in its KV store.
+    async fn keys_of(&self, kv: &kv::Store, job: &str) -> Result<usize, String> {
+        use futures::TryStreamExt;
+        let filter = format!("{}{job}.>", kv.prefix);
+        let subjects = kv.stream.info_with_subjects(filter).await.map_err(|e| e.to_string())?;
+        subjects.try_fold(0, |n, _| async move { Ok(n + 1) }).await.map_err(|e| e.to_string())
     }
 
     /// Publishes; waits for the stream's ack when a stream captures `subject`.

@@ -67,24 +67,31 @@ impl PreparedWasm {
         let max_line = self.inner.config.max_line_bytes;
         let stdout = GuestOutput::new(Source::Stdout, max_line, output.clone(), 0);
         let stderr = GuestOutput::new(Source::Stderr, max_line, output.clone(), PANIC_TAIL_LINES);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        // An instance slot, waited for within the run's timeout (the wait is part of it).
+        let permit = tokio::select! {
+            permit = self.inner.instances.clone().acquire_owned() => permit.ok(),
+            _ = cancel.cancelled() => return WasmOutcome::Cancelled,
+            _ = until(deadline) => return WasmOutcome::TimedOut,
+        };
+        let Some(permit) = permit else {
+            return WasmOutcome::Failed("the Wasm host is shutting down".into());
+        };
         let mut store = self.sandbox(&ctx.job, stdout.clone(), stderr.clone(), output);
         let ended = Arc::new(AtomicU8::new(ENDED_NOT));
-        let deadline = timeout.map(|t| Instant::now() + t);
         watch(&mut store, deadline, cancel.clone(), ended.clone());
         let wit_ctx = self.wit_context(ctx);
         let pre = self.pre;
         let call = async move {
             let job = pre.instantiate_async(&mut store).await?;
-            job.call_run(&mut store, &wit_ctx).await
-            // `store` drops here: the guest's stdout/stderr are done.
+            let result = job.call_run(&mut store, &wit_ctx).await;
+            // The instance is gone with `store`; the guest's stdout/stderr are done.
+            drop(store);
+            drop(permit);
+            result
         };
         // Backstop for a host call that hangs (epochs only interrupt guest code).
-        let hard_stop = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until((d + HOST_CALL_GRACE).into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let hard_stop = until(deadline.map(|d| d + HOST_CALL_GRACE));
         let outcome = tokio::select! {
             result = call => classify(result, ended.load(Ordering::SeqCst), &self.inner.config),
             _ = cancel.cancelled() => WasmOutcome::Cancelled,
@@ -228,4 +235,12 @@ fn panic_message(tail: &[String]) -> Option<String> {
     let at = tail[i].split("panicked at").nth(1).unwrap_or("").trim().trim_end_matches(':');
     let message: Vec<&str> = tail[i + 1..].iter().map(String::as_str).take_while(|l| !l.starts_with("note:")).collect();
     Some(format!("{} (at {at})", message.join(" ")))
+}
+
+/// Completes at `deadline`, never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
 }

@@ -1,39 +1,18 @@
 //! Wasm jobs against a real nats-server: `cronrun deploy` (manifest, idempotence, bad
 //! inputs refused with nothing stored) and the host (`WasmRuntime`, called directly, not
 //! through the runner): the example plugins, their grants, and sandbox violations.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use cronrun::record::Trigger;
 use cronrun::spec::WasmSpec;
 use cronrun::store::{Store, plugin_digest};
 use cronrun::wasm::{JobContext, Line, Source, WasmConfig, WasmOutcome, WasmRuntime};
 use serde_json::Value;
-use support::*;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-/// Builds every plugin once per test binary (plugins/build.sh); returns their folder.
-fn plugins() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/build.sh");
-        let out = std::process::Command::new("bash").arg(script).output().unwrap();
-        assert!(out.status.success(), "plugins/build.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        let first = String::from_utf8(out.stdout).unwrap().lines().next().map(PathBuf::from).unwrap();
-        first.parent().unwrap().to_path_buf()
-    })
-}
-
-fn plugin(name: &str) -> PathBuf {
-    plugins().join(format!("{name}.wasm"))
-}
 
 fn path_str(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
@@ -405,6 +384,97 @@ async fn sandbox_violations_fail_the_run_and_the_runtime_keeps_serving() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_beyond_max_instances_wait_for_an_instance_within_their_timeout() {
+    let nats = Nats::start().await;
+    let h = host(&nats, WasmConfig { max_instances: 1, ..WasmConfig::default() }).await;
+    let (spin, hello) = (spec(&h, "test_spin"), spec(&h, "hello"));
+    h.run("hello", &hello, None).await; // compiled and stored before timing anything
+
+    // The one instance is held by a guest that spins until its 1 s timeout: a run that
+    // may wait 10 s gets it then and succeeds; one that may wait 300 ms times out waiting.
+    let started = Instant::now();
+    let spinning = h.run("spin", &spin, Some(Duration::from_secs(1)));
+    let waiting = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let waited = h.run("hello", &hello, Some(Duration::from_secs(10))).await.0;
+        (waited, started.elapsed())
+    };
+    let impatient = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h.run("hello", &hello, Some(Duration::from_millis(300))).await.0
+    };
+    let ((spun, _), (waited, waited_until), impatient) = tokio::join!(spinning, waiting, impatient);
+    assert_eq!(spun, WasmOutcome::TimedOut);
+    assert_eq!(impatient, WasmOutcome::TimedOut);
+    assert_eq!(waited, WasmOutcome::Succeeded(Some("hello, world".into())));
+    assert!(waited_until >= Duration::from_secs(1), "ran before the spinning guest let go: {waited_until:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compiled_file_others_could_have_written_is_compiled_again_never_loaded() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let nats = Nats::start().await;
+    let h = host(&nats, WasmConfig::default()).await;
+    let hello = spec(&h, "hello");
+    let ok = WasmOutcome::Succeeded(Some("hello, world".into()));
+    assert_eq!(h.run("hello", &hello, None).await.0, ok);
+    let dir = h._cache.path().to_path_buf();
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .unwrap();
+    let restarted = || {
+        let config = WasmConfig { cache_dir: Some(dir.clone()), ..WasmConfig::default() };
+        Host {
+            rt: WasmRuntime::new(h.store.clone(), config).unwrap(),
+            store: h.store.clone(),
+            _cache: tempfile::tempdir().unwrap(),
+        }
+    };
+    let mut tampers = vec!["writable by others", "not a component"];
+    if nix::unistd::geteuid().is_root() {
+        tampers.push("owned by another user");
+    }
+    for what in tampers {
+        match what {
+            "writable by others" => std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap(),
+            "not a component" => std::fs::write(&file, b"\x7fELF not a component").unwrap(),
+            _ => nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap(),
+        }
+        let before = std::fs::metadata(&file).unwrap().ino();
+        // A restarted agent runs the job from a fresh compile and replaces the file.
+        assert_eq!(restarted().run("hello", &hello, None).await.0, ok, "{what}");
+        let after = std::fs::metadata(&file).unwrap();
+        assert_ne!(after.ino(), before, "{what}: the file was loaded, not replaced");
+        assert_eq!((after.uid(), after.mode() & 0o777), (nix::unistd::geteuid().as_raw(), 0o600), "{what}");
+    }
+    // A directory others may write is not used at all: compiled code stays in memory.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(restarted().run("hello", &hello, None).await.0, ok);
+    assert!(!file.exists(), "compiled code was written to a directory others may write");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_kv_store_is_held_to_its_quota() {
+    let nats = Nats::start().await;
+    let config = WasmConfig { kv_max_keys: 25, kv_max_value_bytes: 64 << 10, ..WasmConfig::default() };
+    let h = host(&nats, config).await;
+    let fill = WasmSpec { allow_kv: true, ..spec(&h, "test_fill") };
+    let (outcome, lines) = h.run("fill", &fill, Some(Duration::from_secs(30))).await;
+    let WasmOutcome::Succeeded(Some(report)) = &outcome else { panic!("{outcome:?} {:?}", texts(&lines)) };
+    assert!(report.starts_with("added 25; refused: kv set k25: the job holds 25 keys"), "{report}");
+    assert!(report.contains("too big: kv set big: value of 102400 bytes is over the limit of 65536"), "{report}");
+    // What it holds is its 25 keys, the overwritten one included; another job has its own.
+    let kv = async_nats::jetstream::new(nats.client().await).get_key_value("cronrun_jobkv").await.unwrap();
+    assert_eq!(kv.get("fill.k0").await.unwrap().unwrap().as_ref(), b"again");
+    assert!(kv.get("fill.k25").await.unwrap().is_none());
+    let (other, _) = h.run("other", &fill, Some(Duration::from_secs(30))).await;
+    assert!(matches!(&other, WasmOutcome::Succeeded(Some(r)) if r.starts_with("added 25;")), "{other:?}");
+}
+
 /// p50, p99, max and mean of `samples`, for the bench's report.
 fn summary(samples: &mut [Duration]) -> String {
     samples.sort();
@@ -415,7 +485,7 @@ fn summary(samples: &mut [Duration]) -> String {
 
 /// Instantiate + call of `hello` (`PreparedWasm::run` as the runner calls it), and the
 /// cached `prepare` before it: each run timed, after a warm-up. Run with
-/// `cargo test --release -p cronrun --test wasm -- --ignored --nocapture bench_instantiate_and_call_hello`.
+/// `cargo test --release -p cronrun --test integration -- --ignored --nocapture bench_instantiate_and_call_hello`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
 async fn bench_instantiate_and_call_hello() {

@@ -1,14 +1,11 @@
 //! Fires missed while no scheduler ran: recorded as missed, or caught up (latest or all),
 //! as each job's `catchup` says.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::*;
 use chrono::Utc;
 use cronrun::record::{Status, Trigger};
-use support::*;
 
 fn job(name: &str, catchup: &str) -> String {
     format!(

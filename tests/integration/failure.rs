@@ -1,17 +1,12 @@
 //! Failure semantics: retries with backoff after failed attempts, and runs whose runner
 //! dies are marked `lost` from their expired lease and retried elsewhere.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
-#[path = "procs.rs"]
-mod procs;
-use procs::{group_members, pgrp_of};
+use crate::procs::{group_members, pgrp_of};
 
 use std::time::Duration;
 
+use crate::support::*;
 use cronrun::record::{Status, Trigger};
-use support::*;
 
 async fn record(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
@@ -21,8 +16,9 @@ async fn record(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_attempts_are_retried_with_backoff_until_one_succeeds() {
     let nats = Nats::start().await;
-    let agent = nats.agent("a", "");
-    ready(&agent).await;
+    // Runners with the runner identity, which may not publish dispatches: the scheduler
+    // dispatches each retry when the failed attempt's run lease expires.
+    let (_scheduler, _runners) = nats.scheduler_and_two_runners().await;
     let counter = nats.dir.path().join("attempts");
     apply(
         &nats,
@@ -52,6 +48,8 @@ shell = "echo no; exit 4"
     assert_eq!(done.attempt, 3);
     assert_eq!(done.trigger, Trigger::Retry);
     assert_eq!(done.output, ["attempt 3"]);
+    // The job itself ran three times, no more.
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "3");
     assert!(done.error.is_none() || done.error.as_deref().unwrap().contains("attempt 2 failed"), "{:?}", done.error);
     let store = nats.store().await;
     let retrying = events(&store, "flaky", "retrying").await;

@@ -1,14 +1,11 @@
 //! Scheduling against a real nats-server: exactly-once per fire across agents and
 //! failover, and live edits (pause, resume, rm, schedule change) without reload.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::*;
 use chrono::Utc;
 use cronrun::record::Status;
-use support::*;
 
 // These tests are about dispatch: every fire exactly once. Fires that a new scheduler
 // dispatches late after a handover start together, and the default overlap `skip` would

@@ -1,15 +1,12 @@
 //! Least privilege against a real nats-server with the authorization `cronrun auth init`
 //! writes: each role refused, operation by operation, what it must not do; clients
 //! without a valid identity refused with one line; the CLI as a viewer reads only.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::*;
 use cronrun::auth::Credentials;
 use futures::StreamExt;
-use support::*;
 
 /// How long the client may take to hand on an error the server sent before its `PONG`.
 const VERDICT: Duration = Duration::from_millis(500);
@@ -30,7 +27,7 @@ const CASES: &[(Op, &str, &[&str])] = &[
     (Op::Publish("$O.cronrun_plugins.M.evil"), "write plugin metadata", &["admin"]),
     (Op::Publish("$JS.API.STREAM.PURGE.OBJ_cronrun_plugins"), "purge the plugin store", &["admin"]),
     (Op::Publish("cronrun.ctl.run.job.run1.kill"), "send a kill request", &["admin", "runner", "agent"]),
-    (Op::Publish("cronrun.dispatch.default"), "dispatch a run", &["admin", "scheduler", "runner", "agent"]),
+    (Op::Publish("cronrun.dispatch.default"), "dispatch a run", &["admin", "scheduler", "agent"]),
     (Op::Publish("$KV.cronrun_runs.job.run1"), "write a run record", &["admin", "scheduler", "runner", "agent"]),
     (Op::Publish("$KV.cronrun_leases.run.job.run1"), "write a run lease", &["runner", "agent"]),
     (Op::Publish("$KV.cronrun_leases.shard.1"), "write a shard lease", &["scheduler", "agent"]),
@@ -169,6 +166,45 @@ async fn a_viewer_reads_everything_and_writes_nothing() {
     assert_eq!(runs(&nats.store().await, "seen").await.len(), 1);
 }
 
+/// The audit trail: each CLI write says who made it, in the job's history (which a viewer
+/// may read) and in its event.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_writes_record_the_identity_that_made_them() {
+    let nats = Nats::start().await;
+    let Credentials::Nkey { public_key: admin, .. } = Credentials::load(&nats.identity("admin")).unwrap() else {
+        panic!("admin is an nkey identity")
+    };
+    let by_admin = format!("admin {admin} (");
+    nats.ok(&["add", "audited", "--schedule", "@yearly", "--", "true"]);
+    nats.trigger("audited");
+    nats.ok(&["pause", "audited"]);
+    nats.ok(&["rm", "audited"]);
+
+    let mut viewer = nats.command();
+    viewer.args(["get", "audited", "--history", "--output", "json"]).env("CRONRUN_CREDS", nats.identity("viewer"));
+    let out = viewer.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let history: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let written: Vec<(&str, &str)> =
+        history.iter().map(|r| (r["operation"].as_str().unwrap(), r["by"].as_str().unwrap_or(""))).collect();
+    assert_eq!(written.iter().map(|w| w.0).collect::<Vec<_>>(), ["put", "put", "delete"], "{history:?}");
+    assert!(written.iter().all(|(_, by)| by.starts_with(&by_admin)), "{written:?}");
+
+    let store = nats.store().await;
+    let written = eventually(Duration::from_secs(10), "the four events of the writes", || async {
+        Some(events(&store, "audited", "*").await).filter(|e| e.len() >= 4)
+    })
+    .await;
+    let mut seen = Vec::new();
+    for event in written {
+        assert!(event["by"].as_str().unwrap_or("").starts_with(&by_admin), "{event}");
+        seen.push((event["event"].as_str().unwrap().to_string(), event["detail"].as_str().unwrap_or("").to_string()));
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["changed", "dispatched", "changed", "removed"], "{seen:?}");
+    assert!(seen[0].1.starts_with("added") && seen[2].1.starts_with("paused"), "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_without_a_valid_identity_are_refused_with_one_line() {
     let nats = Nats::start().await;
@@ -252,4 +288,57 @@ async fn auth_init_writes_a_config_the_server_accepts() {
     assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
     let listed = cli(&ids.join("viewer.nk"), &["ls"]);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("@daily"));
+}
+
+/// The record of a manual run of `job`, once it ended.
+fn run_now(nats: &Nats, job: &str) -> serde_json::Value {
+    let out = nats.cli(&["trigger", job, "--wait", "--output", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shell_jobs_run_as_their_user_and_never_as_root_by_accident() {
+    let nats = Nats::start().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    let runner = nats.runner_with("r", "allow_root = false");
+    ready(&scheduler).await;
+    ready(&runner).await;
+    let secret = nats.identity("agent");
+    let seed = std::fs::read_to_string(&secret).unwrap();
+    let show = "id -un; id -g; echo $HOME; pwd";
+    let jobs = format!(
+        "[[job]]\nname = \"plain\"\nschedule = \"@yearly\"\nshell = \"{show}\"\n\
+         [[job]]\nname = \"as-nobody\"\nschedule = \"@yearly\"\nshell = {{ command = \"{show}\", user = \"nobody\", group = \"4242\" }}\n\
+         [[job]]\nname = \"as-root\"\nschedule = \"@yearly\"\nshell = {{ command = \"id -un\", user = \"root\" }}\n\
+         [[job]]\nname = \"as-nobody-at-all\"\nschedule = \"@yearly\"\nshell = {{ command = \"id -un\", user = \"no-such-user\" }}\n\
+         [[job]]\nname = \"steal\"\nschedule = \"@yearly\"\nshell = {{ command = \"cat {secret}\", user = \"nobody\" }}\n"
+    );
+    apply(&nats, &jobs);
+    let root = nix::unistd::geteuid().is_root();
+    let me = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    // (job, status, what its output or error must contain)
+    let cases: Vec<(&str, &str, String)> = if root {
+        vec![
+            ("plain", "failed", "it would run as root".into()),
+            ("as-nobody", "succeeded", "nobody|4242|/nonexistent|/".into()),
+            ("as-root", "failed", "it would run as root".into()),
+            ("as-nobody-at-all", "failed", "there is no user \"no-such-user\" on this runner".into()),
+            // A job as another user cannot read the agent's NATS identity.
+            ("steal", "failed", "Permission denied".into()),
+        ]
+    } else {
+        vec![
+            ("plain", "succeeded", me.trim().to_string()),
+            ("as-nobody", "failed", "not root, and cannot switch to user \"nobody\"".into()),
+            ("as-root", "failed", "it would run as root".into()),
+        ]
+    };
+    for (job, status, needle) in cases {
+        let record = run_now(&nats, job);
+        assert_eq!(record["status"], status, "{job}: {record}");
+        let output: Vec<&str> = record["output"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        let seen = format!("{}|{}", output.join("|"), record["error"].as_str().unwrap_or(""));
+        assert!(seen.contains(&needle), "{job}: {needle:?} not in {seen:?}");
+        assert!(!seen.contains(seed.trim()), "{job}: the agent's seed reached the output");
+    }
 }

@@ -1,16 +1,13 @@
 //! Sharded scheduling: shards spread evenly over the schedulers, move when schedulers join
 //! or leave (SIGTERM or kill -9), and every fire of every job runs exactly once throughout.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use chrono::Utc;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::*;
 
 /// Jobs enough to land in most shards.
 const JOBS: usize = 12;

@@ -1,13 +1,10 @@
 //! Bad input is refused with one line naming what is wrong, and nothing is written; a
 //! malformed spec put straight into KV harms nothing; the layout is created once.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::*;
 use cronrun::record::Status;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_cli_input_is_refused_and_nothing_is_written() {

@@ -1,14 +1,11 @@
 //! Overlap policies and locks: what happens when a fire comes while a run still runs,
 //! and mutual exclusion of jobs sharing a lock across agents.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::*;
 use chrono::{DateTime, Utc};
 use cronrun::record::{RunRecord, Status};
-use support::*;
 
 fn job(name: &str, schedule: &str, command: &str, extra: &str) -> String {
     format!(

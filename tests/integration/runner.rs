@@ -1,17 +1,12 @@
 //! The shell runner against a real nats-server: kill reaches the whole process group,
 //! timeouts, bounded memory and records whatever a job prints, live logs.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
-#[path = "procs.rs"]
-mod procs;
-use procs::{group_members, pgrp_of};
+use crate::procs::{group_members, pgrp_of};
 
 use std::time::Duration;
 
+use crate::support::*;
 use cronrun::record::Status;
-use support::*;
 
 async fn run_status(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();

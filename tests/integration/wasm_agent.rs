@@ -1,27 +1,14 @@
 //! Deployed Wasm jobs run by a real agent: scheduled from their manifest (or flags),
 //! their log lines in the run's output, one event per fire from `emit-event`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::support::*;
 use cronrun::record::Status;
-use support::*;
 
-/// The example plugins, built once per test binary.
+/// A built example plugin's path, as the CLI takes it.
 fn plugin(name: &str) -> String {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let out = Command::new("bash").arg(root.join("plugins/build.sh")).output().unwrap();
-        assert!(out.status.success(), "plugins/build.sh: {}", String::from_utf8_lossy(&out.stderr));
-        root.join("target/wasm32-wasip2/release")
-    });
-    dir.join(format!("{name}.wasm")).display().to_string()
+    crate::support::plugin(name).display().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -101,7 +88,8 @@ async fn a_new_version_switches_while_a_run_finishes_on_the_old_one() {
     })
     .await;
     let v1 = nats.store().await.get_job("switch").await.unwrap().spec.unwrap().wasm.unwrap().plugin;
-    nats.ok(&["deploy", &plugin("hello"), "--name", "switch", "--timeout", "3s"]);
+    // Yearly, not hello's every 10 s: a scheduled run must not overlap the manual one below.
+    nats.ok(&["deploy", &plugin("hello"), "--name", "switch", "--timeout", "3s", "--schedule", "@yearly"]);
     let v2 = store.get_job("switch").await.unwrap().spec.unwrap().wasm.unwrap().plugin;
     assert_ne!(v1, v2, "the spec points at the new digest at once");
     // The run in flight ends on the version it started with.
@@ -177,4 +165,59 @@ async fn a_wasm_job_without_a_timeout_gets_the_runners_default() {
     assert_eq!(record["status"], "timed_out", "{record}");
     assert_eq!(record["error"], "timed out after 2s", "{record}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
+/// A runner that trusts a signing key runs only plugins signed by it: unsigned ones, ones
+/// signed by another key, and a signature moved onto another plugin fail with one line;
+/// with `allow_shell = false` it runs no shell job either.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_with_trusted_keys_runs_only_plugins_signed_by_them() {
+    let nats = Nats::start().await;
+    let keygen = |name: &str| {
+        let path = nats.dir.path().join(name).display().to_string();
+        let out: serde_json::Value =
+            serde_json::from_str(&nats.ok(&["auth", "keygen", &path, "--output", "json"])).unwrap();
+        (path, out["public_key"].as_str().unwrap().to_string())
+    };
+    let ((ours, our_key), (theirs, _)) = (keygen("ours.nk"), keygen("theirs.nk"));
+    assert!(nats.fails(&["auth", "keygen", &ours]).contains("never overwritten"));
+    let store = nats.store().await; // the layout, which a runner alone waits for
+    let agent = nats.runner_with("a", &format!("allow_shell = false\n[wasm]\ntrusted_keys = [\"{our_key}\"]"));
+    ready(&agent).await;
+    let hello = plugin("hello");
+    nats.ok(&["deploy", &hello, "--name", "signed", "--sign", &ours]);
+    nats.ok(&["deploy", &hello, "--name", "unsigned"]);
+    nats.ok(&["deploy", &hello, "--name", "stranger", "--sign", &theirs]);
+    // hello's signature lifted onto another plugin, past the CLI.
+    let signed: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "signed", "--output", "json"])).unwrap();
+    let signature = signed["spec"]["wasm"]["signature"].as_str().unwrap();
+    assert!(signature.starts_with(&format!("{our_key}:")), "{signature}");
+    nats.ok(&["deploy", &plugin("emit_event"), "--name", "lifted", "--config", "subject=demo.x"]);
+    let mut lifted: serde_json::Value =
+        serde_json::from_str::<serde_json::Value>(&nats.ok(&["get", "lifted", "--output", "json"])).unwrap()["spec"]
+            .clone();
+    lifted["wasm"]["signature"] = signature.into();
+    store.jobs.kv.put("lifted", serde_json::to_vec(&lifted).unwrap().into()).await.unwrap();
+    nats.ok(&["add", "shell", "--schedule", "@yearly", "--", "echo hi"]);
+
+    for (job, status, needle) in [
+        ("signed", "succeeded", "hello, world"),
+        ("unsigned", "failed", "is not signed, and this runner runs only plugins signed by its [wasm] trusted_keys"),
+        ("stranger", "failed", "which is not among this runner's [wasm] trusted_keys"),
+        ("lifted", "failed", "does not match it"),
+        ("shell", "failed", "this runner runs no shell jobs ([runner] allow_shell = false)"),
+    ] {
+        let out = nats.cli(&["trigger", job, "--wait", "--output", "json"]);
+        let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(record["status"], status, "{job}: {record}");
+        let seen = format!("{} {}", record["output"], record["error"]);
+        assert!(seen.contains(needle), "{job}: {needle:?} not in {seen}");
+    }
+    // A signing key others may read is refused, and nothing is written.
+    let open = nats.dir.path().join("open.nk");
+    std::fs::copy(&ours, &open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let err = nats.fails(&["deploy", &hello, "--name", "careless", "--sign", open.to_str().unwrap()]);
+    assert!(err.contains("--sign") && err.contains("chmod 600"), "{err}");
+    assert!(nats.fails(&["get", "careless"]).contains("not found"));
 }

@@ -1,0 +1,37 @@
+//! Integration tests: a real nats-server (with authentication) per test, cronrun agents and
+//! the CLI as real processes of the built binary. One test binary, so that the shared
+//! support and the runtime (wasmtime among it) are compiled and linked once; select a
+//! file's tests by its module, e.g. `cargo test -p cronrun --test integration wasm::`.
+//! The chaos suite is a binary of its own (`--test chaos`): it kills servers and agents
+//! and is best read alone.
+//!
+//! - `scheduling`: exactly once per fire across agents and failover; live edits.
+//! - `sharding`: shards spread over schedulers joining, stopping and dying.
+//! - `catchup`: fires missed while no scheduler ran.
+//! - `overlap`: overlap policies and locks shared across agents.
+//! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
+//! - `failure`: retries, lost runs, hand-over on SIGTERM.
+//! - `input`: bad input refused with one line and nothing written.
+//! - `wasm`: `cronrun deploy` and the Wasm host called directly.
+//! - `wasm_agent`: deployed Wasm jobs run by a real agent.
+//! - `security`: each role refused what it must not do; bad credentials.
+//! - `up`: `cronrun up` as a user runs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../procs.rs"]
+mod procs;
+
+mod catchup;
+mod failure;
+mod input;
+mod overlap;
+mod runner;
+mod scheduling;
+mod security;
+mod sharding;
+mod up;
+mod wasm;
+mod wasm_agent;
