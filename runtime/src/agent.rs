@@ -1,5 +1,6 @@
 //! An agent: the scheduler and/or runner of one host, sharing one catalog.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -11,6 +12,7 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::config::{AgentConfig, Role};
 use crate::error::Error;
+use crate::http::Health;
 use crate::names::Names;
 use crate::runner::Runner;
 use crate::scheduler::{Scheduler, SchedulerCtx};
@@ -34,7 +36,18 @@ pub async fn run(
 ) -> Result<(), Error> {
     // The drain, then TERM's grace and the supervisors' own kill (2 s) for what still runs.
     let bound = config.runner.drain_timeout + config.runner.kill_grace + Duration::from_secs(2) + STOP_MARGIN;
-    let work = run_roles(client, config, clock, cancel.clone());
+    // Installed before anything is counted: what is recorded earlier is lost.
+    crate::metrics::handle();
+    let health = Arc::new(Health::new(client.clone(), config.roles.len()));
+    // Served from the start, so that /livez answers while the layout is awaited; stopped
+    // with the agent, after the roles.
+    let http_stop = CancellationToken::new();
+    let _stop_http = http_stop.clone().drop_guard();
+    if let Some(addr) = &config.http.listen {
+        let bound = crate::http::serve(addr, health.clone(), http_stop).await?;
+        info!("serving /livez, /readyz and /metrics at http://{bound}");
+    }
+    let work = run_roles(client, config, clock, health, cancel.clone());
     tokio::pin!(work);
     tokio::select! {
         result = &mut work => result,
@@ -93,6 +106,7 @@ async fn run_roles(
     client: async_nats::Client,
     config: AgentConfig,
     clock: SharedClock,
+    health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), Error> {
     let names = Names::new(&config.namespace)?;
@@ -100,6 +114,7 @@ async fn run_roles(
         true => Store::open(client, names, &config.layout).await?,
         false => open_existing(client, names, &cancel).await?,
     };
+    health.layout_ready();
     // The catalog outlives the runner's drain, which still reads specs.
     let catalog_cancel = CancellationToken::new();
     let schedules = config.roles.contains(&Role::Scheduler);
@@ -127,6 +142,7 @@ async fn run_roles(
             shards,
         };
         let scheduler = Scheduler { ctx, events };
+        health.role_started();
         tokio::spawn(scheduler.run(cancel.clone()))
     });
     let runner = config.roles.contains(&Role::Runner).then(|| {
@@ -138,6 +154,8 @@ async fn run_roles(
             clock.clone(),
             config.name.clone(),
         );
+        let _ = health.slots.set(runner.slots());
+        health.role_started();
         tokio::spawn(runner.run(cancel.clone()))
     });
 

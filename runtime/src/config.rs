@@ -29,6 +29,16 @@ pub struct AgentConfig {
     pub runner: RunnerConfig,
     /// Sandbox limits and compile cache of Wasm jobs.
     pub wasm: WasmConfig,
+    pub http: HttpConfig,
+}
+
+/// `[http]`: the agent's HTTP listener (see `http`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address for /livez, /readyz and /metrics, e.g. `127.0.0.1:8642`. Default: none
+    /// (`cronrun up`: 127.0.0.1:8642).
+    pub listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -50,6 +60,7 @@ impl Default for AgentConfig {
             scheduler: SchedulerConfig::default(),
             runner: RunnerConfig::default(),
             wasm: WasmConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 }
@@ -119,6 +130,7 @@ impl AgentConfig {
             ("scheduler.lease_ttl", s.lease_ttl, D::from_secs(2), D::from_secs(600)),
             ("scheduler.lead", s.lead, D::ZERO, D::from_secs(60)),
             ("scheduler.default_deadline", s.default_deadline, D::from_secs(1), D::from_secs(30 * 86_400)),
+            ("scheduler.reconcile_every", s.reconcile_every, D::from_secs(1), D::from_secs(86_400)),
             ("runner.heartbeat", r.heartbeat, D::from_millis(100), D::from_secs(300)),
             ("runner.kill_grace", r.kill_grace, D::ZERO, D::from_secs(3600)),
             ("runner.drain_timeout", r.drain_timeout, D::ZERO, D::from_secs(86_400)),

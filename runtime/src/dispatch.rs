@@ -103,7 +103,7 @@ pub async fn retry(
     now: DateTime<Utc>,
 ) -> Result<Event, Error> {
     let (queued, event) = queue_retry(store, record, revision, now).await?;
-    publish_retry(store, pool, queued, start_at).await?;
+    publish_queued(store, pool, queued, start_at).await?;
     Ok(event)
 }
 
@@ -134,15 +134,16 @@ pub async fn queue_retry(
     Ok((Queued { revision, record }, event))
 }
 
-/// Publishes a queued retry (see `queue_retry`) to start at `start_at`; deduplicated per
-/// attempt by `Nats-Msg-Id`.
-pub async fn publish_retry(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
+/// Publishes the dispatch of a run its record shows `queued` (a retry from `queue_retry`,
+/// or a run whose message was lost) to start at `start_at`; deduplicated per attempt by
+/// `Nats-Msg-Id`.
+pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
     let record = &queued.record;
     let msg = DispatchMsg {
         job: record.job.clone(),
         run_id: record.run_id.clone(),
         attempt: record.attempt,
-        trigger: Trigger::Retry,
+        trigger: record.trigger,
         scheduled_at: start_at,
         spec_revision: record.spec_revision,
         queued: Some(queued.clone()),

@@ -12,6 +12,7 @@
 //! - `wasm`: the Wasm job host: wasmtime engine, sandbox, host interfaces of `wit/`.
 //! - `events`: publishing on the event stream.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
+//! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
 //! - `auth`: NATS identities per role and the server's `authorization` block.
 //! - `cli`: the command line, one file per command.
@@ -27,6 +28,8 @@ pub mod connect;
 pub mod dispatch;
 pub mod embedded;
 pub mod events;
+pub mod http;
+pub mod metrics;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;

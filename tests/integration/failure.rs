@@ -121,6 +121,59 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     assert_eq!(lost.len(), 1, "{lost:?}");
 }
 
+/// A run whose runner died while no scheduler ran, its lease's expiry marker gone by the
+/// time one came back (here purged by hand; in life, after the marker TTL), would stay
+/// `running` for ever: the sweep finds it, records it lost and retries it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_left_without_an_owner_or_a_trace_is_settled_by_the_sweep() {
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let mut first = nats.agent("s1", "roles = [\"scheduler\"]");
+    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    for agent in runners.iter().chain([&first]) {
+        ready(agent).await;
+    }
+    let executions = nats.dir.path().join("executions");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"orphan\"\nschedule = \"@yearly\"\nretries = {{ max = 1, backoff = \"1s\" }}\n\
+             shell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 60\"\n",
+            executions.display()
+        ),
+    );
+    let key = nats.trigger("orphan");
+    let running = eventually(Duration::from_secs(10), "the run to start", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
+    })
+    .await;
+    let host = running.host.clone().unwrap();
+    // No scheduler, then no runner: nobody sees the run's lease expire.
+    first.kill9();
+    runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
+    let lease = format!("run.{key}");
+    eventually(Duration::from_secs(10), "the run's lease to expire", || async {
+        store.leases.get(&lease).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    store.leases.purge(&lease, Duration::from_secs(5)).await.unwrap();
+    let second = nats.scheduler_with("s2", "reconcile_every = \"1s\"");
+    ready(&second).await;
+    let retried = eventually(Duration::from_secs(20), "attempt 2 running on the other runner", || async {
+        Some(record(&nats, &key).await).filter(|r| r.attempt == 2 && r.status == Status::Running)
+    })
+    .await;
+    assert_ne!(retried.host.as_deref(), Some(host.as_str()));
+    assert!(retried.error.as_deref().unwrap().contains("attempt 1 lost"), "{:?}", retried.error);
+    // What the job did: one execution per attempt.
+    let ran = eventually(Duration::from_secs(5), "attempt 2's execution", || async {
+        std::fs::read_to_string(&executions).ok().filter(|s| s.lines().count() == 2)
+    })
+    .await;
+    assert_eq!(ran, "1\n2\n");
+    assert!(second.log().contains("sweep settled runs left without an owner"), "the sweep, not the reaper");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_running_jobs_and_hands_the_shards_over_at_once() {
     use nix::sys::signal::{Signal, kill};

@@ -15,6 +15,7 @@
 //! - `wasm`: `cronrun deploy` and the Wasm host called directly.
 //! - `wasm_agent`: deployed Wasm jobs run by a real agent.
 //! - `security`: each role refused what it must not do; bad credentials.
+//! - `observe`: the agent's /livez, /readyz and /metrics.
 //! - `up`: `cronrun up` as a user runs it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -27,6 +28,7 @@ mod procs;
 mod catchup;
 mod failure;
 mod input;
+mod observe;
 mod overlap;
 mod runner;
 mod scheduling;

@@ -61,6 +61,21 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     })
     .await;
     assert!(listed.contains("*/10 * * * * *"), "{listed}");
+    // The banner names the health and metrics address, and it answers.
+    let stdout = std::io::BufReader::new(up.stdout.as_mut().unwrap());
+    let banner = std::io::BufRead::lines(stdout).map(Result::unwrap).find(|l| l.starts_with("cronrun is up")).unwrap();
+    let http = banner.split("metrics at http://").nth(1).and_then(|r| r.split('/').next()).unwrap();
+    let http_port: u16 = http.rsplit_once(':').unwrap().1.parse().unwrap();
+    let ready = eventually(Duration::from_secs(10), "up's /readyz", || async {
+        http_get(http_port, "/readyz").filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert_eq!(
+        ready.1,
+        "ready
+",
+        "{banner}"
+    );
     let server = nats_server_children(up.id());
     assert_eq!(server.len(), 1, "one nats-server child");
     // Secure by default: identities only their owner reads, and no entry without one.

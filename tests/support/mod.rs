@@ -142,6 +142,12 @@ impl Nats {
         self.agent_with_config(name, &format!("roles = [\"runner\"]\n{base}{lines}\n"))
     }
 
+    /// A scheduler with `lines` added to its `[scheduler]` settings.
+    pub fn scheduler_with(&self, name: &str, lines: &str) -> Agent {
+        let base = test_config(name).replace("[scheduler]\n", &format!("[scheduler]\n{lines}\n"));
+        self.agent_with_config(name, &format!("roles = [\"scheduler\"]\n{base}"))
+    }
+
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, toml).unwrap();
@@ -603,4 +609,17 @@ pub fn plugins() -> &'static PathBuf {
 /// A built example plugin.
 pub fn plugin(name: &str) -> PathBuf {
     plugins().join(format!("{name}.wasm"))
+}
+
+/// `GET path` on 127.0.0.1:`port`: the status code and the body.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    std::io::Write::write_all(&mut stream, request.as_bytes()).ok()?;
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
 }

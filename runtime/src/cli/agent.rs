@@ -26,6 +26,9 @@ pub struct AgentArgs {
     /// Runs held at once
     #[arg(long)]
     pub slots: Option<usize>,
+    /// Serve /livez, /readyz and /metrics here, e.g. 127.0.0.1:8642
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 impl AgentArgs {
@@ -46,6 +49,9 @@ impl AgentArgs {
         }
         if let Some(name) = &self.name {
             config.name = name.clone();
+        }
+        if let Some(addr) = &self.http {
+            config.http.listen = Some(addr.clone());
         }
         if !self.pools.is_empty() {
             config.runner.pools = self.pools.clone();

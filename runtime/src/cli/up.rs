@@ -95,6 +95,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         }
     };
     run_jobs_as_nobody_if_root(&mut config.runner);
+    let http = config.http.listen.get_or_insert_with(local_http_address).clone();
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
         add_examples(&config, admin_creds.clone()).await?;
@@ -105,8 +106,8 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         _ => format!("nats --server {}", config.nats),
     };
     let _ = super::out(&format!(
-        "cronrun is up: NATS at {}. Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, \
-         `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
+        "cronrun is up: NATS at {}, metrics at http://{http}/metrics. Try `cronrun ls`, `cronrun runs hello`, \
+         `cronrun status`, `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
         config.nats, config.namespace
     ));
     let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
@@ -114,6 +115,19 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         server.stop().await;
     }
     Ok(result?)
+}
+
+/// Where `up` serves /livez, /readyz and /metrics: 127.0.0.1:8642, or a free local port
+/// when that one is taken.
+fn local_http_address() -> String {
+    const DEFAULT: &str = "127.0.0.1:8642";
+    if std::net::TcpListener::bind(DEFAULT).is_ok() {
+        return DEFAULT.into();
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| DEFAULT.into())
 }
 
 /// `up` started as root (a container, a test machine) runs shell jobs that name no user as

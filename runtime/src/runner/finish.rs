@@ -44,6 +44,8 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     r.exit_code = ended.exit_code;
     (r.status, r.error) = (ended.status, ended.error);
     let status = r.status;
+    let duration = r.duration_ms.map(Duration::from_millis);
+    crate::metrics::run_ended(&job, status, duration, finished);
     let detail = r.error.clone().unwrap_or_default();
     let event = Event::new(&job, &run_id, EventKind::of_status(status), r.attempt, finished).with_detail(detail);
     if matches!(status, Status::Failed | Status::TimedOut | Status::Lost) && spec.retries.allow_after(r.attempt) {

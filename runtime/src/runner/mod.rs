@@ -132,7 +132,8 @@ pub(crate) struct RunnerCtx {
     pub starter: starter::Starter,
     /// The Wasm host, or why this runner has none.
     pub wasm: Result<crate::wasm::WasmRuntime, String>,
-    pub running: AtomicUsize,
+    /// Runs held (claimed or running), shared with the agent's `/metrics`.
+    pub running: Arc<AtomicUsize>,
     /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
     alive_dir: Option<tempfile::TempDir>,
     finished_since_prune: Mutex<HashMap<String, u32>>,
@@ -243,7 +244,7 @@ impl Runner {
             starter: starter::Starter::new(clock.clone()),
             clock,
             host,
-            running: AtomicUsize::new(0),
+            running: Arc::new(AtomicUsize::new(0)),
             alive_dir: tempfile::Builder::new()
                 .prefix("cronrun-alive-")
                 .tempdir()
@@ -253,6 +254,11 @@ impl Runner {
             specs: Mutex::new(HashMap::new()),
         };
         Self { ctx: Arc::new(ctx) }
+    }
+
+    /// The runner's slots and how many are in use, for `/metrics`.
+    pub fn slots(&self) -> (usize, Arc<AtomicUsize>) {
+        (self.ctx.config.slots.max(1), self.ctx.running.clone())
     }
 
     /// Pulls and runs until `cancel`, then drains: no new runs are taken, and those held

@@ -283,6 +283,7 @@ async fn claimed(
     // The release itself; written with the next heartbeat or the end.
     held.record.started_at = Some(started);
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
+    let _running = crate::metrics::run_started(d.scheduled_at, started);
     supervise(ctx, msg, &spec, held, process, &stops.stop).await?;
     Ok(true)
 }
@@ -409,6 +410,10 @@ pub(super) async fn finish_without_start(
     held.record.finished_at = Some(ctx.clock.now());
     held.write(ctx).await?;
     let r = &held.record;
+    crate::metrics::run_ended(&r.job, status, None, ctx.clock.now());
+    if status == Status::Skipped {
+        crate::metrics::run_skipped(&r.job, why);
+    }
     publish_eof(ctx, &ctx.store.names.logs_subject(&r.job, &r.run_id), status).await;
     let event =
         Event::new(&r.job, &r.run_id, EventKind::of_status(status), r.attempt, ctx.clock.now()).with_detail(why);

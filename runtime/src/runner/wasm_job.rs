@@ -81,6 +81,7 @@ pub(super) async fn run(
     };
     held.record.started_at = Some(started);
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
+    let _running = crate::metrics::run_started(d.scheduled_at, started);
 
     let job_ctx = JobContext {
         job: d.job.clone(),

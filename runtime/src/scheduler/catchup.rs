@@ -92,6 +92,7 @@ pub(super) async fn record_missed(
         return;
     }
     publish_event(store, &Event::new(name, &run_id, EventKind::Missed, 1, now).with_detail(why)).await;
+    crate::metrics::fires_missed(name, 1);
     // At most `MISSED_RECORDS_MAX` of these per job and takeover: pruning each time is cheap.
     if let Err(e) = store.prune_runs(name, history).await {
         tracing::warn!(job = name, "pruning run history: {e}");

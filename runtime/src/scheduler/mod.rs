@@ -24,6 +24,7 @@ mod queue;
 mod reaper;
 mod shard;
 mod shards;
+pub mod sweep;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -64,6 +65,10 @@ pub struct SchedulerConfig {
     pub default_deadline: Duration,
     /// Dispatches in flight at once, per shard. Default 256.
     pub max_in_flight: usize,
+    /// How often the records of the jobs of the shards led here are swept for runs left
+    /// without an owner (see `sweep`). Default 5m.
+    #[serde(with = "crate::spec::codec::duration")]
+    pub reconcile_every: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -74,6 +79,7 @@ impl Default for SchedulerConfig {
             lead: Duration::from_secs(1),
             default_deadline: Duration::from_secs(60),
             max_in_flight: 256,
+            reconcile_every: Duration::from_secs(300),
         }
     }
 }

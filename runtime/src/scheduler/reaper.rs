@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use super::{SchedulerCtx, shard_of};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
-use crate::dispatch::{Queued, publish_retry, retry};
+use crate::dispatch::{Queued, publish_queued, retry};
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, Trigger, parse_run_key};
@@ -42,6 +42,9 @@ pub(super) struct Reaper {
     leading: HashSet<u32>,
     /// Expired run leases of shards not led here, with when they were seen.
     pending: HashMap<String, Instant>,
+    default_deadline: Duration,
+    /// The sweep in progress, if any (see `sweep`): one at a time.
+    sweeping: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Reaper {
@@ -55,7 +58,11 @@ impl Reaper {
             watch: None,
             leading: HashSet::new(),
             pending: HashMap::new(),
+            default_deadline: ctx.config.default_deadline,
+            sweeping: None,
         };
+        let mut sweep_every = tokio::time::interval(ctx.config.reconcile_every);
+        sweep_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Opened with nothing else to interrupt it: a dropped open would leave a
             // consumer behind on the server.
@@ -70,6 +77,7 @@ impl Reaper {
                 _ = cancel.cancelled() => return,
                 Some((shard, now_leading)) = leading.recv() => reaper.set_leading(shard, now_leading),
                 () = reaper.next_change() => {}
+                _ = sweep_every.tick() => reaper.sweep(),
             }
         }
     }
@@ -126,6 +134,28 @@ impl Reaper {
         self.pending.insert(key, Instant::now());
     }
 
+    /// Starts a sweep of the records of the jobs of the shards led here, unless one runs.
+    fn sweep(&mut self) {
+        if self.leading.is_empty() || self.sweeping.as_ref().is_some_and(|s| !s.is_finished()) {
+            return;
+        }
+        let (leading, shards) = (self.leading.clone(), self.shards);
+        let jobs: Vec<String> = self
+            .catalog
+            .snapshot_where(|name| leading.contains(&shard_of(name, shards)))
+            .into_iter()
+            .map(|job| job.name.clone())
+            .collect();
+        let (store, catalog, now, deadline) =
+            (self.store.clone(), self.catalog.clone(), self.clock.now(), self.default_deadline);
+        self.sweeping = Some(tokio::spawn(async move {
+            let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, now).await;
+            if settled > 0 {
+                info!(settled, jobs = jobs.len(), "sweep settled runs left without an owner");
+            }
+        }));
+    }
+
     fn reap(&self, key: String) {
         let (store, catalog, now) = (self.store.clone(), self.catalog.clone(), self.clock.now());
         tokio::spawn(async move {
@@ -133,6 +163,15 @@ impl Reaper {
                 warn!(lease = %key, "handling an expired run lease: {e}");
             }
         });
+    }
+}
+
+// A sweep is bounded work, but it stops with its scheduler all the same.
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(sweeping) = self.sweeping.take() {
+            sweeping.abort();
+        }
     }
 }
 
@@ -149,12 +188,17 @@ async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: D
         return Ok(());
     };
     info!(job, run = run_id, attempt, "retry due: dispatching");
-    publish_retry(store, &pool, queued, now).await
+    publish_queued(store, &pool, queued, now).await
 }
 
 /// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
 /// taken again meanwhile, is left alone.
-async fn run_lease_expired(store: &Store, catalog: &Catalog, key: &str, now: DateTime<Utc>) -> Result<(), Error> {
+pub(super) async fn run_lease_expired(
+    store: &Store,
+    catalog: &Catalog,
+    key: &str,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
     let Some((job, run_id)) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok()) else {
         return Ok(());
     };

@@ -42,9 +42,11 @@ impl Shard {
                 }
                 info!(holder = %self.ctx.holder, "shard lease acquired");
                 let _ = self.state.send((self.n, true));
+                crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
                 let led = AssertUnwindSafe(super::leader::lead(&mut self, lease, &cancel)).catch_unwind().await;
+                crate::metrics::shards_led(-1.0);
                 let _ = self.state.send((self.n, false));
                 match led {
                     Ok(Ok(())) => return,

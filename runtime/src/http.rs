@@ -1,0 +1,101 @@
+//! The agent's HTTP listener (`--http ADDR`, `[http] listen`): `/livez` (the process
+//! serves), `/readyz` (NATS connected, layout present, roles started: 200, or 503 with a
+//! one-line reason) and `/metrics` (Prometheus text, see `metrics`). axum, on a task of its
+//! own that stops with the agent.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+
+/// What `/readyz` reports, set by the agent as it starts.
+pub struct Health {
+    client: async_nats::Client,
+    layout: AtomicBool,
+    roles_expected: usize,
+    roles_started: AtomicUsize,
+    /// The runner's slots (total, in use), when it runs one.
+    pub slots: std::sync::OnceLock<(usize, Arc<AtomicUsize>)>,
+}
+
+impl Health {
+    pub fn new(client: async_nats::Client, roles_expected: usize) -> Self {
+        Self {
+            client,
+            layout: AtomicBool::new(false),
+            roles_expected,
+            roles_started: AtomicUsize::new(0),
+            slots: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn layout_ready(&self) {
+        self.layout.store(true, Ordering::SeqCst);
+    }
+
+    pub fn role_started(&self) {
+        self.roles_started.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn nats_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// None when ready, else why not.
+    fn not_ready(&self) -> Option<&'static str> {
+        if !self.nats_connected() {
+            Some("NATS is not connected")
+        } else if !self.layout.load(Ordering::SeqCst) {
+            Some("waiting for the cronrun layout in NATS")
+        } else if self.roles_started.load(Ordering::SeqCst) < self.roles_expected {
+            Some("roles starting")
+        } else {
+            None
+        }
+    }
+}
+
+/// Binds `addr` now (so that a taken port is an error at start), then serves until `cancel`.
+pub async fn serve(addr: &str, health: Arc<Health>, cancel: CancellationToken) -> Result<SocketAddr, Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::invalid("http", format!("--http {addr}: cannot listen: {e}; pick another address")))?;
+    let bound = listener.local_addr().map_err(|e| Error::invalid("http", e.to_string()))?;
+    let app = Router::new()
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned()).await;
+        if let Err(e) = served {
+            tracing::error!("HTTP listener on {bound} failed: {e}");
+        }
+    });
+    Ok(bound)
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    match health.not_ready() {
+        None => (StatusCode::OK, "ready\n".to_string()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+    }
+}
+
+async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    crate::metrics::nats_connected(health.nats_connected());
+    if let Some((total, used)) = health.slots.get() {
+        crate::metrics::runner_slots(used.load(Ordering::SeqCst), *total);
+    }
+    let body = crate::metrics::handle().map(|h| h.render()).unwrap_or_default();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}

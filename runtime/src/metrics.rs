@@ -1,0 +1,113 @@
+//! Prometheus metrics of an agent, rendered at `/metrics` (see `http`). Names follow
+//! Prometheus conventions: base units, `_total` counters, histograms with explicit buckets,
+//! and no run ids as labels (a label per run would grow without bound).
+//!
+//! Who owns which series, so that a sum over agents is right:
+//! - run series (`cronrun_runs_total`, `cronrun_run_duration_seconds`,
+//!   `cronrun_fire_lateness_seconds`, `cronrun_runs_running`, `cronrun_runs_skipped_total`
+//!   for overlap, lock and pause) come from the runner that held the run;
+//! - `cronrun_fires_missed_total` and `cronrun_shards_led` from the scheduler leading the
+//!   job's shard;
+//! - `cronrun_job_last_success_timestamp_seconds` from the runner that ran the success:
+//!   aggregate it with `max`, not `sum`;
+//! - `cronrun_runner_slots`, `cronrun_nats_connected` and `cronrun_build_info` describe
+//!   the agent itself.
+//!
+//! The recorder is process-wide (the `metrics` facade): an agent is one process.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::record::Status;
+
+/// Run durations: a second-scale cron job to an hours-long batch.
+const DURATION_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0];
+/// Fire to start: milliseconds when all is well, seconds when something waits.
+const LATENESS_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+
+/// The process's recorder, installed on first use (the agent's start: what is recorded
+/// before goes nowhere); None if another recorder was installed.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full("cronrun_run_duration_seconds".into()), DURATION_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full("cronrun_fire_lateness_seconds".into()), LATENESS_BUCKETS)
+                })
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            metrics::gauge!("cronrun_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+            Some(handle)
+        })
+        .as_ref()
+}
+
+/// A run that started: its lateness (fire to start) is observed now, and it counts as
+/// running until the returned guard drops.
+pub fn run_started(scheduled_at: DateTime<Utc>, started: DateTime<Utc>) -> Running {
+    let late = (started - scheduled_at).to_std().unwrap_or_default();
+    metrics::histogram!("cronrun_fire_lateness_seconds").record(late.as_secs_f64());
+    metrics::gauge!("cronrun_runs_running").increment(1.0);
+    Running
+}
+
+/// Counts as one running run while it lives.
+pub struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        metrics::gauge!("cronrun_runs_running").decrement(1.0);
+    }
+}
+
+/// A run (or attempt) that reached a final status, started or not.
+pub fn run_ended(job: &str, status: Status, duration: Option<Duration>, at: DateTime<Utc>) {
+    let job = job.to_string();
+    metrics::counter!("cronrun_runs_total", "job" => job.clone(), "status" => status.as_str()).increment(1);
+    if let Some(d) = duration {
+        metrics::histogram!("cronrun_run_duration_seconds", "job" => job.clone()).record(d.as_secs_f64());
+    }
+    if status == Status::Succeeded {
+        metrics::gauge!("cronrun_job_last_success_timestamp_seconds", "job" => job).set(at.timestamp() as f64);
+    }
+}
+
+/// A run that did not start, with why: the reason label is one of a few words.
+pub fn run_skipped(job: &str, why: &str) {
+    let reason = if why.contains("paused") {
+        "paused"
+    } else if why.contains("lock") {
+        "lock"
+    } else if why.contains("overlap") || why.contains("still running") {
+        "overlap"
+    } else {
+        "other"
+    };
+    metrics::counter!("cronrun_runs_skipped_total", "job" => job.to_string(), "reason" => reason).increment(1);
+}
+
+/// Fires found past their deadline and recorded missed.
+pub fn fires_missed(job: &str, n: u64) {
+    metrics::counter!("cronrun_fires_missed_total", "job" => job.to_string()).increment(n);
+}
+
+/// This agent leads one shard more (or, with -1, less).
+pub fn shards_led(change: f64) {
+    metrics::gauge!("cronrun_shards_led").increment(change);
+}
+
+/// The runner's slots, used and free.
+pub fn runner_slots(used: usize, total: usize) {
+    metrics::gauge!("cronrun_runner_slots", "state" => "used").set(used as f64);
+    metrics::gauge!("cronrun_runner_slots", "state" => "free").set(total.saturating_sub(used) as f64);
+}
+
+/// Whether the agent's NATS connection is up, set at each scrape.
+pub fn nats_connected(up: bool) {
+    metrics::gauge!("cronrun_nats_connected").set(if up { 1.0 } else { 0.0 });
+}

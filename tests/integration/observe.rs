@@ -1,0 +1,97 @@
+//! The agent's HTTP listener against a real nats-server and real runs: `/livez`,
+//! `/readyz` (ready, then not once NATS is gone, with the reason) and `/metrics` (what the
+//! runs did, in Prometheus text); a taken address is refused with one line.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// Prometheus text as `name{label="value",...}` (labels sorted) to value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                labels.sort();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => series.to_string(),
+        };
+        out.insert(key, value.parse().unwrap_or(f64::NAN));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_and_metrics_say_what_the_agent_did() {
+    let mut nats = Nats::start().await;
+    let port = free_port();
+    let agent = nats.agent("a", &format!("http.listen = \"127.0.0.1:{port}\""));
+    ready(&agent).await;
+    assert_eq!(http_get(port, "/livez"), Some((200, "ok\n".into())));
+    eventually(Duration::from_secs(10), "/readyz to say ready", || async {
+        http_get(port, "/readyz").filter(|(code, _)| *code == 200)
+    })
+    .await;
+
+    for (name, command) in [("ok", "true"), ("bad", "exit 3"), ("slow", "sleep 2")] {
+        nats.ok(&["add", name, "--schedule", "@yearly", "--", command]);
+    }
+    nats.ok(&["trigger", "ok", "--wait"]);
+    assert!(!nats.cli(&["trigger", "bad", "--wait"]).status.success());
+    let slow = nats.trigger("slow");
+    let store = nats.store().await;
+    let (job, run) = cronrun::record::parse_run_key(&slow).unwrap();
+    eventually(Duration::from_secs(10), "slow to run", || async {
+        let status = store.get_run(job, run).await.ok()?.record.status;
+        (status == cronrun::record::Status::Running).then_some(())
+    })
+    .await;
+    assert!(!nats.cli(&["trigger", "slow", "--wait"]).status.success(), "skipped: slow is still running");
+
+    let (code, text) = http_get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    let m = samples(&text);
+    let value = |key: &str| *m.get(key).unwrap_or_else(|| panic!("no {key} in\n{text}"));
+    assert_eq!(value(r#"cronrun_runs_total{job="ok",status="succeeded"}"#), 1.0);
+    assert_eq!(value(r#"cronrun_runs_total{job="bad",status="failed"}"#), 1.0);
+    assert_eq!(value(r#"cronrun_runs_total{job="slow",status="skipped"}"#), 1.0);
+    assert_eq!(value(r#"cronrun_runs_skipped_total{job="slow",reason="overlap"}"#), 1.0);
+    assert_eq!(value(r#"cronrun_run_duration_seconds_count{job="ok"}"#), 1.0);
+    assert!(value(r#"cronrun_run_duration_seconds_bucket{job="ok",le="+Inf"}"#) >= 1.0);
+    assert_eq!(value("cronrun_fire_lateness_seconds_count"), 3.0, "ok, bad and the first slow started");
+    assert_eq!(value("cronrun_runs_running"), 1.0, "slow is running");
+    let success = value(r#"cronrun_job_last_success_timestamp_seconds{job="ok"}"#);
+    assert!((chrono::Utc::now().timestamp() as f64 - success).abs() < 60.0, "{success}");
+    let (used, free) = (value(r#"cronrun_runner_slots{state="used"}"#), value(r#"cronrun_runner_slots{state="free"}"#));
+    assert_eq!((used, used + free), (1.0, 4096.0));
+    assert_eq!(value("cronrun_shards_led"), f64::from(TEST_SHARDS), "the one agent leads every shard");
+    assert_eq!(value("cronrun_nats_connected"), 1.0);
+    assert_eq!(value(&format!(r#"cronrun_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
+    assert!(!text.contains(&slow), "a run id became a label");
+
+    // NATS gone: not ready, saying why; alive all the same.
+    nats.kill_server().await;
+    let (_, why) = eventually(Duration::from_secs(10), "/readyz to say not ready", || async {
+        http_get(port, "/readyz").filter(|(code, _)| *code == 503)
+    })
+    .await;
+    assert_eq!(why, "not ready: NATS is not connected\n");
+    assert_eq!(http_get(port, "/livez").map(|r| r.0), Some(200));
+    assert_eq!(samples(&http_get(port, "/metrics").unwrap().1)["cronrun_nats_connected"], 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_address_already_taken_is_refused_with_one_line() {
+    let nats = Nats::start().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = nats.command().args(["agent", "--http", &addr]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let last = err.trim_end().lines().last().unwrap_or("");
+    assert!(last.contains(&format!("--http {addr}: cannot listen")) && last.contains("pick another address"), "{err}");
+}
