@@ -44,7 +44,7 @@ pub async fn run(
     let http_stop = CancellationToken::new();
     let _stop_http = http_stop.clone().drop_guard();
     if let Some(addr) = &config.http.listen {
-        let bound = crate::http::serve(addr, health.clone(), http_stop).await?;
+        let bound = crate::http::serve(addr, config.http.bound.as_deref(), health.clone(), http_stop).await?;
         info!("serving /livez, /readyz and /metrics at http://{bound}");
     }
     let work = run_roles(client, config, clock, health, cancel.clone());
@@ -140,6 +140,7 @@ async fn run_roles(
             clock: clock.clone(),
             holder: instance.clone(),
             shards,
+            next_fires: health.next_fires.clone(),
         };
         let scheduler = Scheduler { ctx, events };
         health.role_started();

@@ -39,6 +39,10 @@ pub struct HttpConfig {
     /// Address for /livez, /readyz and /metrics, e.g. `127.0.0.1:8642`. Default: none
     /// (`cronrun up`: 127.0.0.1:8642).
     pub listen: Option<String>,
+    /// A socket already bound to `listen` (`cronrun up` binds its own, falling back to a
+    /// free port, so that two of them never race for one).
+    #[serde(skip)]
+    pub bound: Option<std::sync::Arc<std::net::TcpListener>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

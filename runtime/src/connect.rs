@@ -24,6 +24,11 @@ pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async
         .connection_timeout(Duration::from_secs(5))
         .request_timeout(Some(Duration::from_secs(10)))
         .event_callback(|event| async move {
+            match &event {
+                async_nats::Event::Disconnected => tracing::warn!("NATS connection lost; reconnecting"),
+                async_nats::Event::Connected => tracing::info!("NATS connected"),
+                _ => {}
+            }
             if let async_nats::Event::ServerError(e) = event {
                 let text = e.to_string();
                 if text.to_ascii_lowercase().contains("permission") {

@@ -25,6 +25,8 @@ pub struct Health {
     roles_started: AtomicUsize,
     /// The runner's slots (total, in use), when it runs one.
     pub slots: std::sync::OnceLock<(usize, Arc<AtomicUsize>)>,
+    /// The next fires of the shards led here.
+    pub next_fires: crate::metrics::NextFires,
 }
 
 impl Health {
@@ -35,6 +37,7 @@ impl Health {
             roles_expected,
             roles_started: AtomicUsize::new(0),
             slots: std::sync::OnceLock::new(),
+            next_fires: crate::metrics::NextFires::default(),
         }
     }
 
@@ -64,12 +67,25 @@ impl Health {
     }
 }
 
-/// Binds `addr` now (so that a taken port is an error at start), then serves until `cancel`.
-pub async fn serve(addr: &str, health: Arc<Health>, cancel: CancellationToken) -> Result<SocketAddr, Error> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::invalid("http", format!("--http {addr}: cannot listen: {e}; pick another address")))?;
-    let bound = listener.local_addr().map_err(|e| Error::invalid("http", e.to_string()))?;
+/// Binds `addr` now (so that a taken port is an error at start), or takes the socket
+/// `bound` to it already, then serves until `cancel`.
+pub async fn serve(
+    addr: &str,
+    bound: Option<&std::net::TcpListener>,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+) -> Result<SocketAddr, Error> {
+    let cannot =
+        |e: std::io::Error| Error::invalid("http", format!("--http {addr}: cannot listen: {e}; pick another address"));
+    let listener = match bound {
+        Some(socket) => {
+            let socket = socket.try_clone().map_err(cannot)?;
+            socket.set_nonblocking(true).map_err(cannot)?;
+            TcpListener::from_std(socket).map_err(cannot)?
+        }
+        None => TcpListener::bind(addr).await.map_err(cannot)?,
+    };
+    let bound = listener.local_addr().map_err(cannot)?;
     let app = Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -96,6 +112,7 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
     if let Some((total, used)) = health.slots.get() {
         crate::metrics::runner_slots(used.load(Ordering::SeqCst), *total);
     }
-    let body = crate::metrics::handle().map(|h| h.render()).unwrap_or_default();
+    let mut body = crate::metrics::handle().map(|h| h.render()).unwrap_or_default();
+    body.push_str(&health.next_fires.render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

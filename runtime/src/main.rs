@@ -17,11 +17,17 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     // One-shot commands end in one line of their own; the client's reconnect logs are noise.
-    let default_level = if cli.command.is_daemon() { "info" } else { "warn,async_nats=off,cronrun::connect=error" };
+    // Daemons log at info, but async-nats logs every connection event at info: `connect`
+    // reports the ones that matter (lost, back) itself.
+    let default_level =
+        if cli.command.is_daemon() { "info,async_nats=warn" } else { "warn,async_nats=off,cronrun::connect=error" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.global.log_format {
+        cronrun::cli::Output::Json => logs.json().init(),
+        cronrun::cli::Output::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

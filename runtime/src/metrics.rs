@@ -6,8 +6,9 @@
 //! - run series (`cronrun_runs_total`, `cronrun_run_duration_seconds`,
 //!   `cronrun_fire_lateness_seconds`, `cronrun_runs_running`, `cronrun_runs_skipped_total`
 //!   for overlap, lock and pause) come from the runner that held the run;
-//! - `cronrun_fires_missed_total` and `cronrun_shards_led` from the scheduler leading the
-//!   job's shard;
+//! - `cronrun_fires_missed_total`, `cronrun_job_next_fire_timestamp_seconds` and
+//!   `cronrun_shards_led` from the scheduler leading the job's shard (a shard that moves
+//!   takes its jobs' next-fire series along);
 //! - `cronrun_job_last_success_timestamp_seconds` from the runner that ran the success:
 //!   aggregate it with `max`, not `sum`;
 //! - `cronrun_runner_slots`, `cronrun_nats_connected` and `cronrun_build_info` describe
@@ -15,7 +16,9 @@
 //!
 //! The recorder is process-wide (the `metrics` facade): an agent is one process.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -110,4 +113,43 @@ pub fn runner_slots(used: usize, total: usize) {
 /// Whether the agent's NATS connection is up, set at each scrape.
 pub fn nats_connected(up: bool) {
     metrics::gauge!("cronrun_nats_connected").set(if up { 1.0 } else { 0.0 });
+}
+
+/// The next fire of each job of the shards led here, by shard: rendered at each scrape
+/// as `cronrun_job_next_fire_timestamp_seconds`, so that a shard led elsewhere now takes
+/// its series with it (the facade cannot remove a series).
+#[derive(Clone, Default)]
+pub struct NextFires(Arc<Mutex<HashMap<u32, JobInstants>>>);
+
+/// Job names and instants in Unix milliseconds.
+type JobInstants = Vec<(String, i64)>;
+
+impl NextFires {
+    /// Shard `shard`'s jobs and their next fires (Unix milliseconds).
+    pub fn set(&self, shard: u32, fires: JobInstants) {
+        if let Ok(mut all) = self.0.lock() {
+            all.insert(shard, fires);
+        }
+    }
+
+    /// Shard `shard` is not led here any more.
+    pub fn clear(&self, shard: u32) {
+        if let Ok(mut all) = self.0.lock() {
+            all.remove(&shard);
+        }
+    }
+
+    /// The gauge family in Prometheus text.
+    pub fn render(&self) -> String {
+        let Ok(all) = self.0.lock() else { return String::new() };
+        let mut out = String::from(
+            "# HELP cronrun_job_next_fire_timestamp_seconds The job's next fire, from its shard's leader.\n\
+             # TYPE cronrun_job_next_fire_timestamp_seconds gauge\n",
+        );
+        for (job, at) in all.values().flatten() {
+            // Job names are [A-Za-z0-9_-]: nothing to escape in a label value.
+            let _ = writeln!(out, "cronrun_job_next_fire_timestamp_seconds{{job=\"{job}\"}} {}", *at as f64 / 1000.0);
+        }
+        out
+    }
 }

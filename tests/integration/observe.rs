@@ -40,6 +40,7 @@ async fn health_and_metrics_say_what_the_agent_did() {
     for (name, command) in [("ok", "true"), ("bad", "exit 3"), ("slow", "sleep 2")] {
         nats.ok(&["add", name, "--schedule", "@yearly", "--", command]);
     }
+    nats.ok(&["add", "hourly", "--schedule", "0 0 * * * *", "--", "true"]);
     nats.ok(&["trigger", "ok", "--wait"]);
     assert!(!nats.cli(&["trigger", "bad", "--wait"]).status.success());
     let slow = nats.trigger("slow");
@@ -52,6 +53,14 @@ async fn health_and_metrics_say_what_the_agent_did() {
     .await;
     assert!(!nats.cli(&["trigger", "slow", "--wait"]).status.success(), "skipped: slow is still running");
 
+    // The leader publishes its shards' next fires with each lease renewal.
+    let top_of_next_hour = (chrono::Utc::now().timestamp() / 3600 + 1) * 3600;
+    let next_fire = eventually(Duration::from_secs(10), "the hourly job's next fire", || async {
+        samples(&http_get(port, "/metrics")?.1).get(r#"cronrun_job_next_fire_timestamp_seconds{job="hourly"}"#).copied()
+    })
+    .await;
+    // The hour may turn while the test runs.
+    assert!([top_of_next_hour, top_of_next_hour + 3600].contains(&(next_fire as i64)), "{next_fire}");
     let (code, text) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
     let m = samples(&text);
@@ -94,4 +103,67 @@ async fn an_http_address_already_taken_is_refused_with_one_line() {
     assert!(!out.status.success());
     let last = err.trim_end().lines().last().unwrap_or("");
     assert!(last.contains(&format!("--http {addr}: cannot listen")) && last.contains("pick another address"), "{err}");
+}
+
+/// A job whose pool no live runner serves would wait silently for ever: the CLI warns
+/// when it writes or triggers one. A run that fails shows its last lines with the error.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_warns_of_an_unserved_pool_and_shows_a_failed_runs_last_lines() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    eventually(Duration::from_secs(10), "the runner's presence", || async {
+        nats.ok(&["status"]).contains("default").then_some(())
+    })
+    .await;
+    let warning = "warning: no live runner serves pool \"nosuch\": its runs wait until one does";
+    let add = |args: &[&str]| {
+        let out = nats.cli(args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    assert!(add(&["add", "nowhere", "--schedule", "@yearly", "--pool", "nosuch", "--", "true"]).contains(warning));
+    let served = add(&["add", "loud", "--schedule", "@yearly", "--", "echo one; echo two >&2; exit 2"]);
+    assert!(!served.contains("warning"), "{served}");
+    let on_host = add(&["add", "pinned", "--schedule", "@yearly", "--pool", "a", "--", "true"]);
+    assert!(!on_host.contains("warning"), "every runner serves the pool named after it: {on_host}");
+
+    let out = nats.cli(&["trigger", "loud", "--wait"]);
+    assert!(!out.status.success());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(" failed\n  one\n  two"), "{stdout}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("failed: exited with code 2"), "{stderr}");
+}
+
+/// `--log-format json`: every line an agent logs is one JSON object with its level.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line() {
+    let nats = Nats::start().await;
+    let mut agent = nats
+        .command()
+        .args(["--log-format", "json", "agent", "--name", "j"])
+        .env("CRONRUN_CREDS", nats.identity("agent"))
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+    let (lines, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || std::io::BufRead::lines(stderr).map_while(Result::ok).try_for_each(|l| lines.send(l)));
+    let mut seen = Vec::new();
+    loop {
+        let line = read.recv_timeout(Duration::from_secs(20)).expect("the runner ready within 20 s");
+        let object: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(object["level"].is_string() && object["fields"]["message"].is_string(), "{line}");
+        let ready = object["fields"]["message"] == "runner ready";
+        seen.push(object);
+        if ready {
+            break;
+        }
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(seen.iter().any(|o| o["fields"]["message"] == "agent starting"), "{seen:?}");
 }

@@ -37,7 +37,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // The default data directory, under XDG_DATA_HOME: the CLI finds the admin identity there.
-    let mut up = Command::new(BIN)
+    let up = Command::new(BIN)
         .args(["up", "--port", &port.to_string()])
         .env("XDG_DATA_HOME", dir.path())
         .env_remove("CRONRUN_NATS")
@@ -47,6 +47,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut up = scopeguard(up);
     let url = format!("nats://127.0.0.1:{port}");
     let cli = |args: &[&str]| {
         let mut command = Command::new(BIN);
@@ -62,7 +63,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     .await;
     assert!(listed.contains("*/10 * * * * *"), "{listed}");
     // The banner names the health and metrics address, and it answers.
-    let stdout = std::io::BufReader::new(up.stdout.as_mut().unwrap());
+    let stdout = std::io::BufReader::new(up.0.stdout.as_mut().unwrap());
     let banner = std::io::BufRead::lines(stdout).map(Result::unwrap).find(|l| l.starts_with("cronrun is up")).unwrap();
     let http = banner.split("metrics at http://").nth(1).and_then(|r| r.split('/').next()).unwrap();
     let http_port: u16 = http.rsplit_once(':').unwrap().1.parse().unwrap();
@@ -76,7 +77,7 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
 ",
         "{banner}"
     );
-    let server = nats_server_children(up.id());
+    let server = nats_server_children(up.0.id());
     assert_eq!(server.len(), 1, "one nats-server child");
     // Secure by default: identities only their owner reads, and no entry without one.
     for name in ["admin", "viewer", "scheduler", "runner", "agent"] {
@@ -118,11 +119,11 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
     assert_eq!(chrono::Timelike::second(&at) % 10, 0, "{at}");
 
     let target = match to {
-        To::Process => up.id() as i32,
-        To::Group => -(up.id() as i32),
+        To::Process => up.0.id() as i32,
+        To::Group => -(up.0.id() as i32),
     };
     kill(Pid::from_raw(target), signal).unwrap();
-    let status = wait_exit(&mut up, Duration::from_secs(20)).await;
+    let status = wait_exit(&mut up.0, Duration::from_secs(20)).await;
     assert!(status.success(), "cronrun up exited with {status} after {signal} to {to:?}");
     let gone = std::path::Path::new(&format!("/proc/{}", server[0])).exists();
     assert!(!gone, "nats-server child still running after cronrun up stopped");

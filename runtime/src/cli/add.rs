@@ -97,6 +97,7 @@ pub async fn run(ctx: &Ctx, a: AddArgs) -> Result<()> {
     let store = ctx.store().await?;
     let revision = if a.replace { store.put_job(&spec).await?.0 } else { store.create_job(&spec).await? };
     ctx.audit(&store, &spec.name, EventKind::Changed, format!("added, revision {revision}")).await;
+    ctx.warn_if_unserved(&store, &spec.pool).await;
     let (schedule, tz) = spec.parsed_schedule()?;
     let next = schedule.next_after(chrono::Utc::now(), tz);
     ctx.print(&json!({ "name": spec.name, "revision": revision, "next": next.map(|t| fmt_time(&t)) }), || {

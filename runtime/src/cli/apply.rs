@@ -24,6 +24,10 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     for spec in &jobs {
         store.names.check_grants(spec)?;
     }
+    let pools: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.pool.as_str()).collect();
+    for pool in pools {
+        ctx.warn_if_unserved(&store, pool).await;
+    }
     let mut results = Vec::new();
     for spec in &jobs {
         let (revision, changed) = store.put_job(spec).await.with_context(|| format!("writing job {}", spec.name))?;

@@ -139,6 +139,7 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
         let detail = format!("deployed {digest}, revision {revision}");
         ctx.audit(&store, &spec.name, crate::events::EventKind::Changed, detail).await;
     }
+    ctx.warn_if_unserved(&store, &spec.pool).await;
     let (schedule, tz) = spec.parsed_schedule()?;
     let next = schedule.next_after(chrono::Utc::now(), tz).map(|t| fmt_time(&t));
     let value = json!({

@@ -4,6 +4,7 @@ mod add;
 mod agent;
 mod apply;
 mod auth;
+#[cfg(feature = "bench")]
 mod bench;
 mod deploy;
 mod get;
@@ -50,6 +51,9 @@ pub struct Global {
     /// Output format
     #[arg(long, global = true, value_enum, default_value = "text")]
     pub output: Output,
+    /// Log format on stderr: text for people, json (one object per line) for machines
+    #[arg(long, global = true, value_enum, env = "CRONRUN_LOG_FORMAT", default_value = "text")]
+    pub log_format: Output,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -98,13 +102,18 @@ pub enum Command {
     /// Runners and scheduler leases
     Status,
     /// Measure lateness, dispatch throughput and scheduler load on this machine (results in the README)
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
 }
 
 impl Command {
     /// Daemons log at info; one-shot commands only warn.
     pub fn is_daemon(&self) -> bool {
-        matches!(self, Command::Up(_) | Command::Agent(_) | Command::Bench(_))
+        #[cfg(feature = "bench")]
+        if matches!(self, Command::Bench(_)) {
+            return true;
+        }
+        matches!(self, Command::Up(_) | Command::Agent(_))
     }
 }
 
@@ -140,6 +149,22 @@ impl Ctx {
             .await
             .context("opening the cronrun layout in NATS")?;
         Ok(store.acting_as(&crate::auth::actor(creds.as_deref())))
+    }
+
+    /// Warns on stderr when no live runner serves `pool`: its runs would wait until one
+    /// does, and a typo in `pool` would otherwise queue them silently for ever.
+    pub async fn warn_if_unserved(&self, store: &Store, pool: &str) {
+        let Ok(runners) = store.leases.scan("runner.*").await else { return };
+        let served = runners
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice::<crate::runner::RunnerPresence>(&v.value).ok())
+            .any(|r| r.pools.iter().any(|p| p == pool));
+        if !served {
+            eprintln!(
+                "warning: no live runner serves pool {pool:?}: its runs wait until one does \
+                 (`cronrun status` lists the runners and their pools)"
+            );
+        }
     }
 
     /// Publishes the audit event of a CLI write to `job` (`by` is the store's actor).
@@ -199,6 +224,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Next(a) => next::run(&ctx, a),
         Command::Validate(a) => validate::run(&ctx, a).await,
         Command::Status => status::run(&ctx).await,
+        #[cfg(feature = "bench")]
         Command::Bench(a) => bench::run(&ctx, a).await,
     }?;
     Ok(std::process::ExitCode::SUCCESS)

@@ -34,18 +34,30 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         queued: None,
     };
     dispatch(&store, &spec.pool, &msg, now).await?;
+    ctx.warn_if_unserved(&store, &spec.pool).await;
     let key = run_key(&msg.job, &msg.run_id);
     if !a.wait {
         return ctx.print(&json!({ "run": key }), || format!("triggered {key}"));
     }
     let record = wait_final(&store, &key).await?;
     let status = record.status.as_str();
-    ctx.print(&record, || format!("{key} {status}"))?;
+    ctx.print(&record, || {
+        // A run that did not succeed shows what it printed last.
+        let shown = if record.status == crate::record::Status::Succeeded { 0 } else { FAILED_OUTPUT_LINES };
+        let tail = &record.output[record.output.len().saturating_sub(shown)..];
+        std::iter::once(format!("{key} {status}"))
+            .chain(tail.iter().map(|l| format!("  {l}")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
     if record.status != crate::record::Status::Succeeded {
         bail!("run {key} {status}: {}", record.error.unwrap_or_default());
     }
     Ok(())
 }
+
+/// Output lines `trigger --wait` prints of a run that did not succeed.
+const FAILED_OUTPUT_LINES: usize = 10;
 
 /// Follows a run record until it reaches a final status.
 pub async fn wait_final(store: &Store, key: &str) -> Result<RunRecord> {

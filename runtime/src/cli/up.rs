@@ -95,7 +95,12 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         }
     };
     run_jobs_as_nobody_if_root(&mut config.runner);
-    let http = config.http.listen.get_or_insert_with(local_http_address).clone();
+    if config.http.listen.is_none() {
+        let socket = bind_local_http().context("binding a local port for /metrics")?;
+        config.http.listen = Some(socket.local_addr()?.to_string());
+        config.http.bound = Some(std::sync::Arc::new(socket));
+    }
+    let http = config.http.listen.clone().unwrap_or_default();
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
         add_examples(&config, admin_creds.clone()).await?;
@@ -117,17 +122,10 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
     Ok(result?)
 }
 
-/// Where `up` serves /livez, /readyz and /metrics: 127.0.0.1:8642, or a free local port
-/// when that one is taken.
-fn local_http_address() -> String {
-    const DEFAULT: &str = "127.0.0.1:8642";
-    if std::net::TcpListener::bind(DEFAULT).is_ok() {
-        return DEFAULT.into();
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| DEFAULT.into())
+/// The socket `up` serves /livez, /readyz and /metrics on: 127.0.0.1:8642, or a free
+/// local port when that one is taken.
+fn bind_local_http() -> std::io::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind("127.0.0.1:8642").or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
 }
 
 /// `up` started as root (a container, a test machine) runs shell jobs that name no user as
@@ -167,6 +165,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
             creds: admin_creds,
             namespace: config.namespace.clone(),
             output: Output::Text,
+            log_format: Output::Text,
         },
     };
     let args = DeployArgs {

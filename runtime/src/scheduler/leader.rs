@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::catchup::{self, Verdict};
 use super::shard::Shard;
@@ -52,7 +52,7 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
         queue.upsert(job, start);
     }
     let mut missed_per_job: HashMap<String, u32> = HashMap::new();
-    info!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
+    debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
     let mut in_flight = FuturesUnordered::new();
     let mut in_flight_fires = InFlight::default();
@@ -118,6 +118,7 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
             },
             Some(done) = in_flight.next() => in_flight_fires.remove(done),
             _ = renew.tick() => {
+                s.ctx.next_fires.set(s.n, queue.next_fires());
                 lease.renew().await?;
                 let low = low_water(&mut queue, &in_flight_fires, now + lead);
                 write_watermark(s, &mut watermark, low).await?;

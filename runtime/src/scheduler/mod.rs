@@ -95,6 +95,8 @@ pub struct SchedulerCtx {
     pub holder: String,
     /// The deployment's shard count (see `shard_count`).
     pub shards: u32,
+    /// Each led shard's next fires, for `/metrics`.
+    pub next_fires: crate::metrics::NextFires,
 }
 
 pub struct Scheduler {

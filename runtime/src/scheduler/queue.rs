@@ -115,6 +115,15 @@ impl FireQueue {
         Some(Due { job: slot.job.clone(), fire: at })
     }
 
+    /// Every queued job's next fire, in Unix milliseconds.
+    pub fn next_fires(&self) -> Vec<(String, i64)> {
+        self.heap
+            .iter()
+            .filter(|Reverse((_, index, generation))| self.is_current(*index, *generation))
+            .filter_map(|Reverse((at, index, _))| Some((self.slots[*index as usize].as_ref()?.job.name.clone(), *at)))
+            .collect()
+    }
+
     fn is_current(&self, index: u32, generation: u32) -> bool {
         matches!(&self.slots[index as usize], Some(s) if s.generation == generation)
     }

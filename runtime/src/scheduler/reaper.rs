@@ -45,6 +45,8 @@ pub(super) struct Reaper {
     default_deadline: Duration,
     /// The sweep in progress, if any (see `sweep`): one at a time.
     sweeping: Option<tokio::task::JoinHandle<()>>,
+    /// The shards led here changed since they were last logged.
+    leading_changed: bool,
 }
 
 impl Reaper {
@@ -60,7 +62,11 @@ impl Reaper {
             pending: HashMap::new(),
             default_deadline: ctx.config.default_deadline,
             sweeping: None,
+            leading_changed: false,
         };
+        // Which shards are led here, logged once a second at most when it changes (one
+        // line, not one per shard).
+        let mut log_leading = tokio::time::interval(Duration::from_secs(1));
         let mut sweep_every = tokio::time::interval(ctx.config.reconcile_every);
         sweep_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -78,12 +84,18 @@ impl Reaper {
                 Some((shard, now_leading)) = leading.recv() => reaper.set_leading(shard, now_leading),
                 () = reaper.next_change() => {}
                 _ = sweep_every.tick() => reaper.sweep(),
+                _ = log_leading.tick(), if reaper.leading_changed => {
+                    reaper.leading_changed = false;
+                    let total = reaper.shards;
+                    info!("leading {} of {total} shards: {}", reaper.leading.len(), ranges(&reaper.leading));
+                }
             }
         }
     }
 
     /// A shard of ours started or stopped leading; expiries kept for it are handled now.
     fn set_leading(&mut self, shard: u32, leading: bool) {
+        self.leading_changed = true;
         if !leading {
             self.leading.remove(&shard);
             return;
@@ -166,6 +178,23 @@ impl Reaper {
     }
 }
 
+/// `shards` as sorted ranges, e.g. `0-3, 7, 9-12`; `none` when empty.
+fn ranges(shards: &HashSet<u32>) -> String {
+    let mut sorted: Vec<u32> = shards.iter().copied().collect();
+    sorted.sort_unstable();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        out.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        i += 1;
+    }
+    if out.is_empty() { "none".into() } else { out.join(", ") }
+}
+
 // A sweep is bounded work, but it stops with its scheduler all the same.
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -238,4 +267,19 @@ pub(super) async fn run_lease_expired(
         publish_event(store, &retrying).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shard_sets_read_as_ranges() {
+        for (shards, text) in [
+            (vec![], "none"),
+            (vec![5], "5"),
+            (vec![3, 0, 1, 2], "0-3"),
+            (vec![0, 1, 2, 3, 7, 9, 10, 11, 12], "0-3, 7, 9-12"),
+        ] {
+            assert_eq!(super::ranges(&shards.into_iter().collect()), text);
+        }
+    }
 }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use futures::FutureExt;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::SchedulerCtx;
 use crate::catalog::CatalogEvent;
@@ -40,13 +40,14 @@ impl Shard {
                     }
                     return;
                 }
-                info!(holder = %self.ctx.holder, "shard lease acquired");
+                debug!(holder = %self.ctx.holder, "shard lease acquired");
                 let _ = self.state.send((self.n, true));
                 crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
                 let led = AssertUnwindSafe(super::leader::lead(&mut self, lease, &cancel)).catch_unwind().await;
                 crate::metrics::shards_led(-1.0);
+                self.ctx.next_fires.clear(self.n);
                 let _ = self.state.send((self.n, false));
                 match led {
                     Ok(Ok(())) => return,
