@@ -174,6 +174,48 @@ async fn a_run_left_without_an_owner_or_a_trace_is_settled_by_the_sweep() {
     assert!(second.log().contains("sweep settled runs left without an owner"), "the sweep, not the reaper");
 }
 
+/// A retry that comes while its dead predecessor's overlap lease still lives (here: the
+/// sweep settles the run at once, and the job's 10 s run TTL keeps that lease) waits for
+/// it to run out instead of being skipped by its own earlier attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_is_never_skipped_by_its_own_earlier_attempt() {
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let scheduler = nats.scheduler_with("s", "reconcile_every = \"1s\"");
+    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    for agent in runners.iter().chain([&scheduler]) {
+        ready(agent).await;
+    }
+    let executions = nats.dir.path().join("executions");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"guarded\"\nschedule = \"@yearly\"\noverlap = \"skip\"\nlock = true\nrun_ttl = \"10s\"\n\
+             retries = {{ max = 1, backoff = \"1s\" }}\nshell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 60\"\n",
+            executions.display()
+        ),
+    );
+    let key = nats.trigger("guarded");
+    let running = eventually(Duration::from_secs(10), "the run to start", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
+    })
+    .await;
+    let host = running.host.clone().unwrap();
+    runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
+    // The run's own lease goes at once; its overlap and lock leases live on for 10 s.
+    store.leases.purge(&format!("run.{key}"), Duration::from_secs(5)).await.unwrap();
+    let retried = eventually(Duration::from_secs(30), "attempt 2 to run", || async {
+        Some(record(&nats, &key).await).filter(|r| r.attempt == 2 && r.status != Status::Queued)
+    })
+    .await;
+    assert_eq!(retried.status, Status::Running, "{retried:?}");
+    let ran = eventually(Duration::from_secs(5), "attempt 2's execution", || async {
+        std::fs::read_to_string(&executions).ok().filter(|s| s.lines().count() == 2)
+    })
+    .await;
+    assert_eq!(ran, "1\n2\n");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_running_jobs_and_hands_the_shards_over_at_once() {
     use nix::sys::signal::{Signal, kill};

@@ -123,7 +123,9 @@ async fn the_cli_warns_of_an_unserved_pool_and_shows_a_failed_runs_last_lines() 
         String::from_utf8(out.stderr).unwrap()
     };
     assert!(add(&["add", "nowhere", "--schedule", "@yearly", "--pool", "nosuch", "--", "true"]).contains(warning));
-    let served = add(&["add", "loud", "--schedule", "@yearly", "--", "echo one; echo two >&2; exit 2"]);
+    // Both lines on stdout: stdout and stderr are read apart, so their order between
+    // them is not kept.
+    let served = add(&["add", "loud", "--schedule", "@yearly", "--", "echo one; echo two; exit 2"]);
     assert!(!served.contains("warning"), "{served}");
     let on_host = add(&["add", "pinned", "--schedule", "@yearly", "--pool", "a", "--", "true"]);
     assert!(!on_host.contains("warning"), "every runner serves the pool named after it: {on_host}");

@@ -12,6 +12,10 @@
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
+//!
+//! A lease held by an earlier attempt of the same run (its runner died, and the lease has
+//! not run out yet) is no other run: the attempt waits for it to expire, whatever the
+//! policy, rather than being skipped by itself.
 
 use std::time::Duration;
 
@@ -56,6 +60,7 @@ pub(super) async fn acquire(
             None => {
                 let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
                 let waiter = match spec.overlap {
+                    _ if current == run_key => None,
                     Overlap::Skip | Overlap::Allow => {
                         return Ok(Decision::Skip(format!("run {current} is still running (overlap skip)")));
                     }
@@ -106,12 +111,26 @@ pub(super) async fn acquire(
     }
     if let Some(name) = spec.lock_name() {
         let key = lease_keys::lock(name);
-        match Lease::try_acquire(leases, &key, run_key, ttl).await? {
-            Some(lease) => held.push(lease),
-            None => {
-                let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
+        loop {
+            if let Some(lease) = Lease::try_acquire(leases, &key, run_key, ttl).await? {
+                held.push(lease);
+                break;
+            }
+            let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
+            if current != run_key {
                 release_all(held).await;
                 return Ok(Decision::Skip(format!("lock {name} is held by run {current}")));
+            }
+            // Our own earlier attempt's: it runs out within its TTL.
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    release_all(held).await;
+                    return Ok(Decision::ShutDown);
+                }
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if let Some(lease) = run_lease.as_deref_mut() {
+                lease.renew().await?;
             }
         }
     }
