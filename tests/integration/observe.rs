@@ -136,6 +136,14 @@ async fn the_cli_warns_of_an_unserved_pool_and_shows_a_failed_runs_last_lines() 
     assert!(stdout.contains(" failed\n  one\n  two"), "{stdout}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("failed: exited with code 2"), "{stderr}");
+
+    // Waiting is bounded when asked: a run nobody takes is left to go on.
+    let out = nats.cli(&["trigger", "nowhere", "--wait", "--timeout", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert!(lines.len() == 2 && lines[0].contains(warning), "the pool warning, then the error: {err}");
+    assert!(lines[1].contains("did not end within 1s; it goes on"), "{err}");
 }
 
 /// `--log-format json`: every line an agent logs is one JSON object with its level.

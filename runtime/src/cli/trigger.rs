@@ -17,6 +17,9 @@ pub struct TriggerArgs {
     /// Wait for the run to end; exit non-zero unless it succeeded
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: give up waiting after this long (the run goes on), e.g. 10m
+    #[arg(long, requires = "wait", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
@@ -39,7 +42,16 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
     if !a.wait {
         return ctx.print(&json!({ "run": key }), || format!("triggered {key}"));
     }
-    let record = wait_final(&store, &key).await?;
+    let record = match a.timeout {
+        None => wait_final(&store, &key).await?,
+        Some(limit) => match tokio::time::timeout(limit, wait_final(&store, &key)).await {
+            Ok(record) => record?,
+            Err(_) => bail!(
+                "run {key} did not end within {}; it goes on: follow it with `cronrun logs -f {key}`",
+                crate::spec::codec::format_duration(&limit)
+            ),
+        },
+    };
     let status = record.status.as_str();
     ctx.print(&record, || {
         // A run that did not succeed shows what it printed last.
