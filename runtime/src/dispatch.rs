@@ -90,7 +90,7 @@ pub async fn record_skipped(
 }
 
 /// Queues the next attempt of a run whose attempt ended badly (failed, timed out, lost):
-/// `queue_retry`, then `publish_retry` to start at `start_at`. Schedulers only (runners
+/// `queue_retry`, then `publish_queued` to start at `start_at`. Schedulers only (runners
 /// hand a failed attempt to the scheduler, see `runner::finish`). Returns the `retrying`
 /// event for the caller to publish after its own (events follow writes that landed: a
 /// refused retry publishes nothing).
