@@ -6,6 +6,7 @@
 //! - `event`: the kinds of event published on `CRONRUN_EVENTS`, with their wire names.
 //! - `names`: every bucket, stream and subject name, from the namespace.
 //! - `roles`: the NATS permissions of each role, derived from `names`.
+//! - `output`: a run's output as bounded lines, and the tail kept for its record.
 //! - `error`: the error type every cronrun crate returns.
 //!
 //! The daemon (`runtime/`) and the SDK's `#[job]` macro both validate with this crate, so
@@ -13,6 +14,7 @@
 pub mod error;
 pub mod event;
 pub mod names;
+pub mod output;
 pub mod record;
 pub mod roles;
 pub mod spec;

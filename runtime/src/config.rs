@@ -175,6 +175,8 @@ mod tests {
             ("[scheduler]\nlease_ttl = \"100000years\"\n", "scheduler.lease_ttl"),
             ("[scheduler]\nlead = \"1000000years\"\n", "scheduler.lead"),
             ("[scheduler]\ndefault_deadline = \"5000000years\"\n", "scheduler.default_deadline"),
+            ("[scheduler]\nreconcile_every = \"10ms\"\n", "scheduler.reconcile_every"),
+            ("[scheduler]\nreconcile_every = \"9999days\"\n", "scheduler.reconcile_every"),
             ("[runner]\nheartbeat = \"1ms\"\n", "runner.heartbeat"),
             ("[runner]\ndrain_timeout = \"100years\"\n", "runner.drain_timeout"),
             ("[runner]\nslots = 0\n", "runner.slots"),

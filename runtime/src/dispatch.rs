@@ -116,22 +116,28 @@ pub async fn queue_retry(
     revision: u64,
     now: DateTime<Utc>,
 ) -> Result<(Queued, Event), Error> {
-    let why = record.error.take().unwrap_or_else(|| record.status.as_str().to_string());
-    record.error = Some(format!("attempt {} {}: {why}", record.attempt, record.status.as_str()));
-    record.attempt += 1;
-    record.trigger = Trigger::Retry;
-    record.status = Status::Queued;
-    record.dispatched_at = Some(now);
-    // Output belongs to its attempt (the log stream keeps it); the next starts empty.
-    record.output.clear();
-    (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
-    (record.exit_code, record.duration_ms) = (None, None);
+    next_attempt(&mut record, now);
     // The record rides in the dispatch message too: fitted once, for both.
     record.fit(store.record_budget);
     let revision = store.update_run(&record, revision).await?;
     let event = Event::new(&record.job, &record.run_id, EventKind::Retrying, record.attempt, now)
         .with_detail(record.error.clone().unwrap_or_default());
     Ok((Queued { revision, record }, event))
+}
+
+/// Turns the record of an attempt that ended into that of the next, queued at `now`: the
+/// error names the attempt and how it ended; what belonged to the attempt (host, times,
+/// exit, output: the log stream keeps it) is cleared.
+fn next_attempt(record: &mut RunRecord, now: DateTime<Utc>) {
+    let why = record.error.take().unwrap_or_else(|| record.status.as_str().to_string());
+    record.error = Some(format!("attempt {} {}: {why}", record.attempt, record.status.as_str()));
+    record.attempt += 1;
+    record.trigger = Trigger::Retry;
+    record.status = Status::Queued;
+    record.dispatched_at = Some(now);
+    record.output.clear();
+    (record.host, record.started_at, record.finished_at, record.heartbeat_at) = (None, None, None, None);
+    (record.exit_code, record.duration_ms) = (None, None);
 }
 
 /// Publishes the dispatch of a run its record shows `queued` (a retry from `queue_retry`,
@@ -185,6 +191,28 @@ mod tests {
             queued: Some(Queued { revision: 9, record }),
         };
         serde_json::to_vec(&msg).unwrap()
+    }
+
+    #[test]
+    fn the_next_attempt_is_queued_clean_and_names_how_the_last_one_ended() {
+        let fire = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let now = fire + chrono::TimeDelta::seconds(7);
+        for (status, error, expected) in [
+            (Status::Failed, Some("exited with code 3"), "attempt 1 failed: exited with code 3"),
+            (Status::Lost, None, "attempt 1 lost: lost"),
+            (Status::TimedOut, Some("timed out after 5s"), "attempt 1 timed_out: timed out after 5s"),
+        ] {
+            let mut record = RunRecord::queued("job", "run", Trigger::Schedule, fire, 4);
+            (record.status, record.error) = (status, error.map(String::from));
+            (record.host, record.started_at, record.finished_at) = (Some("h1".into()), Some(fire), Some(now));
+            (record.exit_code, record.duration_ms, record.output) = (Some(3), Some(7000), vec!["out".into()]);
+            next_attempt(&mut record, now);
+            assert_eq!((record.attempt, record.status, record.trigger), (2, Status::Queued, Trigger::Retry));
+            assert_eq!(record.error.as_deref(), Some(expected));
+            assert_eq!((record.scheduled_at, record.spec_revision, record.dispatched_at), (Some(fire), 4, Some(now)));
+            assert!(record.host.is_none() && record.started_at.is_none() && record.finished_at.is_none());
+            assert!(record.exit_code.is_none() && record.duration_ms.is_none() && record.output.is_empty());
+        }
     }
 
     proptest! {

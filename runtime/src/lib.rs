@@ -8,8 +8,9 @@
 //! - `catalog`: the live set of job specs, watched from KV.
 //! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
 //! - `dispatch`: create-if-absent record + deduplicated publish of one run.
-//! - `runner`: pulls runs and executes them (shell jobs in process groups).
-//! - `wasm`: the Wasm job host: wasmtime engine, sandbox, host interfaces of `wit/`.
+//! - `runner`: pulls runs and takes each through one lifecycle; executors for shell and Wasm.
+//! - `output`: a run's output as bounded lines, the same for every executor.
+//! - `wasm`: the Wasm job host, crate `cronrun-wasm` (`wasm/`): wasmtime, sandbox, `wit/`.
 //! - `events`: publishing on the event stream.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts.
@@ -30,14 +31,15 @@ pub mod embedded;
 pub mod events;
 pub mod http;
 pub mod metrics;
+pub mod output;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
 pub mod store;
 pub mod supervise;
-pub mod wasm;
 
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};
 pub use cronrun_time as schedule;
+pub use cronrun_wasm as wasm;
 pub use error::{Error, ErrorKind};

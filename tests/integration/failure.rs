@@ -133,21 +133,7 @@ async fn a_run_left_without_an_owner_or_a_trace_is_settled_by_the_sweep() {
     for agent in runners.iter().chain([&first]) {
         ready(agent).await;
     }
-    let executions = nats.dir.path().join("executions");
-    apply(
-        &nats,
-        &format!(
-            "[[job]]\nname = \"orphan\"\nschedule = \"@yearly\"\nretries = {{ max = 1, backoff = \"1s\" }}\n\
-             shell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 60\"\n",
-            executions.display()
-        ),
-    );
-    let key = nats.trigger("orphan");
-    let running = eventually(Duration::from_secs(10), "the run to start", || async {
-        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
-    })
-    .await;
-    let host = running.host.clone().unwrap();
+    let (key, host) = a_long_run_with_a_retry(&nats, "orphan", "").await;
     // No scheduler, then no runner: nobody sees the run's lease expire.
     first.kill9();
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
@@ -166,11 +152,7 @@ async fn a_run_left_without_an_owner_or_a_trace_is_settled_by_the_sweep() {
     assert_ne!(retried.host.as_deref(), Some(host.as_str()));
     assert!(retried.error.as_deref().unwrap().contains("attempt 1 lost"), "{:?}", retried.error);
     // What the job did: one execution per attempt.
-    let ran = eventually(Duration::from_secs(5), "attempt 2's execution", || async {
-        std::fs::read_to_string(&executions).ok().filter(|s| s.lines().count() == 2)
-    })
-    .await;
-    assert_eq!(ran, "1\n2\n");
+    assert_eq!(executions_of(&nats, "orphan", 2).await, "1\n2\n");
     assert!(second.log().contains("sweep settled runs left without an owner"), "the sweep, not the reaper");
 }
 
@@ -186,21 +168,8 @@ async fn a_retry_is_never_skipped_by_its_own_earlier_attempt() {
     for agent in runners.iter().chain([&scheduler]) {
         ready(agent).await;
     }
-    let executions = nats.dir.path().join("executions");
-    apply(
-        &nats,
-        &format!(
-            "[[job]]\nname = \"guarded\"\nschedule = \"@yearly\"\noverlap = \"skip\"\nlock = true\nrun_ttl = \"10s\"\n\
-             retries = {{ max = 1, backoff = \"1s\" }}\nshell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 60\"\n",
-            executions.display()
-        ),
-    );
-    let key = nats.trigger("guarded");
-    let running = eventually(Duration::from_secs(10), "the run to start", || async {
-        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
-    })
-    .await;
-    let host = running.host.clone().unwrap();
+    let (key, host) =
+        a_long_run_with_a_retry(&nats, "guarded", "overlap = \"skip\"\nlock = true\nrun_ttl = \"10s\"").await;
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
     // The run's own lease goes at once; its overlap and lock leases live on for 10 s.
     store.leases.purge(&format!("run.{key}"), Duration::from_secs(5)).await.unwrap();
@@ -209,11 +178,7 @@ async fn a_retry_is_never_skipped_by_its_own_earlier_attempt() {
     })
     .await;
     assert_eq!(retried.status, Status::Running, "{retried:?}");
-    let ran = eventually(Duration::from_secs(5), "attempt 2's execution", || async {
-        std::fs::read_to_string(&executions).ok().filter(|s| s.lines().count() == 2)
-    })
-    .await;
-    assert_eq!(ran, "1\n2\n");
+    assert_eq!(executions_of(&nats, "guarded", 2).await, "1\n2\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -262,4 +227,36 @@ async fn sigterm_drains_running_jobs_and_hands_the_shards_over_at_once() {
     assert_eq!(done.output, ["done"]);
     let status = first.child.wait().unwrap();
     assert!(status.success(), "agent exited with {status}");
+}
+
+/// Job `name` (with `spec_lines`) runs for a minute, records each execution's attempt
+/// (see `executions_of`) and may be retried once; it is triggered and its run is running.
+/// Returns the run's key and the host running it.
+async fn a_long_run_with_a_retry(nats: &Nats, name: &str, spec_lines: &str) -> (String, String) {
+    let executions = nats.dir.path().join(format!("{name}.executions"));
+    apply(
+        nats,
+        &format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"@yearly\"\nretries = {{ max = 1, backoff = \"1s\" }}\n{spec_lines}\n\
+             shell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 60\"\n",
+            executions.display()
+        ),
+    );
+    let key = nats.trigger(name);
+    let running = eventually(Duration::from_secs(10), "the run to start", || async {
+        Some(record(nats, &key).await).filter(|r| r.status == Status::Running)
+    })
+    .await;
+    let host = running.host.clone().unwrap();
+    (key, host)
+}
+
+/// The attempts job `name` of `a_long_run_with_a_retry` executed, one per line, once
+/// there are `n` (or after a bound).
+async fn executions_of(nats: &Nats, name: &str, n: usize) -> String {
+    let path = nats.dir.path().join(format!("{name}.executions"));
+    eventually(Duration::from_secs(5), &format!("{n} executions of {name}"), || async {
+        std::fs::read_to_string(&path).ok().filter(|s| s.lines().count() == n)
+    })
+    .await
 }

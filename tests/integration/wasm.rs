@@ -137,7 +137,7 @@ async fn host(nats: &Nats, config: WasmConfig) -> Host {
     let cache = tempfile::tempdir().unwrap();
     let store = nats.store().await;
     let config = WasmConfig { cache_dir: Some(cache.path().to_path_buf()), ..config };
-    Host { rt: WasmRuntime::new(store.clone(), config).unwrap(), store, _cache: cache }
+    Host { rt: store.wasm_host(config).unwrap(), store, _cache: cache }
 }
 
 fn spec(host: &Host, name: &str) -> WasmSpec {
@@ -208,11 +208,8 @@ async fn hello_logs_and_returns_its_message() {
     let cached: Vec<_> = std::fs::read_dir(h._cache.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(cached.iter().any(|n| n.to_string_lossy().starts_with(&s.plugin)), "{cached:?}");
     // A second runtime (a restarted agent) loads it from disk and runs it the same.
-    let again = WasmRuntime::new(
-        h.store.clone(),
-        WasmConfig { cache_dir: Some(h._cache.path().into()), ..WasmConfig::default() },
-    )
-    .unwrap();
+    let again =
+        h.store.wasm_host(WasmConfig { cache_dir: Some(h._cache.path().into()), ..WasmConfig::default() }).unwrap();
     let h2 = Host { rt: again, store: h.store.clone(), _cache: tempfile::tempdir().unwrap() };
     assert_eq!(h2.run("hello", &s, None).await.0, WasmOutcome::Succeeded(Some("hi, world".into())));
 }
@@ -427,11 +424,7 @@ async fn a_compiled_file_others_could_have_written_is_compiled_again_never_loade
         .unwrap();
     let restarted = || {
         let config = WasmConfig { cache_dir: Some(dir.clone()), ..WasmConfig::default() };
-        Host {
-            rt: WasmRuntime::new(h.store.clone(), config).unwrap(),
-            store: h.store.clone(),
-            _cache: tempfile::tempdir().unwrap(),
-        }
+        Host { rt: h.store.wasm_host(config).unwrap(), store: h.store.clone(), _cache: tempfile::tempdir().unwrap() }
     };
     let mut tampers = vec!["writable by others", "not a component"];
     if nix::unistd::geteuid().is_root() {

@@ -57,7 +57,11 @@ const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels"
 
 fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
     let signature = match &a.sign {
-        Some(key) => Some(crate::wasm::signing::sign(key, digest).map_err(|e| anyhow::anyhow!("--sign: {e}"))?),
+        Some(key) => {
+            let seed = crate::auth::read_seed(key).map_err(|e| anyhow::anyhow!("--sign: {e}"))?;
+            let signed = crate::wasm::signing::sign(&seed, digest);
+            Some(signed.map_err(|e| anyhow::anyhow!("--sign {}: {e}", key.display()))?)
+        }
         None => None,
     };
     if let Some(key) = manifest.keys().find(|k| NOT_FROM_MANIFEST.contains(&k.as_str())) {

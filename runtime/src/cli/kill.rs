@@ -10,7 +10,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, parse_run_key};
-use crate::runner::shell::parse_signal;
+use crate::runner::exec::shell::parse_signal;
 
 #[derive(Args)]
 pub struct KillArgs {

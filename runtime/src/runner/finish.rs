@@ -1,6 +1,6 @@
-//! The end of a started run, shell or Wasm alike: the final record (or the next attempt),
-//! the end marker of its log, its event, and history pruning. Also the output plumbing
-//! both kinds share.
+//! The end of a run, whatever executed it: the final record (or the next attempt), the
+//! end of its log, its event, and history pruning; also the end of a run that never
+//! started (skipped, cancelled, failed to start).
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use super::RunnerCtx;
 use super::held::Held;
-use super::output::{EOF_HEADER, Line, STREAM_HEADER, Source, Tail};
+use super::logs::publish_end;
 use crate::dispatch::queue_retry;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
@@ -23,20 +23,11 @@ pub(super) struct Ended {
     pub output: Vec<String>,
 }
 
-pub(super) fn timed_out(spec: &JobSpec) -> String {
-    format!("timed out after {}", humantime::format_duration(spec.timeout.unwrap_or_default()))
-}
-
-pub(super) fn shut_down(ctx: &RunnerCtx) -> String {
-    format!("runner {} shut down before the run ended", ctx.host)
-}
-
 /// Records the end of the run, or queues its next attempt when the attempt failed and
 /// the job's retries allow one.
 pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
     let finished = ctx.clock.now();
     let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
-    let logs_subject = ctx.store.names.logs_subject(&job, &run_id);
     let r = &mut held.record;
     r.finished_at = Some(finished);
     r.duration_ms = r.started_at.map(|s| (finished - s).num_milliseconds().max(0) as u64);
@@ -59,13 +50,13 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
         held.release_guards().await;
         let (_, retrying) = queue_retry(&ctx.store, held.record.clone(), held.fence.revision, now).await?;
         held.hand_over_lease(wait).await;
-        publish_eof(ctx, &logs_subject, status).await;
+        publish_end(ctx, &job, &run_id, status).await;
         publish_event(&ctx.store, &event).await;
         publish_event(&ctx.store, &retrying).await;
         return Ok(());
     }
     write_final(ctx, held).await?;
-    publish_eof(ctx, &logs_subject, status).await;
+    publish_end(ctx, &job, &run_id, status).await;
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
     ctx.prune(&job, &spec.history).await;
@@ -99,26 +90,31 @@ async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
     }
 }
 
-/// Publishes one output line live and keeps it in the tail.
-pub(super) async fn publish_line(ctx: &RunnerCtx, subject: &str, line: Line, tail: &mut Tail) {
-    let payload = bytes::Bytes::from(line.text.clone().into_bytes());
-    let sent = match line.source {
-        Source::Stdout => ctx.store.client.publish(subject.to_string(), payload).await,
-        Source::Stderr => {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(STREAM_HEADER, "stderr");
-            ctx.store.client.publish_with_headers(subject.to_string(), headers, payload).await
-        }
-    };
-    if let Err(e) = sent {
-        tracing::debug!("output line not published: {e}");
+/// Ends a run that never started. Ok(true): it is done with.
+pub(super) async fn finish_without_start(
+    ctx: &RunnerCtx,
+    held: &mut Held,
+    status: Status,
+    why: &str,
+) -> Result<bool, Error> {
+    info!("run {}: {why}", status.as_str());
+    held.record.status = status;
+    held.record.error = Some(why.to_string());
+    held.record.finished_at = Some(ctx.clock.now());
+    held.write(ctx).await?;
+    let r = &held.record;
+    crate::metrics::run_ended(&r.job, status, None, ctx.clock.now());
+    if status == Status::Skipped {
+        crate::metrics::run_skipped(&r.job, why);
     }
-    tail.push(line.text);
-}
-
-/// The last message of a run's log: its status, so followers know it ended.
-pub(super) async fn publish_eof(ctx: &RunnerCtx, subject: &str, status: Status) {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(EOF_HEADER, status.as_str());
-    let _ = ctx.store.client.publish_with_headers(subject.to_string(), headers, bytes::Bytes::new()).await;
+    publish_end(ctx, &r.job, &r.run_id, status).await;
+    let event =
+        Event::new(&r.job, &r.run_id, EventKind::of_status(status), r.attempt, ctx.clock.now()).with_detail(why);
+    publish_event(&ctx.store, &event).await;
+    // Runs that never start (skipped, cancelled) count against the history like others.
+    let history = ctx.catalog.get(&r.job).and_then(|j| j.summary.as_ref().ok().map(|s| s.history.clone()));
+    if let Some(history) = history {
+        ctx.prune(&r.job, &history).await;
+    }
+    Ok(true)
 }

@@ -39,6 +39,27 @@ pub(super) enum Decision {
     ShutDown,
 }
 
+/// What a run does when `active.<job>` is held by `current` (a run key).
+#[derive(Debug, PartialEq, Eq)]
+enum OnActive {
+    /// Wait for it to end (our own earlier attempt, or `replace` asked it to stop).
+    Wait,
+    /// Wait as the one queued run, if `queued.<job>` is free.
+    Queue,
+    /// Ask it to stop, then wait (overlap `replace`).
+    Replace,
+    Skip(String),
+}
+
+fn on_active(overlap: Overlap, current: &str, run_key: &str) -> OnActive {
+    match overlap {
+        _ if current == run_key => OnActive::Wait,
+        Overlap::Skip | Overlap::Allow => OnActive::Skip(format!("run {current} is still running (overlap skip)")),
+        Overlap::Queue => OnActive::Queue,
+        Overlap::Replace => OnActive::Replace,
+    }
+}
+
 /// How often a waiting run looks whether its predecessor is gone.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -59,12 +80,10 @@ pub(super) async fn acquire(
             Some(lease) => held.push(lease),
             None => {
                 let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
-                let waiter = match spec.overlap {
-                    _ if current == run_key => None,
-                    Overlap::Skip | Overlap::Allow => {
-                        return Ok(Decision::Skip(format!("run {current} is still running (overlap skip)")));
-                    }
-                    Overlap::Queue => {
+                let waiter = match on_active(spec.overlap, &current, run_key) {
+                    OnActive::Wait => None,
+                    OnActive::Skip(why) => return Ok(Decision::Skip(why)),
+                    OnActive::Queue => {
                         match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
                             Some(waiter) => Some(waiter),
                             None => {
@@ -74,7 +93,7 @@ pub(super) async fn acquire(
                             }
                         }
                     }
-                    Overlap::Replace => {
+                    OnActive::Replace => {
                         replace(ctx, &current).await;
                         None
                     }
@@ -155,5 +174,28 @@ pub(super) async fn renew_all(leases: &mut [Lease]) -> Result<(), Error> {
 pub(super) async fn release_all(leases: Vec<Lease>) {
     for lease in leases {
         let _ = lease.release().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_active_lease_is_waited_for_queued_behind_replaced_or_skips_as_the_policy_says() {
+        let (me, other) = ("nightly/r-2", "nightly/r-1");
+        let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
+        let cases = [
+            (Overlap::Skip, other, skip),
+            (Overlap::Queue, other, OnActive::Queue),
+            (Overlap::Replace, other, OnActive::Replace),
+            // Our own earlier attempt (its runner died): waited for whatever the policy.
+            (Overlap::Skip, me, OnActive::Wait),
+            (Overlap::Queue, me, OnActive::Wait),
+            (Overlap::Replace, me, OnActive::Wait),
+        ];
+        for (overlap, current, expected) in cases {
+            assert_eq!(on_active(overlap, current, me), expected, "{overlap:?}, held by {current}");
+        }
     }
 }

@@ -10,8 +10,8 @@ use tracing::{debug, warn};
 
 use super::RunnerCtx;
 use super::guards;
-use super::output::Tail;
 use crate::error::Error;
+use crate::output::Tail;
 use crate::record::RunRecord;
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;

@@ -1,30 +1,35 @@
 //! The runner: pulls due runs of its pools and executes them with bounded concurrency.
 //!
-//! - `run.rs`: one run's life (claim, wait for the instant, start, supervise).
+//! A run's way through the runner, one file per step, the same for every kind of job:
+//! - `claim.rs`: the dispatch message to its ack; the run's lease and record claimed.
+//! - `lifecycle.rs`: prepare ahead, check, arm (`running`), release at the instant.
+//! - `running.rs`: supervise: output, heartbeat, kill requests, timeout, stop.
+//! - `finish.rs`: the final record or the next attempt, the log's end, the event.
+//! - `exec/`: the executors behind one trait: `shell.rs` (process groups) and `wasm.rs`.
+//!
+//! What the steps use:
 //! - `held.rs`: what the runner holds of a run: record and fence, leases, keepalive.
-//! - `finish.rs`: the end of a started run: final record or next attempt, log end, event.
-//! - `wasm_job.rs`: Wasm runs: prepared at claim, called at the instant, supervised.
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
-//! - `supervisor.rs`: a run's first process; the run dies with its runner.
+//! - `logs.rs`: the run's live log on NATS and the tail kept for its record.
+//! - `supervisor.rs`: a shell run's first process; the run dies with its runner.
 //! - `tree.rs`: a run's whole process tree, what left its group included.
-//! - `shell.rs`: process groups, signals, exit codes.
 //! - `account.rs`: the user a shell job runs as; never root by accident.
-//! - `output.rs`: bounded line reading and the kept tail.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
 pub mod account;
+mod claim;
+pub(crate) mod exec;
 mod finish;
 mod guards;
 mod held;
-pub(crate) mod output;
+mod lifecycle;
+mod logs;
 mod presence;
-mod run;
-pub mod shell;
+mod running;
 mod starter;
 pub mod supervisor;
 mod tree;
-mod wasm_job;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,7 +51,7 @@ use crate::spec::{History, JobSpec};
 use crate::store::Store;
 use crate::supervise::Watched;
 
-pub use output::{EOF_HEADER, STREAM_HEADER};
+pub use crate::output::{EOF_HEADER, STREAM_HEADER};
 pub use presence::RunnerPresence;
 
 /// Runner settings (`[runner]` in `cronrun.toml`).
@@ -120,6 +125,14 @@ impl Default for RunnerConfig {
             allow_shell: true,
         }
     }
+}
+
+/// The runner's two shutdown signals: `shutdown` at once (runs not started yet are handed
+/// back), `stop` when draining is over (runs still going are stopped).
+#[derive(Clone)]
+pub(crate) struct Stops {
+    pub shutdown: CancellationToken,
+    pub stop: CancellationToken,
 }
 
 /// What every run task of this runner shares.
@@ -232,7 +245,7 @@ impl Runner {
                  set [runner] default_user, or allow_root = true to run them as root"
             );
         }
-        let wasm = crate::wasm::WasmRuntime::new(store.clone(), wasm).map_err(|e| {
+        let wasm = store.wasm_host(wasm).map_err(|e| {
             warn!("wasm jobs will fail on this runner: {e}");
             e.to_string()
         });
@@ -268,7 +281,7 @@ impl Runner {
         ctx.catalog.wait_loaded().await;
         let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
         let tracker = TaskTracker::new();
-        let stops = run::Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
+        let stops = Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
         let mut tasks = Watched::default();
         for pool in &ctx.config.pools {
             let consumer = pool_consumer(&ctx.store, pool, ctx.config.heartbeat).await?;
@@ -338,7 +351,7 @@ async fn pull_loop(
     consumer: PullConsumer,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
-    stops: run::Stops,
+    stops: Stops,
 ) {
     let cancel = stops.shutdown.clone();
     loop {
@@ -383,7 +396,7 @@ async fn pull_loop(
             let stops = stops.clone();
             tracker.spawn(async move {
                 ctx.running.fetch_add(1, Ordering::SeqCst);
-                run::execute(ctx.clone(), msg, stops).await;
+                claim::execute(ctx.clone(), msg, stops).await;
                 ctx.running.fetch_sub(1, Ordering::SeqCst);
                 drop(permit);
             });

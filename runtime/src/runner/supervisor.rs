@@ -170,7 +170,7 @@ async fn supervise(
             status = child.wait() => {
                 // What the job left behind ends with it.
                 super::tree::kill_tree();
-                return status.map(exit_code).unwrap_or(ExitCode::FAILURE);
+                return status.map(process_exit).unwrap_or(ExitCode::FAILURE);
             }
             // The job got the same signal from the group; it decides.
             _ = signals.term.recv() => {}
@@ -198,6 +198,12 @@ fn stop_tree() -> ExitCode {
 }
 
 /// The job's status as this process's: its code, or 128 + signal as shells report it.
-fn exit_code(status: ExitStatus) -> ExitCode {
-    ExitCode::from(super::shell::exit_code(&status).clamp(0, 255) as u8)
+fn process_exit(status: ExitStatus) -> ExitCode {
+    ExitCode::from(exit_code(&status).clamp(0, 255) as u8)
+}
+
+/// Exit code for the record: the code, or 128 + signal as shells report it.
+pub fn exit_code(status: &ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }

@@ -1,7 +1,7 @@
 //! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
 //! instant, renew the lease and move the watermark.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -10,9 +10,12 @@ use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info_span, warn};
 
-use super::catchup::{self, Verdict};
-use super::shard::Shard;
-use super::{Due, FireQueue, shard_of, shards};
+use tokio::sync::mpsc;
+
+use super::catchup;
+use super::plan::{Action, Planner, Record};
+use super::{Due, FireQueue, SchedulerCtx, shard_of, shards};
+use crate::catalog::CatalogEvent;
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -26,8 +29,16 @@ struct Watermark {
     revision: u64,
 }
 
+/// The shard being led.
+pub(super) struct Led<'a> {
+    pub n: u32,
+    pub ctx: &'a SchedulerCtx,
+    /// Catalog changes of the shard's jobs.
+    pub events: &'a mut mpsc::UnboundedReceiver<CatalogEvent>,
+}
+
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
-pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
     let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
@@ -51,7 +62,7 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
         };
         queue.upsert(job, start);
     }
-    let mut missed_per_job: HashMap<String, u32> = HashMap::new();
+    let mut planner = Planner::new(s.ctx.config.lead, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
     let mut in_flight = FuturesUnordered::new();
@@ -63,42 +74,19 @@ pub(super) async fn lead(s: &mut Shard, mut lease: Lease, cancel: &CancellationT
     loop {
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
-        while in_flight.len() < s.ctx.config.max_in_flight {
-            let Some(due) = queue.pop_due(now + lead) else { break };
-            let Some(summary) = due.summary() else { continue };
-            in_flight_fires.add(due.fire);
+        let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
+        for action in planner.due(&mut queue, now, room) {
+            in_flight_fires.add(action.fire());
             let store = s.ctx.store.clone();
-            match catchup::judge(summary, due.fire, now, s.ctx.config.default_deadline) {
-                Verdict::Run(trigger) => {
+            match action {
+                Action::Run(due, trigger) => {
                     in_flight.push(fire(store, s.ctx.config.default_deadline, due, trigger, now).boxed())
                 }
-                Verdict::Missed(why) => {
-                    let count = missed_per_job.entry(due.job.name.clone()).or_default();
-                    *count += 1;
-                    let (name, revision, at) = (due.job.name.clone(), due.job.revision, due.fire);
-                    let history = summary.history.clone();
-                    let n = *count;
-                    in_flight.push(
-                        async move {
-                            warn!(job = %name, fire = %at, "fire missed: {why}");
-                            if n <= catchup::MISSED_RECORDS_MAX {
-                                catchup::record_missed(&store, &name, (revision, &history), at, &why, now).await;
-                            } else if n == catchup::MISSED_RECORDS_MAX + 1 {
-                                catchup::too_many_missed(&store, &name, at, now).await;
-                            }
-                            at
-                        }
-                        .boxed(),
-                    );
-                }
+                Action::Missed(due, why, record) => in_flight.push(missed(store, due, why, record, now).boxed()),
             }
         }
-        let wake = match queue.peek() {
-            Some(next) if in_flight.len() < s.ctx.config.max_in_flight => {
-                (next - lead - now).to_std().unwrap_or_default()
-            }
-            _ => Duration::from_secs(3600),
-        };
+        let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
+        let wake = planner.sleep(queue.peek(), now, room);
         tokio::select! {
             _ = cancel.cancelled() => {
                 while let Some(done) = in_flight.next().await {
@@ -173,7 +161,7 @@ pub(super) async fn seed_watermarks(store: &Store, shards: u32, now: DateTime<Ut
     results.into_iter().collect()
 }
 
-async fn read_watermark(s: &Shard) -> Result<Watermark, Error> {
+async fn read_watermark(s: &Led<'_>) -> Result<Watermark, Error> {
     let key = lease_keys::watermark(s.n);
     Ok(match s.ctx.store.leases.get(&key).await? {
         Some(v) => Watermark {
@@ -186,7 +174,7 @@ async fn read_watermark(s: &Shard) -> Result<Watermark, Error> {
 
 /// Moves the watermark forward by compare-and-set: a conflict means another scheduler
 /// holds the shard now.
-async fn write_watermark(s: &Shard, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
+async fn write_watermark(s: &Led<'_>, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
     if at <= w.at && w.revision != 0 {
         return Ok(());
     }
@@ -195,6 +183,19 @@ async fn write_watermark(s: &Shard, w: &mut Watermark, at: DateTime<Utc>) -> Res
     w.revision = s.ctx.store.leases.update(&key, body, w.revision, None).await?;
     w.at = at;
     Ok(())
+}
+
+/// Records one missed fire as `record` says. Returns the fire instant for the watermark.
+async fn missed(store: Store, due: Due, why: String, record: Record, now: DateTime<Utc>) -> DateTime<Utc> {
+    let (name, at) = (&due.job.name, due.fire);
+    warn!(job = %name, fire = %at, "fire missed: {why}");
+    let Some(summary) = due.summary() else { return at };
+    match record {
+        Record::One => catchup::record_missed(&store, name, (due.job.revision, &summary.history), at, &why, now).await,
+        Record::Summary => catchup::too_many_missed(&store, name, at, now).await,
+        Record::Counted => {}
+    }
+    at
 }
 
 /// Dispatches one due fire. Returns the fire instant for the watermark.

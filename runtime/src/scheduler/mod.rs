@@ -4,10 +4,11 @@
 //! - `shards.rs`: a job's shard, the shard count, who owns which shard.
 //! - `members.rs`: scheduler presence, so all agree on the member list.
 //! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
-//! - `leader.rs`: the work done while holding a shard lease.
+//! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
 //! - `queue.rs`: next fires of every job of a shard (heap).
-//! - `reaper.rs`: runs whose runner died become `lost`, and are retried.
+//! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
+//! - `sweep.rs`: every `reconcile_every`, runs left without an owner or a trace settled.
 //!
 //! Jobs hash into N shards (`shards`, fixed per deployment). Each scheduler runs a task
 //! for every shard the assignment gives it; the task takes the shard's lease (released by
@@ -18,8 +19,10 @@
 //! assignment: owners let go of shards that moved, and the new owners take them.
 
 mod catchup;
+mod expiry;
 mod leader;
 mod members;
+mod plan;
 mod queue;
 mod reaper;
 mod shard;

@@ -1,14 +1,10 @@
 //! Runs whose runner died, and retries that are due. Every run holds a lease
 //! (`run.<job>.<run-id>`) that its runner renews with each heartbeat. When the server
-//! expires one, the scheduler leading the job's shard looks at the run's record:
-//!
-//! - still claimed (`running`, or `queued` with a host): the runner died or stalled. The
-//!   run is marked `lost` by compare-and-set (so the stalled runner, should it wake, finds
-//!   its writes refused) and another attempt is queued if the job's retry policy allows.
-//! - `queued` for a retry, with no host: the runner recorded a failed attempt and left the
-//!   lease to expire after the backoff (see `runner::finish`). The next attempt is
-//!   dispatched now. Runners never publish dispatches, so a runner identity cannot start
-//!   runs; and a runner that dies between the two writes leaves a lease that still expires.
+//! expires one, the scheduler leading the job's shard looks at the run's record (see
+//! `expiry`): a run still claimed is `lost` (and retried per policy), a retry whose
+//! backoff is over is dispatched. Runners never publish dispatches, so a runner identity
+//! cannot start runs; and a runner that dies between the two writes leaves a lease that
+//! still expires.
 //!
 //! Every scheduler follows all run leases. An expiry in a shard it does not lead is kept
 //! (as long as the server keeps the expiry marker) and handled should it take the shard
@@ -17,18 +13,15 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::expiry::run_lease_expired;
 use super::{SchedulerCtx, shard_of};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
-use crate::dispatch::{Queued, publish_queued, retry};
-use crate::error::Error;
-use crate::events::{Event, EventKind, publish_event};
-use crate::record::{Status, Trigger, parse_run_key};
+use crate::record::parse_run_key;
 use crate::store::kv::Watch;
 use crate::store::{LEASE_MARKER_TTL, Store};
 
@@ -202,71 +195,6 @@ impl Drop for Reaper {
             sweeping.abort();
         }
     }
-}
-
-/// Dispatches a retry that is due, to start now; a job removed meanwhile has its run
-/// recorded `cancelled` instead.
-async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: DateTime<Utc>) -> Result<(), Error> {
-    let (job, run_id, attempt) = (queued.record.job.clone(), queued.record.run_id.clone(), queued.record.attempt);
-    let Some(pool) = catalog.get(&job).and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone())) else {
-        let mut record = queued.record;
-        record.status = Status::Cancelled;
-        record.error = Some("job was removed before its retry".into());
-        record.finished_at = Some(now);
-        store.update_run(&record, queued.revision).await?;
-        return Ok(());
-    };
-    info!(job, run = run_id, attempt, "retry due: dispatching");
-    publish_queued(store, &pool, queued, now).await
-}
-
-/// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
-/// taken again meanwhile, is left alone.
-pub(super) async fn run_lease_expired(
-    store: &Store,
-    catalog: &Catalog,
-    key: &str,
-    now: DateTime<Utc>,
-) -> Result<(), Error> {
-    let Some((job, run_id)) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok()) else {
-        return Ok(());
-    };
-    let stored = match store.get_run(job, run_id).await {
-        Ok(s) => s,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let mut record = stored.record;
-    let claimed = record.status == Status::Running || (record.status == Status::Queued && record.host.is_some());
-    let retry_due = record.status == Status::Queued && record.host.is_none() && record.trigger == Trigger::Retry;
-    if !(claimed || retry_due) || store.leases.get(key).await?.is_some() {
-        return Ok(());
-    }
-    if retry_due {
-        let queued = Queued { revision: stored.revision, record };
-        return dispatch_retry(store, catalog, queued, now).await;
-    }
-    let host = record.host.clone().unwrap_or_default();
-    warn!(job, run = run_id, attempt = record.attempt, %host, "run lost: its runner stopped renewing the run's lease");
-    record.status = Status::Lost;
-    record.error = Some(format!("runner {host} stopped renewing the run's lease"));
-    record.finished_at = Some(now);
-    let revision = store.update_run(&record, stored.revision).await?;
-    let detail = record.error.clone().unwrap_or_default();
-    publish_event(store, &Event::new(job, run_id, EventKind::Lost, record.attempt, now).with_detail(detail)).await;
-    let Some(summary) =
-        catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())))
-    else {
-        return Ok(());
-    };
-    let (retries, pool) = summary;
-    if retries.allow_after(record.attempt) {
-        let start_at = retries.retry_at(record.attempt, now);
-        info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
-        let retrying = retry(store, &pool, record, revision, start_at, now).await?;
-        publish_event(store, &retrying).await;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

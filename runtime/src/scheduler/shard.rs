@@ -11,6 +11,7 @@ use futures::FutureExt;
 use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::SchedulerCtx;
+use super::leader::{Led, lead};
 use crate::catalog::CatalogEvent;
 use crate::names::lease_keys;
 use crate::store::lease::Lease;
@@ -45,7 +46,8 @@ impl Shard {
                 crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
-                let led = AssertUnwindSafe(super::leader::lead(&mut self, lease, &cancel)).catch_unwind().await;
+                let mut shard = Led { n: self.n, ctx: &self.ctx, events: &mut self.events };
+                let led = AssertUnwindSafe(lead(&mut shard, lease, &cancel)).catch_unwind().await;
                 crate::metrics::shards_led(-1.0);
                 self.ctx.next_fires.clear(self.n);
                 let _ = self.state.send((self.n, false));

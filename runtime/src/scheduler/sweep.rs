@@ -7,7 +7,7 @@
 //! run:
 //!
 //! - claimed (`running`, or `queued` with a host) and its run lease gone: as an expiry,
-//!   `lost` and retried per policy (`reaper::run_lease_expired`);
+//!   `lost` and retried per policy (`expiry::run_lease_expired`);
 //! - `queued` for its runners, no lease, dispatched longer than `DISPATCH_GRACE` ago: its
 //!   message is published again (the same `Nats-Msg-Id`; a second copy loses the claim's
 //!   compare-and-set), unless it is a fire past its starting deadline, which is recorded
@@ -111,7 +111,7 @@ async fn settle_one(
         Settle::Leave => Ok(false),
         Settle::Expired => {
             info!(job, run = run_id, "run without its lease and no expiry seen: handling it as lost");
-            super::reaper::run_lease_expired(store, catalog, &lease, now).await?;
+            super::expiry::run_lease_expired(store, catalog, &lease, now).await?;
             Ok(true)
         }
         Settle::Redispatch => {

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::kv::{Bucket, Fenced};
 use crate::error::Error;
 
-/// What a lease key holds; readable with `nats kv get`.
+/// What a lease key holds; readable with `nats kv get`. The times are for people reading
+/// the bucket, stamped from the wall clock: nothing decides by them (expiry is the
+/// server's TTL), so they are not taken from the injected clock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseValue {
     pub holder: String,

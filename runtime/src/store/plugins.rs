@@ -86,3 +86,20 @@ impl Store {
         Ok(bytes)
     }
 }
+
+#[async_trait::async_trait]
+impl crate::wasm::Plugins for Store {
+    async fn fetch(&self, digest: &str) -> Result<Vec<u8>, Error> {
+        self.get_plugin(digest).await
+    }
+}
+
+impl Store {
+    /// The Wasm host of an agent on this connection: guests' KV and publish through it,
+    /// plugins from its object store.
+    pub fn wasm_host(&self, config: crate::wasm::WasmConfig) -> Result<crate::wasm::WasmRuntime, Error> {
+        let nats =
+            crate::wasm::HostNats { client: self.client.clone(), js: self.js.clone(), names: self.names.clone() };
+        crate::wasm::WasmRuntime::new(nats, std::sync::Arc::new(self.clone()), config)
+    }
+}

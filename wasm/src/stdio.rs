@@ -1,8 +1,8 @@
 //! The guest's stdout and stderr. Bytes are split into lines inside the guest's write
 //! call and handed straight to the run's output channel: no pipe and no reader task per
 //! run, so a run that prints nothing pays nothing for its stdio, and a line reaches the
-//! output as soon as the guest ends it. Lines longer than `max_line_bytes` are cut and
-//! marked as the shell runner's are (`runner::output::read_lines`).
+//! output as soon as the guest ends it. Lines are cut by the same [`LineCutter`] as a
+//! shell job's pipes (`crate::output`).
 //!
 //! Backpressure: a line the channel has no room for waits here, and the guest may write
 //! nothing more (`check-write` grants 0 bytes, `subscribe` waits) until the channel takes
@@ -21,7 +21,7 @@ use tokio_util::sync::PollSender;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
-use crate::runner::output::{Line, Source};
+use crate::output::{Line, LineCutter, Source, Tail};
 
 /// Bytes one `check-write` permits: bounds the lines a single write can leave waiting
 /// (at worst one per byte) while the channel is full.
@@ -36,31 +36,18 @@ pub struct GuestOutput {
 }
 
 struct Lines {
-    source: Source,
-    max: usize,
-    /// The line being written, at most `max` bytes; `cut` once bytes past that dropped.
-    partial: Vec<u8>,
-    cut: bool,
+    cutter: LineCutter,
     /// Complete lines the channel had no room for, oldest first.
     waiting: VecDeque<Line>,
-    /// The text of the last `tail_cap` lines (stderr's explain a panic).
-    tail: VecDeque<String>,
-    tail_cap: usize,
+    /// The last lines (stderr's explain a panic).
+    tail: Tail,
 }
 
 impl GuestOutput {
     /// Lines of `source` to `output`, each at most `max` bytes; the last `tail_cap` are
     /// also kept for [`Self::tail`].
     pub fn new(source: Source, max: usize, output: mpsc::Sender<Line>, tail_cap: usize) -> Self {
-        let lines = Lines {
-            source,
-            max,
-            partial: Vec::new(),
-            cut: false,
-            waiting: VecDeque::new(),
-            tail: VecDeque::with_capacity(tail_cap),
-            tail_cap,
-        };
+        let lines = Lines { cutter: LineCutter::new(source, max), waiting: VecDeque::new(), tail: Tail::new(tail_cap) };
         Self { output, lines: Arc::new(Mutex::new(lines)) }
     }
 
@@ -103,48 +90,31 @@ impl GuestOutput {
 
     /// The last lines, oldest first.
     pub fn tail(&self) -> Vec<String> {
-        self.lock().tail.iter().cloned().collect()
+        self.lock().tail.to_vec()
     }
 }
 
 impl Lines {
     fn push(&mut self, mut bytes: &[u8], output: &mpsc::Sender<Line>) {
         while !bytes.is_empty() {
-            let (chunk, rest, ended) = match bytes.iter().position(|&b| b == b'\n') {
-                Some(i) => (&bytes[..i], &bytes[i + 1..], true),
-                None => (bytes, &[][..], false),
-            };
-            let room = self.max.saturating_sub(self.partial.len());
-            self.partial.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            self.cut |= chunk.len() > room;
-            if ended {
-                self.complete(output);
+            let (taken, line) = self.cutter.push(bytes);
+            if let Some(line) = line {
+                self.complete(line, output);
             }
-            bytes = rest;
+            bytes = &bytes[taken..];
         }
     }
 
     /// The partial line, if any, as a complete one.
     fn end_line(&mut self, output: &mpsc::Sender<Line>) {
-        if !self.partial.is_empty() {
-            self.complete(output);
+        if let Some(line) = self.cutter.finish() {
+            self.complete(line, output);
         }
     }
 
-    fn complete(&mut self, output: &mpsc::Sender<Line>) {
-        let mut text = String::from_utf8_lossy(&self.partial).into_owned();
-        if self.cut {
-            text.push_str(" [line cut]");
-        }
-        self.partial.clear();
-        self.cut = false;
-        if self.tail_cap > 0 {
-            if self.tail.len() == self.tail_cap {
-                self.tail.pop_front();
-            }
-            self.tail.push_back(text.clone());
-        }
-        self.waiting.push_back(Line { source: self.source, text });
+    fn complete(&mut self, line: Line, output: &mpsc::Sender<Line>) {
+        self.tail.push(line.text.clone());
+        self.waiting.push_back(line);
         self.send_waiting(output);
     }
 

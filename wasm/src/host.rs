@@ -16,7 +16,7 @@ use super::bindings::cronrun::job::{config, kv, log, nats, types};
 use super::grants::Grants;
 use super::http::HttpGrants;
 use super::nats::NatsAccess;
-use crate::runner::output::{Line, Source};
+use crate::output::{Line, Source, cut_line};
 
 /// Everything a run's host calls need; the `T` of its `wasmtime::Store`.
 pub struct HostState {
@@ -56,23 +56,11 @@ impl log::Host for HostState {
             Level::Error => ("[error] ", Source::Stderr),
         };
         for line in message.lines() {
-            let text = cut(&format!("{prefix}{line}"), self.max_line_bytes);
+            let text = cut_line(&format!("{prefix}{line}"), self.max_line_bytes);
             // A closed receiver means the runner stopped listening; the run goes on.
             let _ = self.output.send(Line { source, text }).await;
         }
     }
-}
-
-/// `text` cut to at most `max` bytes on a character boundary, marked like shell output.
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{} [line cut]", &text[..end])
 }
 
 impl config::Host for HostState {
@@ -154,9 +142,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cuts_on_char_boundary() {
-        assert_eq!(cut("hello", 10), "hello");
-        assert_eq!(cut("héllo", 2), "h [line cut]");
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
+    fn human_bytes_names_the_unit() {
+        for (n, text) in [(64 << 20, "64 MiB"), (1 << 30, "1 GiB"), (3 << 10, "3 KiB"), (1500, "1500 bytes")] {
+            assert_eq!(human_bytes(n), text);
+        }
     }
 }

@@ -4,14 +4,22 @@
 //! NATS otherwise). Grants are checked by the caller; errors here are readable strings.
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::kv;
+use async_nats::jetstream::{self, kv};
 use tokio::sync::OnceCell;
 
-use crate::store::Store;
+use cronrun_model::names::Names;
+
+/// The agent's NATS connection, as guests reach it.
+#[derive(Clone)]
+pub struct HostNats {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub names: Names,
+}
 
 /// NATS access shared by every run of one runtime.
 pub struct NatsAccess {
-    store: Store,
+    nats: HostNats,
     jobkv: OnceCell<kv::Store>,
     quota: KvQuota,
 }
@@ -33,17 +41,13 @@ const MAX_VALUE_BYTES: usize = 1 << 20;
 const DELETE_MARKER_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl NatsAccess {
-    pub fn new(store: Store, quota: KvQuota) -> Self {
-        Self { store, jobkv: OnceCell::new(), quota }
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
+    pub fn new(nats: HostNats, quota: KvQuota) -> Self {
+        Self { nats, jobkv: OnceCell::new(), quota }
     }
 
     /// The name of the bucket that holds every job's private keys.
     pub fn jobkv_bucket(&self) -> String {
-        self.store.names.job_kv_bucket()
+        self.nats.names.job_kv_bucket()
     }
 
     async fn jobkv(&self) -> Result<&kv::Store, String> {
@@ -51,7 +55,7 @@ impl NatsAccess {
             .get_or_try_init(|| async {
                 // Part of the layout, which whoever opened it first created.
                 let bucket = self.jobkv_bucket();
-                self.store.js.get_key_value(&bucket).await.map_err(|e| format!("kv unavailable: bucket {bucket}: {e}"))
+                self.nats.js.get_key_value(&bucket).await.map_err(|e| format!("kv unavailable: bucket {bucket}: {e}"))
             })
             .await
     }
@@ -108,7 +112,7 @@ impl NatsAccess {
     pub async fn publish(&self, subject: &str, payload: Vec<u8>, headers: Vec<(String, String)>) -> Result<(), String> {
         // Checked again here, whatever the grant says (deploy refuses such grants): a
         // guest publishes through the agent's own connection.
-        if let Some(reserved) = self.store.names.grant_reaches_reserved(subject) {
+        if let Some(reserved) = self.nats.names.grant_reaches_reserved(subject) {
             return Err(format!("publish to {subject} denied: {reserved} is reserved and no job may publish there"));
         }
         if payload.len() > MAX_VALUE_BYTES {
@@ -127,7 +131,7 @@ impl NatsAccess {
             }
             map.append(name.as_str(), value.as_str());
         }
-        let js = &self.store.js;
+        let js = &self.nats.js;
         if js.stream_by_subject(subject).await.is_ok() {
             let ack = js
                 .publish_with_headers(subject.to_string(), map, payload.into())
@@ -135,7 +139,7 @@ impl NatsAccess {
                 .map_err(|e| format!("publish to {subject}: {e}"))?;
             ack.await.map(|_| ()).map_err(|e| format!("publish to {subject}: not acknowledged: {e}"))
         } else {
-            let client = &self.store.client;
+            let client = &self.nats.client;
             client
                 .publish_with_headers(subject.to_string(), map, payload.into())
                 .await

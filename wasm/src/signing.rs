@@ -7,16 +7,12 @@
 //! bytes: the runner checks a fetched plugin against its digest before compiling it.
 //! Checked before anything is fetched or compiled; a refusal fails the run with one line.
 
-use std::path::Path;
-
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-/// The `wasm.signature` of `digest` by the nkey seed in `seed_file` (which must be private).
-pub fn sign(seed_file: &Path, digest: &str) -> Result<String, String> {
-    let seed = crate::auth::read_seed(seed_file).map_err(|e| e.to_string())?;
-    let key = nkeys::KeyPair::from_seed(&seed)
-        .map_err(|e| format!("{} does not hold an nkey seed: {e}", seed_file.display()))?;
+/// The `wasm.signature` of `digest` by the nkey `seed`.
+pub fn sign(seed: &str, digest: &str) -> Result<String, String> {
+    let key = nkeys::KeyPair::from_seed(seed).map_err(|e| format!("not an nkey seed: {e}"))?;
     let signature = key.sign(digest.as_bytes()).map_err(|e| format!("signing {digest}: {e}"))?;
     Ok(format!("{}:{}", key.public_key(), URL_SAFE_NO_PAD.encode(signature)))
 }
@@ -59,14 +55,11 @@ mod tests {
 
     #[test]
     fn only_a_trusted_keys_signature_of_this_digest_passes() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = |name: &str| {
+        let key = || {
             let pair = nkeys::KeyPair::new_account();
-            let path = dir.path().join(name);
-            crate::auth::write_private(&path, &pair.seed().unwrap()).unwrap();
-            (path, pair.public_key())
+            (pair.seed().unwrap(), pair.public_key())
         };
-        let ((ours, our_key), (theirs, _)) = (key("ours"), key("theirs"));
+        let ((ours, our_key), (theirs, _)) = (key(), key());
         let (digest, other) = (format!("sha256-{}", "a".repeat(64)), format!("sha256-{}", "b".repeat(64)));
         let signed = sign(&ours, &digest).unwrap();
         let trusted = vec![our_key.clone()];

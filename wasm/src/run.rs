@@ -20,8 +20,8 @@ use super::grants::Grants;
 use super::host::{HostState, Limits, human_bytes};
 use super::http::HttpGrants;
 use super::stdio::GuestOutput;
+use crate::output::{Line, Source};
 use crate::record::Trigger;
-use crate::runner::output::{Line, Source};
 
 /// What the runner tells the job about the run.
 #[derive(Debug, Clone)]

@@ -1,9 +1,12 @@
 //! The Wasm job host: runs components of the `job` world (`wit/job.wit`) with wasmtime.
+//! The daemon (`runtime/`) runs them as one of its executors (`runner::exec::wasm`).
 //!
 //! One [`WasmRuntime`] per agent holds one engine, one linker, the compile cache and an
 //! epoch ticker. [`WasmRuntime::prepare`] turns a spec's plugin digest into a
-//! [`PreparedWasm`] (fetched, compiled, linked: done ahead of the fire instant); its
-//! [`PreparedWasm::run`] instantiates it in a fresh sandbox and calls `run`.
+//! [`PreparedWasm`] (fetched through [`Plugins`], compiled, linked: done ahead of the fire
+//! instant); its [`PreparedWasm::run`] instantiates it in a fresh sandbox and calls `run`.
+//! What guests reach in NATS (their KV, publish) goes through [`HostNats`], the agent's
+//! connection, within their grants.
 //!
 //! - `config.rs`: `[wasm]` of `cronrun.toml`. `engine.rs`: engine, linker, ticker.
 //! - `bindings.rs`: the one `bindgen!`. `host.rs`: host interfaces, limits.
@@ -31,9 +34,12 @@ use std::sync::Arc;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-/// The output line type of [`PreparedWasm::run`], nameable outside the crate.
-pub use crate::runner::output::{Line, Source};
+// The model's modules, as `crate::spec` and so on inside this crate.
+use cronrun_model::{error, output, record, spec};
+
 pub use config::{WasmConfig, parse_bytes};
+/// The output line type of [`PreparedWasm::run`], nameable outside the crate.
+pub use cronrun_model::output::{Line, Source};
 pub use inspect::{Inspected, MANIFEST_SECTION, inspect};
 pub use run::{JobContext, WasmOutcome};
 
@@ -61,9 +67,16 @@ pub async fn check_job_component(bytes: Vec<u8>) -> Result<(), String> {
 
 use crate::error::{Error, ErrorKind};
 use crate::spec::WasmSpec;
-use crate::store::Store;
 use bindings::JobPre;
 use host::HostState;
+pub use nats::{HostNats, KvQuota};
+
+/// Where the host gets a plugin's bytes by digest (the agent's object store); the bytes
+/// must be checked against the digest before they are returned.
+#[async_trait::async_trait]
+pub trait Plugins: Send + Sync + 'static {
+    async fn fetch(&self, digest: &str) -> Result<Vec<u8>, Error>;
+}
 
 /// The Wasm host of one agent; cheap to clone.
 #[derive(Clone)]
@@ -76,6 +89,7 @@ struct Inner {
     linker: Linker<HostState>,
     cache: cache::ComponentCache,
     nats: Arc<nats::NatsAccess>,
+    plugins: Arc<dyn Plugins>,
     config: WasmConfig,
     /// One permit per slot of the pooling allocator: a run waits here for an instance
     /// (within its timeout) rather than failing to instantiate when all are taken.
@@ -92,7 +106,8 @@ pub struct PreparedWasm {
 }
 
 impl WasmRuntime {
-    pub fn new(store: Store, config: WasmConfig) -> Result<Self, Error> {
+    /// Guests reach NATS through `nats`; plugins are fetched from `plugins`.
+    pub fn new(nats: HostNats, plugins: Arc<dyn Plugins>, config: WasmConfig) -> Result<Self, Error> {
         config.validate()?;
         let engine = engine::engine(&config)?;
         let linker = engine::linker(&engine)?;
@@ -103,7 +118,8 @@ impl WasmRuntime {
                 engine,
                 linker,
                 cache,
-                nats: Arc::new(nats::NatsAccess::new(store, config.kv_quota())),
+                nats: Arc::new(nats::NatsAccess::new(nats, config.kv_quota())),
+                plugins,
                 instances: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
                 config,
                 _ticker: ticker,
@@ -142,7 +158,7 @@ impl WasmRuntime {
         if let Some(component) = from_disk {
             return Ok(component);
         }
-        let bytes = inner.nats.store().get_plugin(digest).await?;
+        let bytes = inner.plugins.fetch(digest).await?;
         let rt = self.clone();
         let d = digest.to_string();
         tokio::task::spawn_blocking(move || rt.inner.cache.compile(&rt.inner.engine, &d, &bytes))

@@ -1,0 +1,129 @@
+//! A dispatched run on this runner, from its message to its ack: the record is read, the
+//! run's lease taken (whoever holds it runs the attempt), the record claimed; then the
+//! lifecycle (`lifecycle.rs`) runs it, and the message is acked, handed back, or looked at
+//! again later. Every record write is a compare-and-set on the revision this runner last
+//! wrote; a refused write means the run was taken from us (fencing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::held::Held;
+use super::lifecycle;
+use super::{RunnerCtx, Stops};
+use crate::dispatch::DispatchMsg;
+use crate::error::Error;
+use crate::names::lease_keys;
+use crate::record::Status;
+use crate::store::StoredRun;
+use crate::store::kv::Fenced;
+use crate::store::lease::Lease;
+
+/// What becomes of the dispatch message.
+enum Disposition {
+    Done,
+    /// Not started; another runner should take it now.
+    HandBack,
+    /// Not ours to start now; look again after this long.
+    Later(Duration),
+}
+
+/// Runs one dispatch message to its end and acks it (or hands it back).
+pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
+    let dispatch: DispatchMsg = match serde_json::from_slice(&msg.payload) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("dropping unreadable dispatch message: {e}");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let span = info_span!("run", job = %dispatch.job, run = %dispatch.run_id, attempt = dispatch.attempt);
+    async {
+        let ack = match claim(&ctx, &msg, &dispatch, &stops).await {
+            Ok(Disposition::Done) => msg.ack().await,
+            Ok(Disposition::HandBack) => msg.ack_with(AckKind::Nak(None)).await,
+            Ok(Disposition::Later(delay)) => msg.ack_with(AckKind::Nak(Some(delay))).await,
+            Err(e) if e.is_conflict() => {
+                info!("run taken over elsewhere; this runner stops it: {e}");
+                msg.ack().await
+            }
+            // NATS trouble (a leader election, say) part way: the record may say anything
+            // from queued to claimed; redelivery lets a runner pick it up from there.
+            Err(e) => {
+                warn!("run interrupted, handing it back for redelivery: {e}");
+                msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await
+            }
+        };
+        if let Err(e) = ack {
+            debug!("ack: {e}");
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Claims the run and runs it, unless another runner has it or had it.
+async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
+    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+    // The record as dispatched saves a read; after a redelivery it may be out of date.
+    let stored = match (&d.queued, redelivered) {
+        (Some(q), false) => StoredRun { record: q.record.clone(), revision: q.revision },
+        _ => match ctx.store.get_run(&d.job, &d.run_id).await {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return Ok(Disposition::Done),
+            Err(e) => return Err(e),
+        },
+    };
+    // A redelivered run still queued was claimed by a runner that died before starting it;
+    // taking it over is safe, as that runner's start would be a refused compare-and-set.
+    let claimable = stored.record.host.is_none() || redelivered;
+    if stored.record.status != Status::Queued || stored.record.attempt != d.attempt || !claimable {
+        debug!(status = stored.record.status.as_str(), "already handled elsewhere");
+        return Ok(Disposition::Done);
+    }
+    // The run's lease comes first: whoever holds it runs the attempt. A run due later is
+    // claimed ahead of its instant, so starting on time costs one write, not two; one
+    // due now is claimed by the write that starts it.
+    let key = lease_keys::run(&d.job, &d.run_id);
+    let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
+        // Held: by the runner running it (whose record write is on its way), or left by
+        // one that gave up or died. Look again once such a lease has expired: dropping
+        // the message could leave a queued record with nobody to start it.
+        debug!("another runner holds the run; looking again after its lease");
+        return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
+    };
+    let fence = Fenced::at(stored.revision);
+    let (record, renewed) = (stored.record, std::time::Instant::now());
+    let mut held = Held { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed };
+    held.record.host = Some(ctx.host.clone());
+    if d.scheduled_at > ctx.clock.now()
+        && let Err(e) = held.write(ctx).await
+    {
+        held.release().await;
+        return Err(e);
+    }
+    let result = match lifecycle::claimed(ctx, msg, d, &mut held, stops).await {
+        Ok(false) => hand_back(ctx, &mut held).await,
+        Ok(true) => Ok(Disposition::Done),
+        Err(e) => Err(e),
+    };
+    // A run that may be recorded `running` and ended in NATS trouble keeps its lease until
+    // it expires: the scheduler then records it `lost` (and retries it). Released, it would
+    // stay `running` with nobody to notice.
+    if result.as_ref().is_err_and(|e| !e.is_conflict()) && held.record.status == Status::Running {
+        held.lease = None;
+    }
+    held.release().await;
+    result
+}
+
+/// Un-claims a run this runner will not start (it is shutting down).
+async fn hand_back(ctx: &RunnerCtx, held: &mut Held) -> Result<Disposition, Error> {
+    info!("shutting down: handing the run back before it started");
+    held.record.host = None;
+    held.write(ctx).await?;
+    Ok(Disposition::HandBack)
+}

@@ -1,0 +1,113 @@
+//! Executors: how the code of one kind of job runs. The run lifecycle (`lifecycle.rs`)
+//! is the same for every kind; an executor only makes the code ready ahead of its
+//! instant ([`prepare`] → [`Ready`]), starts it ([`Ready::start`]), and waits for or stops
+//! it ([`Running`]). Output leaves as lines on the channel given to `start`; record,
+//! heartbeat, kill requests, timeout and the final status are the lifecycle's.
+//!
+//! - `shell.rs`: a command in a process group under its supervisor process.
+//! - `wasm.rs`: a component of the `job` world in the Wasm host's sandbox.
+
+pub mod shell;
+mod wasm;
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+
+use super::RunnerCtx;
+use super::starter::Ticket;
+use crate::output::Line;
+use crate::record::Trigger;
+use crate::spec::JobSpec;
+
+/// What a run's code is told about the run.
+pub(super) struct RunInfo<'a> {
+    pub job: &'a str,
+    pub run_id: &'a str,
+    pub attempt: u32,
+    pub trigger: Trigger,
+    /// The fire the run belongs to (kept across retries).
+    pub scheduled_at: DateTime<Utc>,
+    /// The keepalive file the runner touches with every lease renewal, and how stale it
+    /// may get before a shell run's supervisor stops the run (see `supervisor`).
+    pub alive: Option<(&'a Path, Duration)>,
+}
+
+/// How the lifecycle stops a running job.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stop {
+    /// This signal (TERM on timeout and shutdown), then the end of everything left after
+    /// the grace.
+    Signal(Signal),
+    /// Everything at once.
+    Kill,
+}
+
+/// How the job's code ended, as its executor saw it.
+#[derive(Debug)]
+pub(super) struct Exit {
+    /// A process's exit code (128 + signal when a signal ended it); none for a guest.
+    pub code: Option<i32>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// With the text a guest returned, the run's last output line.
+    Succeeded(Option<String>),
+    Failed(String),
+    /// The executor's own deadline (a guest's default timeout) passed.
+    TimedOut(Duration),
+    /// Stopped by [`Running::stop`].
+    Stopped,
+}
+
+impl Exit {
+    fn guest(outcome: Outcome) -> Self {
+        Self { code: None, outcome }
+    }
+}
+
+/// A run's code made ready ahead of its instant.
+#[async_trait]
+pub(super) trait Ready: Send {
+    /// Starts the code (a process released with its group has started already); output
+    /// lines go to `output`.
+    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String>;
+    /// Drops it unstarted (the job was paused or edited, or the release came first).
+    async fn discard(self: Box<Self>);
+}
+
+/// A run's code while it runs.
+#[async_trait]
+pub(super) trait Running: Send {
+    /// Resolves when the code ended by itself. Cancel-safe: raced against the lifecycle's
+    /// heartbeat, output, kill requests and timeout.
+    async fn wait(&mut self) -> Exit;
+    /// Stops the code (`how`; whatever is left after `grace`) and says how it ended.
+    async fn stop(&mut self, how: Stop, grace: Duration) -> Exit;
+}
+
+/// Makes the code of a run of `spec` ready, in the release group of `ticket` if given.
+/// The error is why it cannot run; the lifecycle records it when the run would start.
+pub(super) async fn prepare(
+    ctx: &RunnerCtx,
+    spec: &JobSpec,
+    run: &RunInfo<'_>,
+    ticket: Option<&Ticket>,
+) -> Result<Box<dyn Ready>, String> {
+    match (&spec.shell, &spec.wasm) {
+        (Some(shell), _) => shell::prepare(shell, run, &ctx.config, ticket),
+        (None, Some(_)) => wasm::prepare(ctx, spec, run).await,
+        (None, None) => Err("job has neither shell nor wasm".into()),
+    }
+}
+
+/// Whether a run of `spec` has a supervisor process watching its keepalive file.
+pub(super) fn keeps_alive(spec: &JobSpec) -> bool {
+    spec.shell.is_some()
+}

@@ -1,0 +1,255 @@
+//! The shell executor: a command for `/bin/sh -c` or an argv, in a process group of its
+//! own under its supervisor process (see `supervisor`), so that a timeout or a kill
+//! reaches every process it started and the run dies with its runner.
+
+use std::os::fd::OwnedFd;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
+use crate::output::{Line, Source, read_lines};
+use crate::runner::RunnerConfig;
+use crate::runner::account::{self, RunAs};
+use crate::runner::starter::Ticket;
+use crate::runner::supervisor::{self, exit_code};
+use crate::spec::ShellSpec;
+
+/// A started shell job.
+struct ShellProcess {
+    child: Child,
+    pgid: Pid,
+}
+
+/// A run's supervisor process created ahead of its fire instant, blocked until released.
+/// Creating a process costs about a millisecond here and hundreds of fires at one instant
+/// would queue behind each other; releasing a prepared one costs a write.
+struct Prepared {
+    process: ShellProcess,
+    /// None when released with its group.
+    go: Option<ChildStdin>,
+    max_line_bytes: usize,
+}
+
+/// The variables of the agent's environment a job sees unless it sets `inherit_env`:
+/// nothing else of the agent (its NATS URL, credentials path, secrets of its unit file)
+/// reaches a job.
+const KEPT_VARIABLES: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
+
+/// The clean environment of a run: the kept variables the agent has, and a PATH if not.
+fn clean_env() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> =
+        KEPT_VARIABLES.iter().filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?))).collect();
+    if !vars.iter().any(|(name, _)| name == "PATH") {
+        vars.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    vars
+}
+
+/// Creates the job's process (in a group of its own), blocked until it reads a line from
+/// the stdin of `ticket`'s group (released with its group, see `starter`) or, without one,
+/// until started.
+pub(super) fn prepare(
+    spec: &ShellSpec,
+    run: &RunInfo<'_>,
+    runner: &RunnerConfig,
+    ticket: Option<&Ticket>,
+) -> Result<Box<dyn Ready>, String> {
+    let stdin = match ticket {
+        Some(t) => Some(t.stdin.try_clone().map_err(|e| format!("could not start: {e}"))?),
+        None => None,
+    };
+    let prepared = spawn(spec, run, runner, stdin)?;
+    if let Some(t) = ticket {
+        t.set_pid(prepared.process.child.id());
+    }
+    Ok(Box::new(prepared))
+}
+
+fn spawn(
+    spec: &ShellSpec,
+    run: &RunInfo<'_>,
+    runner: &RunnerConfig,
+    stdin: Option<OwnedFd>,
+) -> Result<Prepared, String> {
+    if !runner.allow_shell {
+        return Err("this runner runs no shell jobs ([runner] allow_shell = false)".into());
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    let run_as = account::decide(spec, runner, uid, &account::HostAccounts)?;
+    // The run's first process is this binary as its supervisor (see `supervisor`).
+    let exe = std::env::current_exe().map_err(|e| format!("could not start: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(supervisor::ARG);
+    if let Some((path, within)) = run.alive {
+        cmd.arg(supervisor::ALIVE_ARG).arg(path).arg(within.as_millis().to_string());
+    }
+    if let RunAs::Account(a) = &run_as {
+        cmd.arg(supervisor::AS_ARG).arg(format!("{}:{}", a.uid, a.gid));
+    }
+    match (&spec.command, &spec.argv) {
+        (Some(command), _) => cmd.args(["shell", command]),
+        (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),
+        _ => return Err("shell spec has no command".into()),
+    };
+    if !spec.inherit_env {
+        cmd.env_clear().envs(clean_env());
+    }
+    if let RunAs::Account(a) = &run_as {
+        cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name);
+    }
+    cmd.envs(&spec.env)
+        .env("CRONRUN_JOB", run.job)
+        .env("CRONRUN_RUN_ID", run.run_id)
+        .env("CRONRUN_ATTEMPT", run.attempt.to_string())
+        .env("CRONRUN_SCHEDULED_AT", run.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .stdin(stdin.map(Stdio::from).unwrap_or_else(Stdio::piped))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    match (&spec.cwd, &run_as) {
+        (Some(cwd), _) => {
+            cmd.current_dir(cwd);
+        }
+        // As cron does: another user starts in its home, or at `/` when it has none here
+        // (the runner's own directory is none of its business).
+        (None, RunAs::Account(a)) => {
+            cmd.current_dir(if a.home.is_dir() { a.home.as_path() } else { std::path::Path::new("/") });
+        }
+        (None, RunAs::Runner) => {}
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("could not start: {e}"))?;
+    let go = child.stdin.take();
+    let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
+    Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes })
+}
+
+#[async_trait]
+impl Ready for Prepared {
+    /// Releases the process (unless its group did): from here on it runs the job.
+    async fn start(mut self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String> {
+        if let Some(mut go) = self.go.take() {
+            go.write_all(b"go\n").await.map_err(|e| format!("could not start: {e}"))?;
+        }
+        let mut readers = Vec::new();
+        let max = self.max_line_bytes;
+        if let Some(out) = self.process.child.stdout.take() {
+            readers.push(tokio::spawn(read_lines(out, Source::Stdout, max, output.clone())));
+        }
+        if let Some(err) = self.process.child.stderr.take() {
+            readers.push(tokio::spawn(read_lines(err, Source::Stderr, max, output)));
+        }
+        Ok(Box::new(Started { process: self.process, readers }))
+    }
+
+    async fn discard(mut self: Box<Self>) {
+        self.process.signal(Signal::SIGKILL);
+        let _ = self.process.child.wait().await;
+    }
+}
+
+/// A released shell job and the readers of its output.
+struct Started {
+    process: ShellProcess,
+    readers: Vec<JoinHandle<()>>,
+}
+
+#[async_trait]
+impl Running for Started {
+    async fn wait(&mut self) -> Exit {
+        let status = self.process.child.wait().await.ok();
+        // The run ends with its main process; what it left in its group goes with it.
+        self.process.signal(Signal::SIGKILL);
+        match status {
+            Some(s) if s.success() => Exit { code: Some(0), outcome: Outcome::Succeeded(None) },
+            Some(s) => {
+                let code = exit_code(&s);
+                Exit { code: Some(code), outcome: Outcome::Failed(format!("exited with code {code}")) }
+            }
+            None => Exit { code: None, outcome: Outcome::Failed("lost track of the process".into()) },
+        }
+    }
+
+    async fn stop(&mut self, how: Stop, grace: Duration) -> Exit {
+        let status = match how {
+            Stop::Kill | Stop::Signal(Signal::SIGKILL) => self.process.kill_tree().await,
+            Stop::Signal(signal) => {
+                self.process.signal(signal);
+                self.process.ended_within(grace).await
+            }
+        };
+        self.process.signal(Signal::SIGKILL);
+        Exit { code: status.as_ref().map(exit_code), outcome: Outcome::Stopped }
+    }
+}
+
+impl Drop for Started {
+    /// Output still unread when the run is done with (a process that left the group
+    /// holds the pipe) is not waited for.
+    fn drop(&mut self) {
+        self.readers.iter().for_each(JoinHandle::abort);
+    }
+}
+
+impl ShellProcess {
+    /// Sends `signal` to the whole group. A group already gone is not an error.
+    fn signal(&self, signal: Signal) {
+        if self.pgid.as_raw() > 0 {
+            let _ = killpg(self.pgid, signal);
+        }
+    }
+
+    /// The main process's end, waited for `grace`; then the end of the whole tree (see
+    /// `kill_tree`).
+    async fn ended_within(&mut self, grace: Duration) -> Option<ExitStatus> {
+        match tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok) {
+            Some(status) => Some(status),
+            None => self.kill_tree().await,
+        }
+    }
+
+    /// Ends the run's whole tree at once, processes that left the group included: the
+    /// supervisor kills it and exits. KILL to the group too, in case it cannot.
+    async fn kill_tree(&mut self) -> Option<ExitStatus> {
+        if self.pgid.as_raw() > 0 {
+            let _ = nix::sys::signal::kill(self.pgid, supervisor::STOP_SIGNAL);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.ok().and_then(Result::ok);
+        self.signal(Signal::SIGKILL);
+        match status {
+            Some(s) => Some(s),
+            None => self.child.wait().await.ok(),
+        }
+    }
+}
+
+/// Parses `TERM`, `SIGTERM`, `kill`, `9`... into a signal.
+pub fn parse_signal(s: &str) -> Option<Signal> {
+    let upper = s.trim().to_ascii_uppercase();
+    if let Ok(n) = upper.parse::<i32>() {
+        return Signal::try_from(n).ok();
+    }
+    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    name.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse() {
+        assert_eq!(parse_signal("term"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("nope"), None);
+    }
+}

