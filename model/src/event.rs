@@ -4,12 +4,12 @@
 //! `changed`, `removed` and `kill_requested` are the audit trail of CLI writes, with `by`.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::record::Status;
 
 /// What happened to a run. `as_str` is the wire name, the subject's last token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The scheduler (or `trigger`) queued the run for a runner.
@@ -34,10 +34,15 @@ pub enum EventKind {
     Removed,
     /// Someone asked for the run to be killed.
     KillRequested,
+    /// A notification about the run was delivered; `detail` names the rule's target.
+    Notified,
+    /// A notification could not be delivered (yet); `detail` says why and whether it is
+    /// tried again.
+    NotifyFailed,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Dispatched,
         EventKind::Started,
         EventKind::Succeeded,
@@ -51,6 +56,8 @@ impl EventKind {
         EventKind::Changed,
         EventKind::Removed,
         EventKind::KillRequested,
+        EventKind::Notified,
+        EventKind::NotifyFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +75,8 @@ impl EventKind {
             EventKind::Changed => "changed",
             EventKind::Removed => "removed",
             EventKind::KillRequested => "kill_requested",
+            EventKind::Notified => "notified",
+            EventKind::NotifyFailed => "notify_failed",
         }
     }
 
@@ -94,17 +103,17 @@ impl std::fmt::Display for EventKind {
 }
 
 /// One event's JSON body.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
     pub job: String,
     pub run_id: String,
     pub event: EventKind,
     pub attempt: u32,
     pub at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Who made the change, for events of CLI writes (see the runtime's `auth::actor`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
 }
 

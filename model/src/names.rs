@@ -76,6 +76,10 @@ impl Names {
     pub fn pool_consumer(&self, pool: &str) -> String {
         format!("pool-{pool}")
     }
+    /// `cronrun.notify.<subject>`: where notification rules with a `subject` publish.
+    pub fn notify_subject(&self, subject: &str) -> String {
+        format!("{}.notify.{subject}", self.ns)
+    }
     /// `cronrun.logs.<job>.<run-id>`
     pub fn logs_subject(&self, job: &str, run_id: &str) -> String {
         format!("{}.logs.{job}.{run_id}", self.ns)
@@ -171,6 +175,11 @@ pub mod lease_keys {
     /// A runner's presence record.
     pub fn runner(host: &str) -> String {
         format!("runner.{host}")
+    }
+    /// Written once rule `rule` delivered its notice of the event at `seq` of the events
+    /// stream, so that a redelivery of the event does not repeat it (a day's TTL).
+    pub fn notified(seq: u64, rule: usize) -> String {
+        format!("notified.{seq}.{rule}")
     }
 }
 

@@ -136,6 +136,9 @@ impl Api<'_> {
     }
 }
 
+/// The durable consumer of the events stream that notifications are delivered from.
+pub const NOTIFY_CONSUMER: &str = "notify";
+
 fn kv_stream(bucket: &str) -> String {
     format!("KV_{bucket}")
 }
@@ -199,11 +202,20 @@ impl Names {
                     "watermark.*".to_string(),
                     lease_keys::scheduler(">"),
                     lease_keys::SHARD_COUNT.to_string(),
+                    "notified.>".to_string(),
                 ] {
                     api.add(kv_write(self.leases_bucket(), &key));
                 }
                 api.add(self.wildcard("dispatch"));
                 api.add(self.wildcard("events"));
+                // Notifications: the one `notify` consumer of the events stream, pulled
+                // from and acknowledged; rules with a subject publish under `notify.`.
+                let events = self.events_stream();
+                api.add(format!("$JS.API.CONSUMER.DURABLE.CREATE.{events}.{NOTIFY_CONSUMER}"));
+                api.add(format!("$JS.API.CONSUMER.INFO.{events}.{NOTIFY_CONSUMER}"));
+                api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{events}.{NOTIFY_CONSUMER}"));
+                api.add(format!("$JS.ACK.{events}.{NOTIFY_CONSUMER}.>"));
+                api.add(self.wildcard("notify"));
             }
             Role::Runner => {
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.job_kv_bucket()] {
@@ -283,6 +295,12 @@ mod tests {
             (Scheduler, "cronrun.dispatch.default", true),
             (Scheduler, "cronrun.ctl.run.j.r.kill", false),
             (Scheduler, "$O.cronrun_plugins.M.abc", false),
+            (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_EVENTS.notify", true),
+            (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_EVENTS.other", false),
+            (Scheduler, "$JS.ACK.CRONRUN_EVENTS.notify.1.2.3.4.5.6.7", true),
+            (Scheduler, "cronrun.notify.ops.alerts", true),
+            (Runner, "cronrun.notify.ops", false),
+            (Viewer, "cronrun.notify.ops", false),
             (Runner, "$KV.cronrun_jobs.backup", false),
             (Runner, "$O.cronrun_plugins.M.abc", false),
             (Runner, "$O.cronrun_plugins.C.abc", false),

@@ -142,7 +142,7 @@ async fn run_roles(
             shards,
             next_fires: health.next_fires.clone(),
         };
-        let scheduler = Scheduler { ctx, events };
+        let scheduler = Scheduler { ctx, events, notify: config.notify.clone() };
         health.role_started();
         tokio::spawn(scheduler.run(cancel.clone()))
     });
@@ -160,8 +160,10 @@ async fn run_roles(
         tokio::spawn(runner.run(cancel.clone()))
     });
 
+    let systemd = tokio::spawn(tell_systemd(catalog.clone(), cancel.clone()));
     let (scheduled, ran) =
         tokio::join!(watch_role("scheduler", scheduler, &cancel), watch_role("runner", runner, &cancel));
+    systemd.abort();
     let result = scheduled.and(ran);
     catalog_cancel.cancel();
     match tokio::time::timeout(Duration::from_secs(2), store.client.flush()).await {
@@ -171,4 +173,40 @@ async fn run_roles(
     }
     info!("agent stopped");
     result
+}
+
+/// Under systemd (`Type=notify`; no-ops elsewhere): READY=1 once the roles are started and
+/// the job catalog is loaded, WATCHDOG=1 at half the unit's `WatchdogSec` for as long as
+/// the async runtime answers, STOPPING=1 when the stop begins.
+async fn tell_systemd(catalog: Catalog, cancel: CancellationToken) {
+    use sd_notify::NotifyState;
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = catalog.wait_loaded() => {}
+    }
+    if let Err(e) = sd_notify::notify(false, &[NotifyState::Ready]) {
+        warn!("telling systemd the agent is ready: {e}");
+    }
+    let mut ping = watchdog_interval().map(tokio::time::interval);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = async { match ping.as_mut() { Some(p) => { p.tick().await; } None => std::future::pending().await } } => {
+                let _ = sd_notify::notify(false, &[NotifyState::Watchdog]);
+            }
+        }
+    }
+    let _ = sd_notify::notify(false, &[NotifyState::Stopping]);
+}
+
+/// Half of `WATCHDOG_USEC`, when systemd asks this process for watchdog pings: as
+/// libsystemd's `sd_watchdog_enabled`, `WATCHDOG_PID`, when set, must be ours.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && pid.parse::<u32>().ok() != Some(std::process::id())
+    {
+        return None;
+    }
+    (usec > 0).then(|| Duration::from_micros(usec) / 2)
 }

@@ -39,6 +39,7 @@ pub struct JobSummary {
     pub catchup: Catchup,
     pub catchup_window: Duration,
     pub history: History,
+    pub notify: Vec<crate::spec::notify::Notify>,
 }
 
 impl JobSummary {
@@ -55,6 +56,7 @@ impl JobSummary {
             catchup: spec.catchup,
             catchup_window: spec.catchup_window,
             history: spec.history.clone(),
+            notify: spec.notify.clone(),
         })
     }
 }

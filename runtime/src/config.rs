@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::Error;
+use crate::notify::NotifyConfig;
 use crate::runner::RunnerConfig;
 use crate::scheduler::SchedulerConfig;
 use crate::store::LayoutOptions;
@@ -30,6 +31,8 @@ pub struct AgentConfig {
     /// Sandbox limits and compile cache of Wasm jobs.
     pub wasm: WasmConfig,
     pub http: HttpConfig,
+    /// Notification secrets and defaults (see `notify`).
+    pub notify: NotifyConfig,
 }
 
 /// `[http]`: the agent's HTTP listener (see `http`).
@@ -65,6 +68,7 @@ impl Default for AgentConfig {
             runner: RunnerConfig::default(),
             wasm: WasmConfig::default(),
             http: HttpConfig::default(),
+            notify: NotifyConfig::default(),
         }
     }
 }
@@ -99,6 +103,7 @@ impl AgentConfig {
             return Err(Error::invalid("runner.pools", "a runner needs at least one pool"));
         }
         self.wasm.validate()?;
+        self.notify.validate()?;
         if let Some(user) = &self.runner.default_user
             && self.roles.contains(&Role::Runner)
         {

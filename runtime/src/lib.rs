@@ -11,7 +11,7 @@
 //! - `runner`: pulls runs and takes each through one lifecycle; executors for shell and Wasm.
 //! - `output`: a run's output as bounded lines, the same for every executor.
 //! - `wasm`: the Wasm job host, crate `cronrun-wasm` (`wasm/`): wasmtime, sandbox, `wit/`.
-//! - `events`: publishing on the event stream.
+//! - `events`: publishing on the event stream; `notify`: notifications delivered from it.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
@@ -31,6 +31,7 @@ pub mod embedded;
 pub mod events;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod output;
 pub mod runner;
 pub mod scheduler;

@@ -13,6 +13,12 @@ impl Nats {
         self.agent_with_config(name, &format!("{top_level}\n{}", test_config(name)))
     }
 
+    /// An agent with both roles and `tables` (TOML tables, e.g. `[notify]`) at the end of
+    /// its configuration.
+    pub fn agent_with_tables(&self, name: &str, tables: &str) -> Agent {
+        self.agent_with_config(name, &format!("{}\n{tables}\n", test_config(name)))
+    }
+
     /// A scheduler `s` and two runners `r1`, `r2`, all ready: runs can move between
     /// runners while scheduling goes on.
     pub async fn scheduler_and_two_runners(&self) -> (Agent, [Agent; 2]) {
@@ -46,9 +52,14 @@ impl Nats {
     }
 
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
+        self.agent_with_env(name, toml, &[])
+    }
+
+    /// An agent with configuration `toml` and `env` added to its environment.
+    pub fn agent_with_env(&self, name: &str, toml: &str, env: &[(&str, &str)]) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, toml).unwrap();
-        Agent::spawn(&self.url, &config, self.dir.path(), name)
+        Agent::spawn(&self.url, &config, self.dir.path(), name, env)
     }
 
     /// As `agent`, with the runner heartbeat given (its runs' leases live three of them).
@@ -63,12 +74,12 @@ impl Cluster {
     pub fn agent(&self, name: &str, top_level: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, format!("{top_level}\n{}", test_config_with_heartbeat(name, "3s"))).unwrap();
-        Agent::spawn(&self.urls(), &config, self.dir.path(), name)
+        Agent::spawn(&self.urls(), &config, self.dir.path(), name, &[])
     }
 }
 
 /// Fast timings so tests see failover and heartbeats in seconds.
-fn test_config(name: &str) -> String {
+pub fn test_config(name: &str) -> String {
     test_config_with_heartbeat(name, "1s")
 }
 
@@ -92,7 +103,7 @@ pub struct Agent {
 
 impl Agent {
     /// Connects as the identity of its roles: `scheduler`, `runner`, or `agent` for both.
-    fn spawn(url: &str, config: &Path, dir: &Path, name: &str) -> Agent {
+    fn spawn(url: &str, config: &Path, dir: &Path, name: &str, env: &[(&str, &str)]) -> Agent {
         let log = dir.join(format!("{name}.log"));
         let toml = std::fs::read_to_string(config).unwrap();
         let who = ["scheduler", "runner"]
@@ -105,6 +116,7 @@ impl Agent {
             .env("CRONRUN_NATS", url)
             .env("CRONRUN_CREDS", identity(dir, who))
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -5,12 +5,14 @@
 //! - `records.rs`: what tests judge by: run records, events, shard holders, and the files
 //!   jobs write to record their own executions.
 //! - `plugins.rs`: the example Wasm plugins, built once per test binary.
+//! - `receiver.rs`: a real HTTP server that records the webhooks it receives.
 //!
 //! Here: what all of them use (the binary, test directories, bounded waits).
 #![allow(dead_code, unused_imports)]
 
 mod agents;
 mod plugins;
+mod receiver;
 mod records;
 mod server;
 
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 pub use agents::*;
 pub use plugins::*;
+pub use receiver::*;
 pub use records::*;
 pub use server::*;
 

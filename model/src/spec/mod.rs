@@ -4,10 +4,12 @@
 //! - `codec.rs`: serde helpers for durations, `lock` and the `shell` shorthand.
 //! - `validate.rs`: checks serde cannot express; every error names its field.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
+//! - `notify.rs`: notification rules; `http_grant.rs`: a Wasm job's `allow_http` entries.
 
 pub mod codec;
 mod file;
 pub mod http_grant;
+pub mod notify;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -77,6 +79,9 @@ pub struct JobSpec {
     /// Output lines kept in the run record (the last N). Default 100.
     #[serde(default = "defaults::output_lines")]
     pub output_lines: u32,
+    /// Who is told of which runs (see `notify`). Default: the agents' `[notify] default`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<notify::Notify>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -256,6 +261,7 @@ impl JobSpec {
             output_lines: defaults::output_lines(),
             description: String::new(),
             labels: BTreeMap::new(),
+            notify: Vec::new(),
         }
     }
 

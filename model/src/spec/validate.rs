@@ -123,6 +123,19 @@ impl JobSpec {
         if self.history.succeeded > MAX_HISTORY || self.history.failed > MAX_HISTORY {
             return Err(invalid("history", format!("history keeps at most {MAX_HISTORY} runs of each kind")));
         }
+        for (i, rule) in self.notify.iter().enumerate() {
+            rule.validate(&format!("notify[{i}]"))?;
+            // Failures in a row are counted on the records kept.
+            if rule.after > self.history.failed.max(1) {
+                return Err(invalid(
+                    &format!("notify[{i}].after"),
+                    format!(
+                        "after = {} counts failures on kept records: at most history.failed ({})",
+                        rule.after, self.history.failed
+                    ),
+                ));
+            }
+        }
         if self.output_lines > MAX_OUTPUT_LINES {
             return Err(invalid("output_lines", format!("output_lines is at most {MAX_OUTPUT_LINES}")));
         }

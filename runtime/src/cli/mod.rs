@@ -12,6 +12,7 @@ mod kill;
 mod logs;
 mod ls;
 mod next;
+mod notifications;
 mod pause;
 mod rm;
 mod runs;
@@ -19,6 +20,7 @@ mod status;
 mod trigger;
 mod up;
 mod validate;
+mod watch;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -89,18 +91,29 @@ pub enum Command {
     Resume(pause::PauseArgs),
     /// Run a job now; its schedule is untouched
     Trigger(trigger::TriggerArgs),
-    /// List a job's runs
+    /// List kept runs: one job's or all, by status and age
     Runs(runs::RunsArgs),
     /// Print a run's output; -f follows it until the run ends
     Logs(logs::LogsArgs),
     /// Stop a running run
     Kill(kill::KillArgs),
+    /// Notifications delivered and failed (the jobs' `notify` rules)
+    Notifications(notifications::NotificationsArgs),
     /// Print the next fire times of a schedule
     Next(next::NextArgs),
     /// Check a jobs file, a schedule, or a stored job
     Validate(validate::ValidateArgs),
     /// Runners and scheduler leases
     Status,
+    /// Events as they happen, one line each, until interrupted
+    Watch(watch::WatchArgs),
+    /// A shell completion script: cronrun completions bash > /etc/bash_completion.d/cronrun
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The man page, as roff: cronrun man > cronrun.1
+    Man,
     /// Measure lateness, dispatch throughput and scheduler load on this machine (results in the README)
     #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
@@ -221,9 +234,20 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Runs(a) => runs::run(&ctx, a).await,
         Command::Logs(a) => logs::run(&ctx, a).await,
         Command::Kill(a) => kill::run(&ctx, a).await,
+        Command::Notifications(a) => notifications::run(&ctx, a).await,
         Command::Next(a) => next::run(&ctx, a),
         Command::Validate(a) => validate::run(&ctx, a).await,
         Command::Status => status::run(&ctx).await,
+        Command::Watch(a) => watch::run(&ctx, a).await,
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "cronrun", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            page.render(&mut std::io::stdout()).context("writing the man page")
+        }
         #[cfg(feature = "bench")]
         Command::Bench(a) => bench::run(&ctx, a).await,
     }?;

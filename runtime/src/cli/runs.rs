@@ -1,23 +1,52 @@
-//! `cronrun runs JOB`: the job's kept runs, oldest first.
+//! `cronrun runs [JOB]`: kept runs, oldest first: one job's, or every job's, filtered by
+//! status and age.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 
 use super::{Ctx, fmt_time, table};
 use crate::names::validate_job_name;
+use crate::record::{RunRecord, Status};
 
 #[derive(Args)]
 pub struct RunsArgs {
-    pub job: String,
+    /// Only this job's runs [default: every job's]
+    pub job: Option<String>,
+    /// Only runs with this status (queued, running, succeeded, failed, timed_out, lost,
+    /// cancelled, skipped); repeat for several
+    #[arg(long, value_name = "STATUS")]
+    pub status: Vec<String>,
+    /// Only runs due this recently, e.g. 1h, 2d
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
     /// Show only the last N runs
     #[arg(short = 'n', long)]
     pub limit: Option<usize>,
 }
 
 pub async fn run(ctx: &Ctx, a: RunsArgs) -> Result<()> {
-    validate_job_name(&a.job)?;
+    if let Some(job) = &a.job {
+        validate_job_name(job)?;
+    }
+    let statuses = a.status.iter().map(|s| parse_status(s)).collect::<Result<Vec<_>>>()?;
+    let since = match &a.since {
+        Some(d) => {
+            let d = humantime::parse_duration(d)
+                .map_err(|e| anyhow::anyhow!("--since {d:?}: {e}: write it like 30m, 1h or 7d"))?;
+            let d = chrono::TimeDelta::from_std(d).map_err(|_| anyhow::anyhow!("--since {d:?} is too long"))?;
+            Some(chrono::Utc::now().checked_sub_signed(d).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC))
+        }
+        None => None,
+    };
     let store = ctx.store().await?;
-    let mut runs: Vec<_> = store.list_runs(&a.job).await?.into_iter().map(|r| r.record).collect();
+    let mut runs: Vec<RunRecord> = match &a.job {
+        Some(job) => store.list_runs(job).await?.into_iter().map(|r| r.record).collect(),
+        None => store.list_all_runs().await?,
+    };
+    runs.retain(|r| {
+        (statuses.is_empty() || statuses.contains(&r.status))
+            && since.is_none_or(|t| r.scheduled_at.or(r.dispatched_at).is_some_and(|at| at >= t))
+    });
     if let Some(n) = a.limit {
         runs.drain(..runs.len().saturating_sub(n));
     }
@@ -45,4 +74,13 @@ pub async fn run(ctx: &Ctx, a: RunsArgs) -> Result<()> {
             &rows,
         )
     })
+}
+
+fn parse_status(s: &str) -> Result<Status> {
+    match serde_json::from_value(serde_json::Value::from(s)) {
+        Ok(status) => Ok(status),
+        Err(_) => bail!(
+            "--status {s:?} is not a run status: one of queued, running, succeeded, failed, timed_out, lost, cancelled, skipped"
+        ),
+    }
 }

@@ -34,7 +34,9 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
     shards.sort_by_key(|(n, _)| *n);
     let stored = store.leases.get(crate::scheduler::SHARDS_KEY).await?;
     let count = stored.and_then(|v| crate::scheduler::parse_count(&String::from_utf8_lossy(&v.value))).unwrap_or(0);
+    let unserved = unserved_pools(&store, &runners).await?;
     let value = json!({
+        "unserved_pools": unserved.iter().map(|(pool, jobs)| json!({ "pool": pool, "jobs": jobs })).collect::<Vec<_>>(),
         "runners": runners,
         "schedulers": schedulers,
         "shards": { "count": count, "leases": shards.iter().map(|(n, l)| json!({ "shard": n, "lease": l })).collect::<Vec<_>>() },
@@ -52,14 +54,14 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                 ]
             })
             .collect();
-        let owned = |holder: &str| {
-            shards.iter().filter(|(_, l)| l.holder == holder).map(|(n, _)| n.to_string()).collect::<Vec<_>>()
-        };
+        let owned =
+            |holder: &str| shards.iter().filter(|(_, l)| l.holder == holder).map(|(n, _)| *n).collect::<Vec<_>>();
         let members: Vec<Vec<String>> = schedulers
             .iter()
             .map(|m| {
                 let mine = owned(&m.holder);
-                vec![m.holder.clone(), mine.len().to_string(), mine.join(","), fmt_time(&m.acquired_at)]
+                let which = crate::scheduler::ranges(mine.iter().copied());
+                vec![m.holder.clone(), mine.len().to_string(), which, fmt_time(&m.acquired_at)]
             })
             .collect();
         let unowned = count as usize - shards.len().min(count as usize);
@@ -68,10 +70,29 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
             (_, 0) => String::new(),
             (c, u) => format!("\n({u} of {c} shards have no scheduler: their fires wait for one)"),
         };
+        let unserved = unserved
+            .iter()
+            .map(|(pool, jobs)| {
+                format!("\npool {pool:?} has {jobs} job(s) and no live runner: their runs wait for one")
+            })
+            .collect::<String>();
         format!(
-            "{}\n\n{}{note}",
+            "{}\n\n{}{note}{unserved}",
             table(&["RUNNER", "POOLS", "RUNNING", "HEARTBEAT", "VERSION"], &rows),
             table(&["SCHEDULER", "SHARDS", "WHICH", "SINCE"], &members)
         )
     })
+}
+
+/// Pools that jobs name and no live runner serves, with how many jobs name each: their
+/// runs wait (a typo in `pool` looks just like this).
+async fn unserved_pools(store: &crate::store::Store, runners: &[RunnerPresence]) -> Result<Vec<(String, usize)>> {
+    let mut pools: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for job in store.list_jobs().await? {
+        if let Ok(spec) = job.spec {
+            *pools.entry(spec.pool).or_default() += 1;
+        }
+    }
+    let served = |pool: &str| runners.iter().any(|r| r.pools.iter().any(|p| p == pool));
+    Ok(pools.into_iter().filter(|(pool, _)| !served(pool)).collect())
 }

@@ -43,6 +43,17 @@ struct Made {
 }
 
 impl Made {
+    /// Made ready, its group released without it: what it still is alone, if anything.
+    async fn without_release(self) -> Option<Made> {
+        match &self.ready {
+            Ok(ready) if !ready.bound_to_release() => Some(Made { ticket: None, ..self }),
+            _ => {
+                self.discard().await;
+                None
+            }
+        }
+    }
+
     async fn discard(self) {
         // Not the release's to kill any more: the pid may be reused once reaped.
         if let Some(t) = &self.ticket {
@@ -137,20 +148,28 @@ async fn run_claimed(
             held.guards = leases;
             // Its instant, and its group's release, have passed.
             if let Some(late) = made.take() {
-                late.discard().await;
+                *made = late.without_release().await;
             }
         }
         Decision::Skip(why) => return finish_without_start(ctx, held, Status::Skipped, &why).await,
         Decision::ShutDown => return Ok(false),
     }
     let made = match made.take() {
-        Some(m) => m,
+        Some(m) if m.ready.is_ok() => m,
+        // Made ahead but failed (a spawn under load, say): tried once more, alone.
+        Some(failed) => {
+            failed.discard().await;
+            make(ctx, held, (revision, &spec), &run, None).await
+        }
         None => make(ctx, held, (revision, &spec), &run, None).await,
     };
     let in_group = made.ticket.is_some() && made.ready.is_ok();
-    if !in_group && !wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await? {
-        made.discard().await;
-        return Ok(false);
+    if !in_group {
+        let waited = wait_until(ctx, msg, d.scheduled_at, held, &stops.shutdown).await;
+        if !matches!(waited, Ok(true)) {
+            made.discard().await;
+            return waited;
+        }
     }
     let Made { ready, ticket, .. } = made;
     let ready = match ready {
@@ -175,15 +194,16 @@ async fn run_claimed(
                     .await;
             }
         },
-        Some(_) => {
-            // Too late for its group's release, which killed a prepared process: made
-            // again and started alone.
+        // Too late for its group's release: a prepared process was killed by it, and is
+        // made again; a guest starts as it is.
+        Some(_) if ready.bound_to_release() => {
             ready.discard().await;
             match exec::prepare(ctx, &spec, &run, None).await {
                 Ok(ready) => (ready, ctx.clock.now()),
                 Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
             }
         }
+        Some(_) => (ready, ctx.clock.now()),
         None => (ready, ctx.clock.now()),
     };
     let (output, lines) = mpsc::channel(OUTPUT_BUFFER);

@@ -45,7 +45,7 @@ use crate::store::Store;
 use crate::supervise::Watched;
 
 pub use queue::{Due, FireQueue};
-pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, shard_count, shard_of};
+pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
 
 /// Scheduler settings (`[scheduler]` in `cronrun.toml`).
 #[derive(Debug, Clone, Deserialize)]
@@ -106,6 +106,8 @@ pub struct Scheduler {
     pub ctx: SchedulerCtx,
     /// Catalog changes, routed to the shard tasks.
     pub events: mpsc::UnboundedReceiver<CatalogEvent>,
+    /// What notifications this scheduler delivers with (see `notify`).
+    pub notify: crate::notify::NotifyConfig,
 }
 
 /// A shard task of ours: standing by for the lease or leading.
@@ -142,6 +144,9 @@ impl Scheduler {
         // do not interrupt its watch.
         let (state_tx, state) = mpsc::unbounded_channel();
         tasks.spawn("the reaper", reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
+        let (store, catalog, clock) = (self.ctx.store.clone(), self.ctx.catalog.clone(), self.ctx.clock.clone());
+        let notify = std::mem::take(&mut self.notify);
+        tasks.spawn("the notifier", crate::notify::run(store, catalog, notify, clock, cancel.clone()));
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();

@@ -80,7 +80,7 @@ impl Reaper {
                 _ = log_leading.tick(), if reaper.leading_changed => {
                     reaper.leading_changed = false;
                     let total = reaper.shards;
-                    info!("leading {} of {total} shards: {}", reaper.leading.len(), ranges(&reaper.leading));
+                    info!("leading {} of {total} shards: {}", reaper.leading.len(), super::shards::ranges(reaper.leading.iter().copied()));
                 }
             }
         }
@@ -171,43 +171,11 @@ impl Reaper {
     }
 }
 
-/// `shards` as sorted ranges, e.g. `0-3, 7, 9-12`; `none` when empty.
-fn ranges(shards: &HashSet<u32>) -> String {
-    let mut sorted: Vec<u32> = shards.iter().copied().collect();
-    sorted.sort_unstable();
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let start = sorted[i];
-        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
-            i += 1;
-        }
-        out.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
-        i += 1;
-    }
-    if out.is_empty() { "none".into() } else { out.join(", ") }
-}
-
 // A sweep is bounded work, but it stops with its scheduler all the same.
 impl Drop for Reaper {
     fn drop(&mut self) {
         if let Some(sweeping) = self.sweeping.take() {
             sweeping.abort();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn shard_sets_read_as_ranges() {
-        for (shards, text) in [
-            (vec![], "none"),
-            (vec![5], "5"),
-            (vec![3, 0, 1, 2], "0-3"),
-            (vec![0, 1, 2, 3, 7, 9, 10, 11, 12], "0-3, 7, 9-12"),
-        ] {
-            assert_eq!(super::ranges(&shards.into_iter().collect()), text);
         }
     }
 }

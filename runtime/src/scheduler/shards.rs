@@ -105,6 +105,24 @@ pub fn parse_count(stored: &str) -> Option<u32> {
 /// The most shards a deployment may have.
 pub const MAX_SHARDS: u32 = 4096;
 
+/// `shards` as sorted ranges, e.g. `0-3, 7, 9-12`; `none` when empty.
+pub fn ranges(shards: impl IntoIterator<Item = u32>) -> String {
+    let mut sorted: Vec<u32> = shards.into_iter().collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        out.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        i += 1;
+    }
+    if out.is_empty() { "none".into() } else { out.join(", ") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +171,18 @@ mod tests {
         assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
         assert!((0..1000).all(|i| shard_of(&format!("job-{i}"), 64) < 64));
         assert_eq!(shard_of("anything", 1), 0);
+    }
+
+    #[test]
+    fn shard_sets_read_as_ranges() {
+        for (shards, text) in [
+            (vec![], "none"),
+            (vec![5], "5"),
+            (vec![3, 0, 1, 2], "0-3"),
+            (vec![0, 1, 2, 3, 7, 9, 10, 11, 12], "0-3, 7, 9-12"),
+            (vec![4, 4, 5], "4-5"),
+        ] {
+            assert_eq!(ranges(shards), text);
+        }
     }
 }

@@ -61,6 +61,14 @@ impl Store {
         Ok(runs)
     }
 
+    /// Every job's kept runs, by fire.
+    pub async fn list_all_runs(&self) -> Result<Vec<RunRecord>, Error> {
+        let mut runs: Vec<RunRecord> =
+            self.runs.scan(">").await?.into_iter().filter_map(|(_, v)| RunRecord::from_json(&v.value).ok()).collect();
+        runs.sort_by(|a, b| (a.scheduled_at, &a.job, &a.run_id).cmp(&(b.scheduled_at, &b.job, &b.run_id)));
+        Ok(runs)
+    }
+
     /// Removes every record of `job` (after `rm`); returns how many.
     pub async fn purge_runs(&self, job: &str) -> Result<usize, Error> {
         let runs = self.runs.scan(&format!("{job}.*")).await?;

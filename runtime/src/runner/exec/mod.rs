@@ -80,6 +80,11 @@ pub(super) trait Ready: Send {
     async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String>;
     /// Drops it unstarted (the job was paused or edited, or the release came first).
     async fn discard(self: Box<Self>);
+    /// Whether only its group's release starts it (a process reading the group's pipe):
+    /// one that missed the release must be made again.
+    fn bound_to_release(&self) -> bool {
+        false
+    }
 }
 
 /// A run's code while it runs.

@@ -154,6 +154,10 @@ impl Ready for Prepared {
         self.process.signal(Signal::SIGKILL);
         let _ = self.process.child.wait().await;
     }
+
+    fn bound_to_release(&self) -> bool {
+        self.go.is_none()
+    }
 }
 
 /// A released shell job and the readers of its output.

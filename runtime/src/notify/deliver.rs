@@ -1,0 +1,176 @@
+//! One notice, delivered: its body (JSON, or Slack's `{"text": ...}`), its signature, and
+//! the POST or publish. Errors are one line, for the `notify_failed` event.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::model::event::Event;
+use crate::record::RunRecord;
+use crate::spec::notify::{Notice, Notify, NotifyFormat};
+use crate::store::Store;
+
+/// Header with the body's HMAC-SHA256 under the rule's secret: `sha256=<hex>`.
+pub const SIGNATURE_HEADER: &str = "Cronrun-Signature";
+/// Header naming the event a notice is for (`<stream>-<sequence>`): the same on every
+/// attempt at delivering it, so a receiver can drop a repeat.
+pub const DELIVERY_HEADER: &str = "Cronrun-Delivery";
+/// Output lines a notice carries at most.
+const OUTPUT_TAIL: usize = 10;
+
+/// A notice with what it tells: the message sent.
+pub struct Message<'a> {
+    pub notice: Notice,
+    pub event: &'a Event,
+    /// The run's record, when it has one (a `missed` fire may not).
+    pub record: Option<&'a RunRecord>,
+    pub streak: u32,
+    /// `[notify] dashboard_url`, for a link to the run.
+    pub dashboard: Option<&'a str>,
+    pub delivery: &'a str,
+}
+
+impl Message<'_> {
+    /// The JSON body: job, run, what happened, status, error, the output's last lines,
+    /// failures in a row, and a link when a dashboard URL is configured.
+    pub fn json(&self) -> serde_json::Value {
+        let e = self.event;
+        let r = self.record;
+        let output: Vec<&String> =
+            r.map(|r| r.output.iter().rev().take(OUTPUT_TAIL).rev().collect()).unwrap_or_default();
+        let mut body = json!({
+            "job": e.job,
+            "run_id": e.run_id,
+            "notice": self.notice.as_str(),
+            "event": e.event.as_str(),
+            "attempt": e.attempt,
+            "at": e.at,
+            "status": r.map(|r| r.status.as_str()),
+            "error": r.and_then(|r| r.error.as_deref()).or(e.detail.as_deref()),
+            "exit_code": r.and_then(|r| r.exit_code),
+            "host": r.and_then(|r| r.host.as_deref()),
+            "scheduled_at": r.and_then(|r| r.scheduled_at),
+            "failures_in_a_row": self.streak,
+            "output": output,
+            "delivery": self.delivery,
+        });
+        if let Some(base) = self.dashboard {
+            body["link"] = json!(format!("{}/jobs/{}/runs/{}", base.trim_end_matches('/'), e.job, e.run_id));
+        }
+        body
+    }
+
+    /// One line for people, then the output's last lines: Slack's `text`.
+    pub fn text(&self) -> String {
+        let e = self.event;
+        let mut text = match self.notice {
+            Notice::Recovered => format!("cronrun: job {} recovered (run {})", e.job, e.run_id),
+            _ => format!("cronrun: job {} {} (run {}, attempt {})", e.job, self.notice.as_str(), e.run_id, e.attempt),
+        };
+        if self.streak > 1 && self.notice != Notice::Recovered {
+            text.push_str(&format!(", {} failures in a row", self.streak));
+        }
+        if let Some(error) = self.record.and_then(|r| r.error.as_deref()).or(e.detail.as_deref()) {
+            text.push_str(&format!(": {error}"));
+        }
+        let output: Vec<&str> = self
+            .record
+            .map(|r| r.output.iter().rev().take(OUTPUT_TAIL).rev().map(String::as_str).collect())
+            .unwrap_or_default();
+        if !output.is_empty() {
+            text.push_str(&format!("\n```\n{}\n```", output.join("\n")));
+        }
+        if let Some(base) = self.dashboard {
+            text.push_str(&format!("\n{}/jobs/{}/runs/{}", base.trim_end_matches('/'), e.job, e.run_id));
+        }
+        text
+    }
+
+    pub fn body(&self, format: NotifyFormat) -> Vec<u8> {
+        let value = match format {
+            NotifyFormat::Json => self.json(),
+            NotifyFormat::Slack => json!({ "text": self.text() }),
+        };
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+}
+
+/// `sha256=<hex>` of HMAC-SHA256(`secret`, `body`).
+pub fn signature(secret: &[u8], body: &[u8]) -> String {
+    // HMAC takes a key of any length.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
+    mac.update(body);
+    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+/// Sends `body` where `rule` says, signed with `secret` if given.
+pub async fn send(
+    http: &reqwest::Client,
+    store: &Store,
+    rule: &Notify,
+    body: Vec<u8>,
+    secret: Option<&[u8]>,
+    delivery: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let signature = secret.map(|s| signature(s, &body));
+    if let Some(url) = &rule.webhook {
+        let mut request = http
+            .post(url)
+            .timeout(timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(DELIVERY_HEADER, delivery);
+        if let Some(signature) = &signature {
+            request = request.header(SIGNATURE_HEADER, signature);
+        }
+        let response = request.body(body).send().await.map_err(|e| format!("POST {url}: {}", one_line(&e)))?;
+        let status = response.status();
+        return match status.is_success() {
+            true => Ok(format!("POST {url}: {status}")),
+            false => Err(format!("POST {url}: the receiver answered {status}")),
+        };
+    }
+    let Some(subject) = &rule.subject else { return Err("the rule has no target".into()) };
+    let subject = store.names.notify_subject(subject);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(DELIVERY_HEADER, delivery);
+    if let Some(signature) = &signature {
+        headers.insert(SIGNATURE_HEADER, signature.as_str());
+    }
+    let published = store.client.publish_with_headers(subject.clone(), headers, body.into()).await;
+    published.map_err(|e| format!("publish on {subject}: {e}"))?;
+    let flushed = tokio::time::timeout(timeout, store.client.flush()).await;
+    match flushed {
+        Ok(Ok(())) => Ok(format!("published on {subject}")),
+        Ok(Err(e)) => Err(format!("publish on {subject}: {e}")),
+        Err(_) => Err(format!("publish on {subject}: NATS did not answer within {timeout:?}")),
+    }
+}
+
+/// An error and its causes on one line (reqwest nests the useful part).
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_the_body_in_hex() {
+        // RFC 4231, test case 2.
+        assert_eq!(
+            signature(b"Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}

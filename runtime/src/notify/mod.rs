@@ -1,0 +1,294 @@
+//! Notifications (rules: `spec::notify`). Agents with the scheduler role share one durable
+//! consumer, `notify`, of the events stream, reading only the kinds a rule may name: each
+//! event is looked at by one agent, whichever are up. For each, the job's rules (its
+//! spec's `notify`, else `[notify] default`) decide from the run's kept records
+//! (`decide.rs`); each notice is delivered (`deliver.rs`), and the event acked once all
+//! are. A failed delivery is tried again with backoff (1 s doubling to 5 min) up to
+//! `[notify] attempts` times; every outcome is published as a `notified` or
+//! `notify_failed` event of the job (`cronrun notifications` lists them).
+//!
+//! Once per event and rule: a rule that delivered writes `notified.<seq>.<rule>` (a day's
+//! TTL), and a redelivery skips it. An agent that dies between a delivery and that write
+//! delivers again on redelivery; the `Cronrun-Delivery` header, the same on every try,
+//! lets a receiver drop the repeat.
+
+mod decide;
+mod deliver;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::catalog::Catalog;
+use crate::clock::SharedClock;
+use crate::error::Error;
+use crate::events::publish_event;
+use crate::model::event::{Event, EventKind};
+use crate::model::roles::NOTIFY_CONSUMER;
+use crate::names::lease_keys;
+use crate::spec::notify::{Notify, reportable_kinds};
+use crate::store::Store;
+pub use deliver::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
+
+/// `[notify]` of `cronrun.toml`. Every agent with the scheduler role delivers, so every
+/// one needs the same settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// Signing secrets by name, for rules' `secret`. Keep the file readable by the agent only.
+    pub secrets: BTreeMap<String, String>,
+    /// Rules for jobs whose spec has no `notify`. Default: none.
+    pub default: Vec<Notify>,
+    /// The dashboard's base URL, for a link to the run in each notice. Default: none.
+    pub dashboard_url: Option<String>,
+    /// How long one delivery may take. Default 10s.
+    #[serde(with = "crate::spec::codec::duration")]
+    pub timeout: Duration,
+    /// Tries per notice before it is given up. Default 8 (about four minutes of backoff).
+    pub attempts: u32,
+    /// Notices delivered at once. Default 16.
+    pub concurrency: usize,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            secrets: BTreeMap::new(),
+            default: Vec::new(),
+            dashboard_url: None,
+            timeout: Duration::from_secs(10),
+            attempts: 8,
+            concurrency: 16,
+        }
+    }
+}
+
+impl NotifyConfig {
+    pub fn validate(&self) -> Result<(), Error> {
+        for (i, rule) in self.default.iter().enumerate() {
+            rule.validate(&format!("notify.default[{i}]"))?;
+        }
+        let bounds = [
+            ("notify.attempts", self.attempts as usize, 1, 100),
+            ("notify.concurrency", self.concurrency, 1, 1024),
+            ("notify.timeout", self.timeout.as_millis().min(u128::from(u32::MAX)) as usize, 100, 300_000),
+        ];
+        for (field, value, lo, hi) in bounds {
+            if !(lo..=hi).contains(&value) {
+                return Err(Error::invalid(field, format!("{field} is out of range ({lo} to {hi})")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The delay before try `n + 1` of a notice: 1 s doubling, at most 5 min.
+fn backoff(tries: u32) -> Duration {
+    Duration::from_secs(1u64 << tries.saturating_sub(1).min(9)).min(Duration::from_secs(300))
+}
+
+struct Notifier {
+    store: Store,
+    catalog: Catalog,
+    config: NotifyConfig,
+    clock: SharedClock,
+    http: reqwest::Client,
+}
+
+/// Delivers notices until `cancel`.
+pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: SharedClock, cancel: CancellationToken) {
+    let http = match reqwest::Client::builder().user_agent(concat!("cronrun/", env!("CARGO_PKG_VERSION"))).build() {
+        Ok(http) => http,
+        Err(e) => return warn!("notifications will not be sent: no HTTP client: {e}"),
+    };
+    let notifier = Arc::new(Notifier { store, catalog, config, clock, http });
+    notifier.catalog.wait_loaded().await;
+    let slots = Arc::new(Semaphore::new(notifier.config.concurrency));
+    loop {
+        let consumer = tokio::select! {
+            _ = cancel.cancelled() => return,
+            c = consumer(&notifier.store, &notifier.config) => c,
+        };
+        match consumer {
+            Ok(consumer) => notifier.clone().pull(consumer, slots.clone(), &cancel).await,
+            Err(e) => warn!("notifications: {e}; trying again"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// The shared consumer; created once (new events only), used as found.
+async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, Error> {
+    let events = store.names.events_stream();
+    let stream = store.js.get_stream(&events).await.map_err(|e| Error::nats("opening the events stream", e))?;
+    let filter_subjects = reportable_kinds().iter().map(|k| store.names.event_subject("*", k.as_str())).collect();
+    stream
+        .get_or_create_consumer(
+            NOTIFY_CONSUMER,
+            pull::Config {
+                durable_name: Some(NOTIFY_CONSUMER.into()),
+                description: Some("cronrun notifications".into()),
+                filter_subjects,
+                deliver_policy: DeliverPolicy::New,
+                ack_policy: AckPolicy::Explicit,
+                // Every rule of an event may take the whole timeout.
+                ack_wait: config.timeout * 4 + Duration::from_secs(30),
+                max_deliver: i64::from(config.attempts) + 1,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| Error::nats("opening the notify consumer", e))
+}
+
+impl Notifier {
+    async fn pull(self: Arc<Self>, consumer: PullConsumer, slots: Arc<Semaphore>, cancel: &CancellationToken) {
+        let mut messages = match consumer.messages().await {
+            Ok(m) => m,
+            Err(e) => return warn!("notifications: pulling events: {e}"),
+        };
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => return,
+                next = messages.next() => next,
+            };
+            let msg = match next {
+                Some(Ok(msg)) => msg,
+                Some(Err(e)) => {
+                    debug!("notifications: pulling events: {e}");
+                    continue;
+                }
+                None => return,
+            };
+            let Ok(permit) = slots.clone().acquire_owned().await else { return };
+            let notifier = self.clone();
+            tokio::spawn(async move {
+                notifier.handle(msg).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn handle(&self, msg: async_nats::jetstream::Message) {
+        let Ok(info) = msg.info() else { return };
+        let (seq, tries) = (info.stream_sequence, info.delivered.max(1) as u32);
+        let event: Event = match serde_json::from_slice(&msg.payload) {
+            Ok(e) => e,
+            Err(e) => {
+                debug!("notifications: not an event: {e}");
+                let _ = msg.ack_with(AckKind::Term).await;
+                return;
+            }
+        };
+        let failed = self.notify(&event, seq, tries).await;
+        let ack = match failed {
+            Ok(()) => msg.ack().await,
+            Err(()) if tries >= self.config.attempts => msg.ack_with(AckKind::Term).await,
+            Err(()) => msg.ack_with(AckKind::Nak(Some(backoff(tries)))).await,
+        };
+        if let Err(e) = ack {
+            debug!("notifications: ack: {e}");
+        }
+    }
+
+    /// Delivers what the job's rules ask for about `event`. Err: a delivery failed.
+    async fn notify(&self, event: &Event, seq: u64, tries: u32) -> Result<(), ()> {
+        let job = self.catalog.get(&event.job);
+        let summary = job.as_ref().and_then(|j| j.summary.as_ref().ok());
+        let rules: &[Notify] = match summary.map(|s| s.notify.as_slice()) {
+            Some(rules) if !rules.is_empty() => rules,
+            _ => &self.config.default,
+        };
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let runs = match self.store.list_runs(&event.job).await {
+            Ok(runs) => runs.into_iter().map(|r| r.record).collect::<Vec<_>>(),
+            Err(e) => {
+                warn!(job = %event.job, "notifications: reading runs: {e}");
+                return Err(());
+            }
+        };
+        let record = runs.iter().find(|r| r.run_id == event.run_id);
+        let retries_left = summary.is_some_and(|s| s.retries.allow_after(event.attempt));
+        let seen = decide::Seen {
+            kind: event.event,
+            retried: record.is_some_and(|r| r.attempt > event.attempt) || retries_left,
+            streak: decide::streak(&runs, &event.run_id),
+        };
+        let delivery = format!("{}-{seq}", self.store.names.events_stream());
+        let mut result = Ok(());
+        for (i, rule) in rules.iter().enumerate() {
+            let Some(notice) = decide::notice(rule, seen) else { continue };
+            let key = lease_keys::notified(seq, i);
+            if tries > 1 && matches!(self.store.leases.get(&key).await, Ok(Some(_))) {
+                continue;
+            }
+            let message = deliver::Message {
+                notice,
+                event,
+                record,
+                streak: seen.streak,
+                dashboard: self.config.dashboard_url.as_deref(),
+                delivery: &delivery,
+            };
+            let body = message.body(rule.format);
+            let sent = match rule.secret.as_deref().map(|name| self.config.secrets.get(name).ok_or(name)) {
+                Some(Err(name)) => Err(format!("no secret {name:?} in [notify.secrets] of this agent")),
+                secret => {
+                    let secret = secret.and_then(Result::ok).map(String::as_bytes);
+                    deliver::send(&self.http, &self.store, rule, body, secret, &delivery, self.config.timeout).await
+                }
+            };
+            let (kind, detail) = match sent {
+                Ok(how) => {
+                    info!(job = %event.job, run = %event.run_id, "notified {}: {how}", notice.as_str());
+                    let day = Some(Duration::from_secs(86_400));
+                    if let Err(e) = self.store.leases.create(&key, bytes::Bytes::from_static(b"1"), day).await {
+                        debug!("notifications: marking {key}: {e}");
+                    }
+                    (EventKind::Notified, format!("{}: {how}", notice.as_str()))
+                }
+                Err(why) => {
+                    result = Err(());
+                    let next = match tries >= self.config.attempts {
+                        true => "given up".to_string(),
+                        false => format!("try {tries} of {}, next in {:?}", self.config.attempts, backoff(tries)),
+                    };
+                    warn!(job = %event.job, run = %event.run_id, "notice {} not delivered: {why} ({next})", notice.as_str());
+                    (EventKind::NotifyFailed, format!("{}: {why} ({next})", notice.as_str()))
+                }
+            };
+            let now = self.clock.now();
+            publish_event(
+                &self.store,
+                &Event::new(&event.job, &event.run_id, kind, event.attempt, now).with_detail(detail),
+            )
+            .await;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_from_a_second_to_five_minutes() {
+        let delays: Vec<u64> = (1..=11).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    }
+}

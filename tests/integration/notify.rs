@@ -1,0 +1,174 @@
+//! Notifications: delivered from the events stream by the agents' one shared consumer,
+//! to a real HTTP receiver (and a NATS subject), signed, retried until the receiver is
+//! back, and told once per event whichever agents are up.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use crate::support::*;
+
+const SECRET: &str = "s3cret-for-tests";
+
+/// `[notify]` of the agents: the signing secret of the tests.
+fn notify_tables() -> String {
+    format!("[notify]\ntimeout = \"2s\"\n[notify.secrets]\nops = \"{SECRET}\"\n")
+}
+
+/// Waits until job `job`'s run `run_id` has a final status.
+async fn finished(store: &cronrun::store::Store, job: &str, run_id: &str) -> cronrun::record::RunRecord {
+    eventually(Duration::from_secs(20), &format!("run {job}.{run_id} to end"), || async {
+        store.get_run(job, run_id).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_notified_once_with_two_agents_up_signed_and_listed() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let agents = [nats.agent_with_tables("a1", &notify_tables()), nats.agent_with_tables("a2", &notify_tables())];
+    for agent in &agents {
+        ready(agent).await;
+    }
+    let hook = receiver.url("/hook");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"breaks\"\nschedule = \"@yearly\"\nshell = \"echo boom; exit 3\"\n\
+             notify = [{{ on = [\"failed\"], webhook = \"{hook}\", secret = \"ops\" }}]\n"
+        ),
+    );
+    let key = nats.trigger("breaks");
+    let run_id = key.split_once('.').unwrap().1.to_string();
+    let store = nats.store().await;
+    eventually(Duration::from_secs(20), "the notice to be delivered", || async {
+        (!events(&store, "breaks", "notified").await.is_empty()).then_some(())
+    })
+    .await;
+    // Two agents pull from the one consumer: whichever took it, the other never sees it.
+    // A second delivery would come within the ack wait; a bounded look suffices here, as
+    // the event was acked when `notified` was published.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    let notice = &received[0];
+    assert_eq!(notice.path, "/hook");
+    let body = notice.json();
+    assert_eq!(body["job"], "breaks");
+    assert_eq!(body["run_id"], run_id.as_str());
+    assert_eq!((body["notice"].as_str(), body["status"].as_str()), (Some("failed"), Some("failed")));
+    assert_eq!(body["exit_code"], 3);
+    assert!(body["error"].as_str().unwrap().contains("exited with code 3"), "{body}");
+    assert_eq!(body["output"], serde_json::json!(["boom"]));
+    let expected = cronrun::notify::signature(SECRET.as_bytes(), &notice.body);
+    assert_eq!(notice.header("Cronrun-Signature"), Some(expected));
+    assert!(notice.header("Cronrun-Delivery").is_some_and(|d| d.starts_with("CRONRUN_EVENTS-")));
+    // Visible to operators.
+    let listed = nats.ok(&["notifications", "breaks"]);
+    assert!(listed.contains("delivered") && listed.contains(&format!("POST {hook}: 200 OK")), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notice_is_retried_until_the_receiver_is_back() {
+    let nats = Nats::start().await;
+    let port = free_port();
+    let agent = nats.agent_with_tables("a", &notify_tables());
+    ready(&agent).await;
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"down\"\nschedule = \"@yearly\"\nshell = \"exit 1\"\n\
+             notify = [{{ on = [\"failed\"], webhook = \"http://127.0.0.1:{port}/x\" }}]\n"
+        ),
+    );
+    nats.trigger("down");
+    let store = nats.store().await;
+    let failed = eventually(Duration::from_secs(20), "a failed delivery", || async {
+        events(&store, "down", "notify_failed").await.into_iter().next()
+    })
+    .await;
+    assert!(failed["detail"].as_str().unwrap().contains("try 1 of 8"), "{failed}");
+    let receiver = Receiver::start(port, 0).await;
+    eventually(Duration::from_secs(30), "the notice once the receiver is back", || async {
+        (!receiver.received().is_empty()).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the delivery recorded", || async {
+        (!events(&store, "down", "notified").await.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.received().len(), 1);
+    assert_eq!(receiver.received()[0].json()["notice"], "failed");
+    let listed = nats.ok(&["notifications"]);
+    assert!(listed.contains("failed") && listed.contains("delivered"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_in_a_row_then_recovery_are_told_as_the_rules_say_on_a_webhook_and_a_subject() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let agent = nats.agent_with_tables("a", &notify_tables());
+    ready(&agent).await;
+    let flag = nats.dir.path().join("healthy");
+    let hook = receiver.url("/slack");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"flaps\"\nschedule = \"@yearly\"\nshell = \"test -f {}\"\n\
+             notify = [{{ on = [\"failed\", \"recovered\"], webhook = \"{hook}\", after = 2, format = \"slack\" }},\n\
+             {{ on = [\"recovered\"], subject = \"ops.cron\" }}]\n",
+            flag.display()
+        ),
+    );
+    let client = nats.client().await;
+    let mut subject = client.subscribe("cronrun.notify.ops.cron").await.unwrap();
+    client.flush().await.unwrap();
+    let store = nats.store().await;
+    for _ in 0..2 {
+        let key = nats.trigger("flaps");
+        finished(&store, "flaps", key.split_once('.').unwrap().1).await;
+    }
+    eventually(Duration::from_secs(20), "the second failure told", || async {
+        (receiver.received().len() == 1).then_some(())
+    })
+    .await;
+    std::fs::write(&flag, "").unwrap();
+    let key = nats.trigger("flaps");
+    let recovered = finished(&store, "flaps", key.split_once('.').unwrap().1).await;
+    assert_eq!(recovered.status, cronrun::record::Status::Succeeded);
+    eventually(Duration::from_secs(20), "the recovery told", || async {
+        (receiver.received().len() == 2).then_some(())
+    })
+    .await;
+    let texts: Vec<String> =
+        receiver.received().iter().map(|r| r.json()["text"].as_str().unwrap().to_string()).collect();
+    assert!(texts[0].contains("job flaps failed") && texts[0].contains("2 failures in a row"), "{texts:?}");
+    assert!(texts[1].contains("job flaps recovered"), "{texts:?}");
+    let published = tokio::time::timeout(Duration::from_secs(10), subject.next()).await.unwrap().unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&published.payload).unwrap();
+    assert_eq!((body["notice"].as_str(), body["failures_in_a_row"].as_u64()), (Some("recovered"), Some(2)));
+    // The first failure (one in a row, below `after`) was told to nobody.
+    assert_eq!(receiver.received().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_rules_are_refused_at_apply_with_one_line_and_nothing_written() {
+    let nats = Nats::start().await;
+    let cases = [
+        ("on = [\"failed\"], webhook = \"ftp://x/y\"", "notify[0].webhook"),
+        ("on = [\"failed\"], subject = \"ops.>\"", "notify[0].subject"),
+        ("on = [\"late\"], webhook = \"https://x\"", "not supported yet"),
+        ("on = [\"failed\"], webhook = \"https://x\", after = 50", "at most history.failed"),
+        ("on = [\"failed\"]", "exactly one of webhook and subject"),
+    ];
+    let file = nats.dir.path().join("jobs.toml");
+    for (rule, needle) in cases {
+        let job = format!("[[job]]\nname = \"j\"\nschedule = \"@daily\"\nshell = \"true\"\nnotify = [{{ {rule} }}]\n");
+        std::fs::write(&file, job).unwrap();
+        let err = nats.fails(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(err.contains(needle), "{rule}: {err}");
+    }
+    let missing = nats.fails(&["get", "j"]);
+    assert!(missing.contains("j"), "{missing}");
+}
