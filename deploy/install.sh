@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Installs cronrun on this host: the binary, /etc/cronrun/cronrun.toml (kept if present),
+# Installs cronrun on this host: the binaries (cronrun, and cronrun-supervise, the small
+# first process of every shell run), /etc/cronrun/cronrun.toml (kept if present),
 # a `cronrun` system user and the systemd unit. Run from a checkout as root:
 #   cargo build --release && sudo deploy/install.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=target/release/cronrun
-[ -x "$bin" ] || { echo "install.sh: $bin not found; run cargo build --release first" >&2; exit 1; }
+for b in "$bin" target/release/cronrun-supervise; do
+  [ -x "$b" ] || { echo "install.sh: $b not found; run cargo build --release first" >&2; exit 1; }
+done
 [ "$(id -u)" = 0 ] || { echo "install.sh: run as root (sudo deploy/install.sh)" >&2; exit 1; }
 
 install -m 0755 "$bin" /usr/local/bin/cronrun
+# Beside cronrun, where the runner looks for it (without it, runs exec cronrun itself).
+install -m 0755 target/release/cronrun-supervise /usr/local/bin/cronrun-supervise
 id cronrun >/dev/null 2>&1 || useradd --system --home-dir /var/lib/cronrun --create-home --shell /usr/sbin/nologin cronrun
 install -d -m 0755 /etc/cronrun
 [ -f /etc/cronrun/cronrun.toml ] || install -m 0644 deploy/cronrun.toml /etc/cronrun/cronrun.toml

@@ -7,6 +7,12 @@ pub fn pgrp_of(pid: i32) -> i32 {
     stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
+/// The parent of `pid`.
+pub fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 /// Processes whose process group is `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();

@@ -153,7 +153,7 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     );
 }
 
-/// Run supervisors (`cronrun __supervise`) whose parent is `parent`: pid and the instant
+/// Run supervisors (`cronrun-supervise`, or `cronrun __supervise`) whose parent is `parent`: pid and the instant
 /// each run is for. (Runs get a clean environment: nothing in it names their agent.)
 fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
     let mut out = Vec::new();
@@ -166,7 +166,9 @@ fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
                 kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned())
             })
         };
-        let is_supervisor = cmdline.split(|b| *b == 0).nth(1) == Some(b"__supervise".as_slice());
+        let mut args = cmdline.split(|b| *b == 0);
+        let (program, first) = (args.next().unwrap_or_default(), args.next());
+        let is_supervisor = program.ends_with(b"cronrun-supervise") || first == Some(b"__supervise".as_slice());
         if !is_supervisor || !alive(pid) {
             continue;
         }

@@ -1,7 +1,7 @@
 //! The shell runner against a real nats-server: kill reaches the whole process group,
 //! timeouts, bounded memory and records whatever a job prints, live logs.
 
-use crate::procs::{group_members, pgrp_of};
+use crate::procs::{group_members, parent_of, pgrp_of};
 
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ async fn kill_reaches_every_process_of_the_group() {
     })
     .await;
     let pgid = pgrp_of(shell);
+    // The run's first process is the small supervisor binary, not the whole agent.
+    let supervisor = std::fs::read_link(format!("/proc/{}/exe", parent_of(shell))).unwrap();
+    assert!(supervisor.ends_with("cronrun-supervise"), "{supervisor:?}");
     eventually(Duration::from_secs(10), "supervisor, shell and three children in the group", || async {
         (group_members(pgid).len() >= 5).then_some(())
     })

@@ -12,8 +12,8 @@
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `logs.rs`: the run's live log on NATS and the tail kept for its record.
-//! - `supervisor.rs`: a shell run's first process; the run dies with its runner.
-//! - `tree.rs`: a run's whole process tree, what left its group included.
+//! - `supervisor` (crate `cronrun-supervisor`): a shell run's first process; the run dies
+//!   with its runner, and its whole process tree with the run.
 //! - `account.rs`: the user a shell job runs as; never root by accident.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
 
@@ -28,8 +28,6 @@ mod logs;
 mod presence;
 mod running;
 mod starter;
-pub mod supervisor;
-mod tree;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,6 +50,7 @@ use crate::store::Store;
 use crate::supervise::Watched;
 
 pub use crate::output::{EOF_HEADER, STREAM_HEADER};
+pub use cronrun_supervisor as supervisor;
 pub use presence::RunnerPresence;
 
 /// Runner settings (`[runner]` in `cronrun.toml`).

@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{every_second_job, open, percentile, run_plugin, store_plugin};
 use crate::cli::Ctx;
-use crate::config::AgentConfig;
 
 /// An agent with production settings runs N every-second jobs; lateness is
 /// `started_at - scheduled_at` over a window after a warm-up. The second figure is when
@@ -25,7 +24,7 @@ pub(super) async fn run(
     let namespace = "benchlate";
     let store = open(url, namespace).await?;
     let cancel = CancellationToken::new();
-    let config = AgentConfig { namespace: namespace.into(), name: "bench".into(), ..AgentConfig::default() };
+    let config = super::bench_config(namespace);
     let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
     let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
     let names: Vec<String> = (0..jobs).map(|i| format!("late-{i:04}")).collect();

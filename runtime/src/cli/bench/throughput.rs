@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{every_second_job, open, run_plugin, store_plugin};
 use crate::cli::Ctx;
-use crate::config::AgentConfig;
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::record::{Trigger, fire_run_id};
 
@@ -32,7 +31,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
         revisions.push(store.put_job(&run_plugin(spec, plugin.as_deref())).await?.0);
     }
     let cancel = CancellationToken::new();
-    let config = AgentConfig { namespace: namespace.into(), name: "bench".into(), ..AgentConfig::default() };
+    let config = super::bench_config(namespace);
     let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
     let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -85,10 +85,10 @@ fn spawn(
     }
     let uid = nix::unistd::geteuid().as_raw();
     let run_as = account::decide(spec, runner, uid, &account::HostAccounts)?;
-    // The run's first process is this binary as its supervisor (see `supervisor`).
-    let exe = std::env::current_exe().map_err(|e| format!("could not start: {e}"))?;
+    // The run's first process is its supervisor (see `supervisor`).
+    let (exe, mode) = supervisor_command().map_err(|e| format!("could not start: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg(supervisor::ARG);
+    cmd.args(mode);
     if let Some((path, within)) = run.alive {
         cmd.arg(supervisor::ALIVE_ARG).arg(path).arg(within.as_millis().to_string());
     }
@@ -130,6 +130,19 @@ fn spawn(
     let go = child.stdin.take();
     let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
     Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes })
+}
+
+/// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
+/// starts fast), else this binary itself in its `__supervise` mode. Looked up once.
+fn supervisor_command() -> std::io::Result<(&'static std::path::Path, Option<&'static str>)> {
+    static FOUND: std::sync::OnceLock<Option<(std::path::PathBuf, bool)>> = std::sync::OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        let small = exe.with_file_name(supervisor::BINARY);
+        Some(if small.is_file() { (small, true) } else { (exe, false) })
+    });
+    let Some((path, small)) = found else { return Err(std::io::Error::other("this binary's path is unknown")) };
+    Ok((path.as_path(), (!small).then_some(supervisor::ARG)))
 }
 
 #[async_trait]

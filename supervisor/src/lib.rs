@@ -1,5 +1,6 @@
-//! `cronrun __supervise [--alive FILE MS] [--as UID:GID] shell CMD | exec PROG ARGS...`:
-//! the first process of every run.
+//! `cronrun-supervise [--alive FILE MS] [--as UID:GID] shell CMD | exec PROG ARGS...` (or
+//! `cronrun __supervise ...` where that binary is missing): the first process of every
+//! shell run. A crate of its own, so that the binary exec'd for every run is small.
 //!
 //! The runner starts it ahead of the run's instant in a new process group. It waits for
 //! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
@@ -26,7 +27,11 @@ use nix::sys::signal::Signal;
 use nix::unistd::getppid;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// The hidden argument that selects this mode of the binary.
+mod tree;
+
+/// The supervisor's own binary, installed beside `cronrun`.
+pub const BINARY: &str = "cronrun-supervise";
+/// The hidden argument that selects this mode of the `cronrun` binary.
 pub const ARG: &str = "__supervise";
 /// `--alive FILE MS`: the runner's keepalive file and how stale it may get.
 pub const ALIVE_ARG: &str = "--alive";
@@ -40,6 +45,8 @@ const PARENT_CHECK: Duration = Duration::from_millis(200);
 /// Exit code when the release never came.
 const NOT_RELEASED: u8 = 125;
 
+/// Supervises the run `args` describe (the flags and command after the binary name, or
+/// after `__supervise`).
 pub fn main(args: &[String]) -> ExitCode {
     let parent = getppid();
     // Everything that can be set up before the release is, so that the release is
@@ -154,7 +161,7 @@ async fn supervise(
         // std drops the supplementary groups too when a root process sets a uid.
         cmd.uid(uid).gid(gid);
     }
-    if !super::tree::become_subreaper() {
+    if !tree::become_subreaper() {
         eprintln!("cronrun: cannot become a subreaper: processes leaving the run's group may outlive it");
     }
     let mut child = match cmd.stdin(Stdio::null()).spawn() {
@@ -169,7 +176,7 @@ async fn supervise(
         tokio::select! {
             status = child.wait() => {
                 // What the job left behind ends with it.
-                super::tree::kill_tree();
+                tree::kill_tree();
                 return status.map(process_exit).unwrap_or(ExitCode::FAILURE);
             }
             // The job got the same signal from the group; it decides.
@@ -193,7 +200,7 @@ async fn supervise(
 }
 
 fn stop_tree() -> ExitCode {
-    super::tree::kill_tree();
+    tree::kill_tree();
     ExitCode::from(KILLED)
 }
 

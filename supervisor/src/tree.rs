@@ -20,7 +20,15 @@ pub fn become_subreaper() -> bool {
 
 /// Kills every other process of our group and every child of ours, until none is left,
 /// and reaps them. We stay alive to see it done.
+///
+/// A job that left nothing behind costs no scan of `/proc`: every living descendant is a
+/// child of ours or of another living descendant (orphans are re-parented to us, the
+/// subreaper, as their parent exits), so with no child left there is none, and the
+/// group holds nobody but us (only the job's processes join it).
 pub fn kill_tree() {
+    if !has_children() {
+        return;
+    }
     let (me, group) = (getpid(), getpgrp());
     for _ in 0..ROUNDS {
         let targets = members(me, group);
@@ -57,6 +65,17 @@ fn parse_stat(stat: &str) -> Option<(char, i32, i32)> {
     let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
     let state = fields.next()?.chars().next()?;
     Some((state, fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// Whether a child of ours still lives (ended ones are reaped on the way).
+fn has_children() -> bool {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::ECHILD) => return false,
+            Ok(WaitStatus::StillAlive) | Err(_) => return true,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Collects every child that has ended.
