@@ -27,6 +27,7 @@ mod procs;
 
 mod catchup;
 mod failure;
+mod import;
 mod input;
 mod notify;
 mod observe;

@@ -8,6 +8,7 @@ mod auth;
 mod bench;
 mod deploy;
 mod get;
+mod import;
 mod kill;
 mod logs;
 mod ls;
@@ -77,6 +78,9 @@ pub enum Command {
     Add(add::AddArgs),
     /// Create or update the jobs of a TOML file
     Apply(apply::ApplyArgs),
+    /// Jobs from another scheduler's definitions (a crontab); --dry-run shows them
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Store a Wasm job (a component built with cronrun-sdk) and point its job spec at it
     Deploy(deploy::DeployArgs),
     /// List jobs
@@ -224,6 +228,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Agent(a) => agent::run(&ctx, a).await,
         Command::Add(a) => add::run(&ctx, a).await,
         Command::Apply(a) => apply::run(&ctx, a).await,
+        Command::Import(a) => import::run(&ctx, a).await,
         Command::Deploy(a) => deploy::run(&ctx, a).await,
         Command::Ls => ls::run(&ctx).await,
         Command::Get(a) => get::run(&ctx, a).await,
