@@ -3,6 +3,7 @@
 //! the job becomes its child; `kill_tree` then ends the group and those children until
 //! none is left. Linux only (`PR_SET_CHILD_SUBREAPER`, `/proc`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -13,9 +14,14 @@ use nix::unistd::{Pid, getpgrp, getpid};
 /// orphans; a fork bomb outrunning this many is left to the runner's group kill.
 const ROUNDS: usize = 100;
 
+/// Whether orphaned descendants become our children (see `become_subreaper`).
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
 /// Orphaned descendants become our children from now on.
 pub fn become_subreaper() -> bool {
-    nix::sys::prctl::set_child_subreaper(true).is_ok()
+    let done = nix::sys::prctl::set_child_subreaper(true).is_ok();
+    SUBREAPER.store(done, Ordering::SeqCst);
+    done
 }
 
 /// Kills every other process of our group and every child of ours, until none is left,
@@ -24,9 +30,10 @@ pub fn become_subreaper() -> bool {
 /// A job that left nothing behind costs no scan of `/proc`: every living descendant is a
 /// child of ours or of another living descendant (orphans are re-parented to us, the
 /// subreaper, as their parent exits), so with no child left there is none, and the
-/// group holds nobody but us (only the job's processes join it).
+/// group holds nobody but us (only the job's processes join it). Not being a subreaper,
+/// an orphan goes to init and only the scan finds it.
 pub fn kill_tree() {
-    if !has_children() {
+    if SUBREAPER.load(Ordering::SeqCst) && !has_children() {
         return;
     }
     let (me, group) = (getpid(), getpgrp());

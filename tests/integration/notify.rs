@@ -172,3 +172,43 @@ async fn bad_rules_are_refused_at_apply_with_one_line_and_nothing_written() {
     let missing = nats.fails(&["get", "j"]);
     assert!(missing.contains("j"), "{missing}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_run_that_is_retried_is_not_told_as_lost_and_its_retry_is() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let config = format!("roles = [\"scheduler\"]\n{}\n{}", test_config("s"), notify_tables());
+    let scheduler = nats.agent_with_env("s", &config, &[]);
+    let mut runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    for agent in runners.iter().chain([&scheduler]) {
+        ready(agent).await;
+    }
+    let hook = receiver.url("/hook");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"dies\"\nschedule = \"@yearly\"\nretries = {{ max = 1, backoff = \"1s\" }}\n\
+             shell = \"test $CRONRUN_ATTEMPT = 2 || sleep 60\"\n\
+             notify = [{{ on = [\"lost\", \"retrying\", \"succeeded\"], webhook = \"{hook}\" }}]\n"
+        ),
+    );
+    let key = nats.trigger("dies");
+    let (job, run) = cronrun::record::parse_run_key(&key).unwrap();
+    let store = nats.store().await;
+    let running = eventually(Duration::from_secs(10), "attempt 1 running", || async {
+        store.get_run(job, run).await.ok().map(|s| s.record).filter(|r| r.status == cronrun::record::Status::Running)
+    })
+    .await;
+    runners.iter_mut().find(|r| Some(r.name.as_str()) == running.host.as_deref()).unwrap().kill9();
+    let done = finished(&store, job, run).await;
+    assert_eq!((done.attempt, done.status), (2, cronrun::record::Status::Succeeded));
+    let notices = eventually(Duration::from_secs(20), "the retry and the success told", || async {
+        let notices: Vec<String> =
+            receiver.received().iter().map(|r| r.json()["notice"].as_str().unwrap().to_string()).collect();
+        (notices.len() >= 2).then_some(notices)
+    })
+    .await;
+    let mut sorted = notices.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["retrying", "succeeded"], "attempt 1 lost and retried is no final loss: {notices:?}");
+}

@@ -37,8 +37,8 @@ pub struct Notify {
     /// header `Cronrun-Signature: sha256=<hex>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
-    /// Report `failed`, `timed_out` and `lost` only from the N-th failure in a row (once
-    /// per streak). Default 1.
+    /// Report `failed`, `timed_out` and `lost` from the N-th failure in a row on (each
+    /// one from there). Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub after: u32,
 }

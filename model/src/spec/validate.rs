@@ -125,7 +125,15 @@ impl JobSpec {
         }
         for (i, rule) in self.notify.iter().enumerate() {
             rule.validate(&format!("notify[{i}]"))?;
-            // Failures in a row are counted on the records kept.
+            // Failures in a row are counted on the records kept: back to the last success,
+            // which must be kept too.
+            let counts = rule.after > 1 || rule.notices().any(|n| n == super::notify::Notice::Recovered);
+            if counts && self.history.succeeded == 0 {
+                return Err(invalid(
+                    &format!("notify[{i}]"),
+                    "counting failures in a row (after > 1, recovered) needs history.succeeded of at least 1",
+                ));
+            }
             if rule.after > self.history.failed.max(1) {
                 return Err(invalid(
                     &format!("notify[{i}].after"),
@@ -259,6 +267,15 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell.cmd");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
         assert_eq!(field_of("not json"), "spec");
+        let counting = r#""notify":[{"on":["recovered"],"webhook":"https://h/x"}]"#;
+        assert_eq!(field_of(&format!("{{{base},{counting},\"history\":{{\"succeeded\":0}}}}")), "notify[0]");
+        assert_eq!(
+            field_of(&format!(
+                "{{{base},\"notify\":[{{\"on\":[\"failed\"],\"webhook\":\"https://h/x\",\"after\":11}}]}}"
+            )),
+            "notify[0].after"
+        );
+        JobSpec::from_json(format!("{{{base},{counting}}}").as_bytes()).unwrap();
     }
 
     #[test]

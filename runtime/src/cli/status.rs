@@ -84,12 +84,14 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
     })
 }
 
-/// Pools that jobs name and no live runner serves, with how many jobs name each: their
+/// Pools that jobs (not paused) name and no live runner serves, with how many jobs name each: their
 /// runs wait (a typo in `pool` looks just like this).
 async fn unserved_pools(store: &crate::store::Store, runners: &[RunnerPresence]) -> Result<Vec<(String, usize)>> {
     let mut pools: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for job in store.list_jobs().await? {
-        if let Ok(spec) = job.spec {
+        if let Ok(spec) = job.spec
+            && !spec.paused
+        {
             *pools.entry(spec.pool).or_default() += 1;
         }
     }

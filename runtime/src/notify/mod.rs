@@ -8,7 +8,8 @@
 //! `notify_failed` event of the job (`cronrun notifications` lists them).
 //!
 //! Once per event and rule: a rule that delivered writes `notified.<seq>.<rule>` (a day's
-//! TTL), and a redelivery skips it. An agent that dies between a delivery and that write
+//! TTL), and a redelivery skips it. Events are pulled only into free slots and progress-
+//! acked before each delivery, so one in hand is not redelivered to another agent. An agent that dies between a delivery and that write
 //! delivers again on redelivery; the `Cronrun-Delivery` header, the same on every try,
 //! lets a receiver drop the repeat.
 
@@ -25,7 +26,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
@@ -107,7 +108,11 @@ struct Notifier {
 pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: SharedClock, cancel: CancellationToken) {
     let http = match reqwest::Client::builder().user_agent(concat!("cronrun/", env!("CARGO_PKG_VERSION"))).build() {
         Ok(http) => http,
-        Err(e) => return warn!("notifications will not be sent: no HTTP client: {e}"),
+        Err(e) => {
+            // The agent goes on without them: a restart would not build one either.
+            error!("notifications will not be sent: no HTTP client: {e}");
+            return cancel.cancelled().await;
+        }
     };
     let notifier = Arc::new(Notifier { store, catalog, config, clock, http });
     notifier.catalog.wait_loaded().await;
@@ -128,56 +133,67 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
     }
 }
 
-/// The shared consumer; created once (new events only), used as found.
+/// The shared consumer: created with new events only, its settings brought up to this
+/// agent's `[notify]` on every start (create or update).
 async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, Error> {
     let events = store.names.events_stream();
     let stream = store.js.get_stream(&events).await.map_err(|e| Error::nats("opening the events stream", e))?;
     let filter_subjects = reportable_kinds().iter().map(|k| store.names.event_subject("*", k.as_str())).collect();
     stream
-        .get_or_create_consumer(
-            NOTIFY_CONSUMER,
-            pull::Config {
-                durable_name: Some(NOTIFY_CONSUMER.into()),
-                description: Some("cronrun notifications".into()),
-                filter_subjects,
-                deliver_policy: DeliverPolicy::New,
-                ack_policy: AckPolicy::Explicit,
-                // Every rule of an event may take the whole timeout.
-                ack_wait: config.timeout * 4 + Duration::from_secs(30),
-                max_deliver: i64::from(config.attempts) + 1,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
+        .create_consumer(pull::Config {
+            durable_name: Some(NOTIFY_CONSUMER.into()),
+            description: Some("cronrun notifications".into()),
+            filter_subjects,
+            deliver_policy: DeliverPolicy::New,
+            ack_policy: AckPolicy::Explicit,
+            // One delivery at most between progress acks (see `notify`).
+            ack_wait: config.timeout + Duration::from_secs(30),
+            max_deliver: i64::from(config.attempts) + 1,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        })
         .await
         .map_err(|e| Error::nats("opening the notify consumer", e))
 }
 
 impl Notifier {
+    /// Pulls only as many events as there are free slots, so that none waits in a buffer
+    /// while its ack wait runs out (it would be redelivered to another agent meanwhile).
     async fn pull(self: Arc<Self>, consumer: PullConsumer, slots: Arc<Semaphore>, cancel: &CancellationToken) {
-        let mut messages = match consumer.messages().await {
-            Ok(m) => m,
-            Err(e) => return warn!("notifications: pulling events: {e}"),
-        };
         loop {
-            let next = tokio::select! {
+            let first = tokio::select! {
                 _ = cancel.cancelled() => return,
-                next = messages.next() => next,
+                permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return },
             };
-            let msg = match next {
-                Some(Ok(msg)) => msg,
-                Some(Err(e)) => {
-                    debug!("notifications: pulling events: {e}");
-                    continue;
-                }
-                None => return,
+            let mut permits = vec![first];
+            while let Ok(p) = slots.clone().try_acquire_owned() {
+                permits.push(p);
+            }
+            let batch = consumer.batch().max_messages(permits.len()).expires(Duration::from_secs(5)).messages().await;
+            let mut batch = match batch {
+                Ok(batch) => batch,
+                Err(e) => return warn!("notifications: pulling events: {e}"),
             };
-            let Ok(permit) = slots.clone().acquire_owned().await else { return };
-            let notifier = self.clone();
-            tokio::spawn(async move {
-                notifier.handle(msg).await;
-                drop(permit);
-            });
+            loop {
+                let next = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    next = batch.next() => next,
+                };
+                let msg = match next {
+                    Some(Ok(msg)) => msg,
+                    Some(Err(e)) => {
+                        debug!("notifications: pulling events: {e}");
+                        break;
+                    }
+                    None => break,
+                };
+                let Some(permit) = permits.pop() else { break };
+                let notifier = self.clone();
+                tokio::spawn(async move {
+                    notifier.handle(msg).await;
+                    drop(permit);
+                });
+            }
         }
     }
 
@@ -192,7 +208,7 @@ impl Notifier {
                 return;
             }
         };
-        let failed = self.notify(&event, seq, tries).await;
+        let failed = self.notify(&msg, &event, seq, tries).await;
         let ack = match failed {
             Ok(()) => msg.ack().await,
             Err(()) if tries >= self.config.attempts => msg.ack_with(AckKind::Term).await,
@@ -204,7 +220,13 @@ impl Notifier {
     }
 
     /// Delivers what the job's rules ask for about `event`. Err: a delivery failed.
-    async fn notify(&self, event: &Event, seq: u64, tries: u32) -> Result<(), ()> {
+    async fn notify(
+        &self,
+        msg: &async_nats::jetstream::Message,
+        event: &Event,
+        seq: u64,
+        tries: u32,
+    ) -> Result<(), ()> {
         let job = self.catalog.get(&event.job);
         let summary = job.as_ref().and_then(|j| j.summary.as_ref().ok());
         let rules: &[Notify] = match summary.map(|s| s.notify.as_slice()) {
@@ -222,10 +244,11 @@ impl Notifier {
             }
         };
         let record = runs.iter().find(|r| r.run_id == event.run_id);
-        let retries_left = summary.is_some_and(|s| s.retries.allow_after(event.attempt));
+        // A failure's event follows the write that queued its retry, if any (runner and
+        // reaper alike): a later attempt in the record is the one sure sign of it.
         let seen = decide::Seen {
             kind: event.event,
-            retried: record.is_some_and(|r| r.attempt > event.attempt) || retries_left,
+            retried: record.is_some_and(|r| r.attempt > event.attempt),
             streak: decide::streak(&runs, &event.run_id),
         };
         let delivery = format!("{}-{seq}", self.store.names.events_stream());
@@ -233,9 +256,11 @@ impl Notifier {
         for (i, rule) in rules.iter().enumerate() {
             let Some(notice) = decide::notice(rule, seen) else { continue };
             let key = lease_keys::notified(seq, i);
-            if tries > 1 && matches!(self.store.leases.get(&key).await, Ok(Some(_))) {
+            if matches!(self.store.leases.get(&key).await, Ok(Some(_))) {
                 continue;
             }
+            // Each rule may take the whole timeout: the event stays ours meanwhile.
+            let _ = msg.ack_with(AckKind::Progress).await;
             let message = deliver::Message {
                 notice,
                 event,

@@ -86,18 +86,25 @@ pub(super) async fn run_lease_expired(
     record.error = Some(format!("runner {host} stopped renewing the run's lease"));
     record.finished_at = Some(now);
     let revision = store.update_run(&record, stored.revision).await?;
-    let detail = record.error.clone().unwrap_or_default();
-    publish_event(store, &Event::new(job, run_id, EventKind::Lost, record.attempt, now).with_detail(detail)).await;
-    let Some(summary) =
-        catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())))
-    else {
-        return Ok(());
+    let lost = Event::new(job, run_id, EventKind::Lost, record.attempt, now)
+        .with_detail(record.error.clone().unwrap_or_default());
+    let policy = catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())));
+    // The retry is queued before `lost` is published, as a runner does with a failed
+    // attempt: whoever reads the event (the notifier) finds the next attempt recorded.
+    let retrying = match policy {
+        Some((retries, pool)) if retries.allow_after(record.attempt) => {
+            let start_at = retries.retry_at(record.attempt, now);
+            info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
+            let queued = retry(store, &pool, record, revision, start_at, now).await;
+            if queued.is_err() {
+                publish_event(store, &lost).await;
+            }
+            Some(queued?)
+        }
+        _ => None,
     };
-    let (retries, pool) = summary;
-    if retries.allow_after(record.attempt) {
-        let start_at = retries.retry_at(record.attempt, now);
-        info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
-        let retrying = retry(store, &pool, record, revision, start_at, now).await?;
+    publish_event(store, &lost).await;
+    if let Some(retrying) = retrying {
         publish_event(store, &retrying).await;
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! crontab(5) to job specs, line by line, without I/O. What cron does and how it maps:
 //!
 //! - `NAME=value` lines (quotes stripped) set the environment of the entries after them;
-//!   `CRON_TZ` and `TZ` set their time zone, `SHELL` the shell that runs them (as an argv
+//!   `CRON_TZ` sets their time zone (`TZ`, as in cronie, only their environment), `SHELL`
+//!   the shell that runs them (as an argv
 //!   `[SHELL, "-c", CMD]`), `MAILTO` and `MAILFROM` are noted and dropped (cronrun sends
 //!   no mail: use `notify`).
 //! - An entry is five fields (six with the user column of /etc/crontab and cron.d, whose
@@ -56,7 +57,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
         }
         if let Some((name, value)) = setting(line) {
             match name.as_str() {
-                "CRON_TZ" | "TZ" => {
+                "CRON_TZ" => {
                     crate::schedule::parse_timezone(&value).map_err(|e| at(format!("{name}: {e}")))?;
                     timezone = value;
                 }

@@ -29,9 +29,9 @@ pub struct CrontabArgs {
     /// The zone of entries before any CRON_TZ line [default: this host's]
     #[arg(long)]
     pub tz: Option<String>,
-    /// Job names are PREFIX-<line number>
-    #[arg(long, default_value = "crontab")]
-    pub prefix: String,
+    /// Job names are PREFIX-<line number> [default: the file's name]
+    #[arg(long)]
+    pub prefix: Option<String>,
     /// Show what would be imported, write nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -41,9 +41,14 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
     let ImportCommand::Crontab(a) = command;
     let origin = a.file.display().to_string();
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
-    let timezone = a.tz.clone().unwrap_or_else(host_timezone);
-    let options = crontab::Options { prefix: a.prefix.clone(), timezone, system: a.system, user: a.user.clone() };
-    let imported = crontab::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?;
+    let (timezone, zone_note) = match &a.tz {
+        Some(tz) => (tz.clone(), None),
+        None => host_timezone(),
+    };
+    let prefix = a.prefix.clone().unwrap_or_else(|| file_prefix(&a.file));
+    let options = crontab::Options { prefix, timezone, system: a.system, user: a.user.clone() };
+    let mut imported = crontab::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?;
+    imported.notes.extend(zone_note);
     let mut results = Vec::new();
     if !a.dry_run && !imported.jobs.is_empty() {
         let store = ctx.store().await?;
@@ -98,17 +103,32 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
 }
 
 /// This host's zone, as cron reads schedules: `TZ`, else the zone `/etc/localtime` links
-/// to, else UTC.
-fn host_timezone() -> String {
+/// to, else UTC with a note saying so.
+fn host_timezone() -> (String, Option<String>) {
     if let Ok(tz) = std::env::var("TZ") {
         let tz = tz.trim_start_matches(':');
         if crate::schedule::parse_timezone(tz).is_ok() {
-            return tz.to_string();
+            return (tz.to_string(), None);
         }
     }
-    std::fs::read_link("/etc/localtime")
+    let linked = std::fs::read_link("/etc/localtime")
         .ok()
         .and_then(|p| p.to_str().and_then(|s| s.split("zoneinfo/").nth(1)).map(String::from))
-        .filter(|tz| crate::schedule::parse_timezone(tz).is_ok())
-        .unwrap_or_else(|| "UTC".into())
+        .filter(|tz| crate::schedule::parse_timezone(tz).is_ok());
+    match linked {
+        Some(tz) => (tz, None),
+        None => ("UTC".into(), Some("this host's time zone is unknown: entries are read as UTC (pass --tz)".into())),
+    }
+}
+
+/// Job names from the file's name (`/etc/cron.d/backup` gives `backup-<line>`), so that
+/// two files imported do not overwrite each other's jobs.
+fn file_prefix(file: &std::path::Path) -> String {
+    let stem = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let clean: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(64)
+        .collect();
+    if clean.is_empty() { "crontab".into() } else { clean }
 }
