@@ -269,15 +269,7 @@ impl Notifier {
                 dashboard: self.config.dashboard_url.as_deref(),
                 delivery: &delivery,
             };
-            let body = message.body(rule.format);
-            let sent = match rule.secret.as_deref().map(|name| self.config.secrets.get(name).ok_or(name)) {
-                Some(Err(name)) => Err(format!("no secret {name:?} in [notify.secrets] of this agent")),
-                secret => {
-                    let secret = secret.and_then(Result::ok).map(String::as_bytes);
-                    deliver::send(&self.http, &self.store, rule, body, secret, &delivery, self.config.timeout).await
-                }
-            };
-            let (kind, detail) = match sent {
+            let (kind, detail) = match self.deliver(rule, &message).await {
                 Ok(how) => {
                     info!(job = %event.job, run = %event.run_id, "notified {}: {how}", notice.as_str());
                     let day = Some(Duration::from_secs(86_400));
@@ -296,14 +288,23 @@ impl Notifier {
                     (EventKind::NotifyFailed, format!("{}: {why} ({next})", notice.as_str()))
                 }
             };
-            let now = self.clock.now();
-            publish_event(
-                &self.store,
-                &Event::new(&event.job, &event.run_id, kind, event.attempt, now).with_detail(detail),
-            )
-            .await;
+            let told = Event::new(&event.job, &event.run_id, kind, event.attempt, self.clock.now());
+            publish_event(&self.store, &told.with_detail(detail)).await;
         }
         result
+    }
+
+    /// Sends `message` where `rule` says, signed with the rule's secret.
+    async fn deliver(&self, rule: &Notify, message: &deliver::Message<'_>) -> Result<String, String> {
+        let secret = match rule.secret.as_deref() {
+            Some(name) => match self.config.secrets.get(name) {
+                Some(secret) => Some(secret.as_bytes()),
+                None => return Err(format!("no secret {name:?} in [notify.secrets] of this agent")),
+            },
+            None => None,
+        };
+        let body = message.body(rule.format);
+        deliver::send(&self.http, &self.store, rule, body, secret, message.delivery, self.config.timeout).await
     }
 }
 
