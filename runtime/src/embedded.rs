@@ -68,7 +68,12 @@ impl EmbeddedNats {
         );
         let config_path = data_dir.join("nats-server.conf");
         std::fs::write(&config_path, config).map_err(|e| io("writing nats-server.conf", e))?;
-        let log = std::fs::File::create(data_dir.join("nats-server.log")).map_err(|e| io("creating server log", e))?;
+        // Appended to: a restart keeps what the server said before.
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("nats-server.log"))
+            .map_err(|e| io("opening the server log", e))?;
         let child = Command::new(&binary)
             .arg("-c")
             .arg(&config_path)
@@ -117,6 +122,11 @@ impl EmbeddedNats {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would; its store stays for a restart.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
     }
 
     /// Stops the server gracefully (SIGTERM), then waits for it (KILL after 10 s).

@@ -39,6 +39,12 @@ pub const ALIVE_ARG: &str = "--alive";
 /// stays as it is, so that it can end the job's tree.
 pub const AS_ARG: &str = "--as";
 
+/// `--protocol`: prints `PROTOCOL` and exits, so that a runner can tell a
+/// `cronrun-supervise` left from another build (its arguments may differ) from its own.
+pub const PROTOCOL_ARG: &str = "--protocol";
+/// What this build's supervisor answers to `--protocol`. Change it with the arguments.
+pub const PROTOCOL: &str = "cronrun-supervise 1: --alive FILE MS, --as UID:GID, shell CMD | exec PROG ARGS";
+
 /// How often the parent is checked.
 const PARENT_CHECK: Duration = Duration::from_millis(200);
 
@@ -48,6 +54,10 @@ const NOT_RELEASED: u8 = 125;
 /// Supervises the run `args` describe (the flags and command after the binary name, or
 /// after `__supervise`).
 pub fn main(args: &[String]) -> ExitCode {
+    if args == [PROTOCOL_ARG] {
+        println!("{PROTOCOL}");
+        return ExitCode::SUCCESS;
+    }
     let parent = getppid();
     // Everything that can be set up before the release is, so that the release is
     // followed by nothing but starting the job.

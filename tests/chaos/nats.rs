@@ -2,8 +2,17 @@
 
 use super::*;
 
+/// A node of a 3-node cluster killed at a random moment under every-second load, in three
+/// trials on fresh clusters (an earlier version lost 7-14 % of fires and ran some twice
+/// per kill). No fire runs twice; one that did not run has a record saying why.
 #[tokio::test(flavor = "multi_thread")]
-async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
+async fn killing_a_nats_node_under_load_doubles_no_run_and_loses_none_silently() {
+    for trial in 0..3 {
+        kill_a_node_under_load(trial).await;
+    }
+}
+
+async fn kill_a_node_under_load(trial: usize) {
     let mut cluster = Cluster::start(3).await;
     // The layout, with three replicas, exists before any agent starts.
     let store = cluster.store().await;
@@ -25,7 +34,7 @@ async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
     let killed_at = Utc::now();
     let victim = rand::random::<u64>() as usize % 3;
     cluster.kill(victim);
-    println!("killed NATS node n{victim} at {killed_at}");
+    println!("trial {trial}: killed NATS node n{victim} at {killed_at}");
     // The store's client reconnects to a live node as the agents' do.
     let from = ceil_second(killed_at) - chrono::Duration::seconds(2);
     // Never twice, and never silently: a fire that did not run has a record saying so.
@@ -50,7 +59,10 @@ async fn killing_a_nats_node_under_load_loses_and_doubles_no_run() {
             not_run.push(format!("{name} {at}: {status:?}"));
         }
     }
-    println!("{} jobs x 12 fires: none ran twice; not run, each with its record: {not_run:?}", names.len());
+    println!(
+        "trial {trial}: {} jobs x 12 fires: none ran twice; not run, each with its record: {not_run:?}",
+        names.len()
+    );
     for agent in &agents {
         assert!(agent.log().contains("job catalog loaded"));
     }

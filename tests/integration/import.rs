@@ -1,6 +1,7 @@
-//! `cronrun import crontab`: each line mapped or said why not, nothing written on a dry
-//! run or a bad line, settings applied to what follows, `%` as standard input, and the
-//! imported jobs firing at the instants cronsim gives for the same lines.
+//! `cronrun import`: each entry mapped or said why not, nothing written on a dry run or a
+//! bad entry. crontab: settings applied to what follows, `%` as standard input, the jobs
+//! firing at the instants cronsim gives for the same lines; a Kubernetes CronJob's command
+//! run with its env; Cronken's schedules read as APScheduler read them, and run.
 
 use std::time::Duration;
 
@@ -90,4 +91,103 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
             .collect();
         assert_eq!(ours, theirs, "{expr} in {tz}");
     }
+}
+
+const CRON_JOBS: &str = r#"
+apiVersion: batch/v1
+kind: CronJob
+metadata: { name: report, namespace: prod }
+spec:
+  schedule: "0 6 * * *"
+  timeZone: Europe/Berlin
+  concurrencyPolicy: Forbid
+  jobTemplate:
+    spec:
+      backoffLimit: 1
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: report
+              image: alpine:3
+              command: ["sh", "-c", "echo $GREETING from k8s"]
+              env: [{ name: GREETING, value: hello }]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: web }
+"#;
+
+/// `import k8s-cronjob`: a dry run and a bad file write nothing; the job written runs the
+/// container's command with its env, as the CronJob did.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let file = nats.dir.path().join("cronjobs.yaml");
+    std::fs::write(&file, CRON_JOBS).unwrap();
+    let file = file.to_str().unwrap();
+
+    let dry = nats.ok(&["import", "k8s-cronjob", file, "--dry-run"]);
+    for expected in [
+        "CronJob report: report `0 6 * * *` (Europe/Berlin): sh -c echo $GREETING from k8s",
+        "Deployment web: not imported: not a CronJob",
+        "CronJob report: the command runs on the runner's host, not in image alpine:3",
+        "dry run: 1 job(s) would be imported, nothing written",
+    ] {
+        assert!(dry.contains(expected), "{expected:?} missing from:\n{dry}");
+    }
+    nats.fails(&["get", "report"]);
+
+    let bad = nats.dir.path().join("bad.yaml");
+    std::fs::write(&bad, CRON_JOBS.replace("Forbid", "Sometimes")).unwrap();
+    let err = nats.fails(&["import", "k8s-cronjob", bad.to_str().unwrap()]);
+    assert!(err.contains("bad.yaml: document 1: CronJob report: concurrencyPolicy \"Sometimes\""), "{err}");
+    nats.fails(&["get", "report"]);
+
+    assert!(nats.ok(&["import", "k8s-cronjob", file]).contains("imported 1 job(s)"));
+    let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "report", "--output", "json"])).unwrap();
+    let spec = &got["spec"];
+    assert_eq!((spec["overlap"].as_str(), spec["retries"]["max"].as_u64()), (Some("skip"), Some(1)));
+    let key = nats.trigger("report");
+    let (job, run) = cronrun::record::parse_run_key(&key).unwrap();
+    let store = nats.store().await;
+    let record = eventually(Duration::from_secs(20), "the imported job's run", || async {
+        store.get_run(job, run).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!(record.output, ["hello from k8s"], "{record:?}");
+}
+
+/// `import cronken`: schedules mean what they meant under APScheduler (said in a note),
+/// and an imported every-second job runs once per second as its own file records.
+#[tokio::test(flavor = "multi_thread")]
+async fn cronken_jobs_are_imported_and_fire_as_cronken_fired_them() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path();
+    let definitions = serde_json::json!({
+        "ticker": { "cron_args": { "second": "*" },
+                    "job_args": { "cmd": format!("echo $CRONRUN_SCHEDULED_AT >> {}/ticker.fires", dir.display()),
+                                  "lock": true, "ttl": 10 } },
+        "weekdays": { "cron_args": { "cronstring": "0 9 * * 1-5" },
+                      "job_args": { "cmd": "true", "lock": "reports", "ttl": 10 },
+                      "job_state": { "paused": true } },
+    });
+    let file = dir.join("jobs.json");
+    std::fs::write(&file, definitions.to_string()).unwrap();
+    let out = nats.ok(&["import", "cronken", file.to_str().unwrap(), "--tz", "UTC"]);
+    for expected in [
+        "job weekdays: weekdays `0 9 * * tue,wed,thu,fri,sat` (UTC)",
+        "counts from Monday in Cronken",
+        "imported 2 job(s)",
+    ] {
+        assert!(out.contains(expected), "{expected:?} missing from:\n{out}");
+    }
+    let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "weekdays", "--output", "json"])).unwrap();
+    assert_eq!((got["spec"]["lock"].as_str(), got["spec"]["paused"].as_bool()), (Some("reports"), Some(true)));
+    let from = ceil_second(chrono::Utc::now()) + chrono::Duration::seconds(2);
+    assert_jobs_ran_each_second_once(&["ticker".to_string()], dir, from, 4).await;
 }

@@ -158,7 +158,8 @@ async fn bad_rules_are_refused_at_apply_with_one_line_and_nothing_written() {
     let cases = [
         ("on = [\"failed\"], webhook = \"ftp://x/y\"", "notify[0].webhook"),
         ("on = [\"failed\"], subject = \"ops.>\"", "notify[0].subject"),
-        ("on = [\"late\"], webhook = \"https://x\"", "not supported yet"),
+        ("on = [\"late\"], webhook = \"https://x\"", "notify[0].late: on = [\"late\"] needs late = "),
+        ("on = [\"late\"], late = \"99999h\", webhook = \"https://x\"", "late must be 1s to 24h"),
         ("on = [\"failed\"], webhook = \"https://x\", after = 50", "at most history.failed"),
         ("on = [\"failed\"]", "exactly one of webhook and subject"),
     ];
@@ -211,4 +212,48 @@ async fn a_lost_run_that_is_retried_is_not_told_as_lost_and_its_retry_is() {
     let mut sorted = notices.clone();
     sorted.sort();
     assert_eq!(sorted, ["retrying", "succeeded"], "attempt 1 lost and retried is no final loss: {notices:?}");
+}
+
+/// `late`: a fire whose run has not succeeded `late` after its instant is told once, with
+/// the run's status then; a fire that succeeded in time is not told. Two agents share the
+/// check, as every notice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let agents = [nats.agent_with_tables("a1", &notify_tables()), nats.agent_with_tables("a2", &notify_tables())];
+    for agent in &agents {
+        ready(agent).await;
+    }
+    let rule =
+        |path: &str| format!("notify = [{{ on = [\"late\"], late = \"1s\", webhook = \"{}\" }}]", receiver.url(path));
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\nshell = \"sleep 4\"\n{}\n\
+             [[job]]\nname = \"quick\"\nschedule = \"*/10 * * * * *\"\nshell = \"true\"\n{}\n",
+            rule("/slow"),
+            rule("/quick")
+        ),
+    );
+    let store = nats.store().await;
+    let told = eventually(Duration::from_secs(30), "a late notice", || async {
+        let received = receiver.received();
+        (!received.is_empty()).then_some(received)
+    })
+    .await;
+    let body = told[0].json();
+    assert_eq!((body["job"].as_str(), body["notice"].as_str()), (Some("slow"), Some("late")), "{body}");
+    assert_eq!(body["status"], "running", "{body}");
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    // The slow run ends and quick's fire of the same instant is long past its deadline:
+    // nothing more about that instant, for either job.
+    let slow = finished(&store, "slow", &run_id).await;
+    assert_eq!(slow.status, cronrun::record::Status::Succeeded);
+    assert_eq!(finished(&store, "quick", &run_id).await.status, cronrun::record::Status::Succeeded);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let about_it: Vec<_> = receiver.received().into_iter().filter(|r| r.json()["run_id"] == run_id.as_str()).collect();
+    assert_eq!(about_it.len(), 1, "{about_it:#?}");
+    assert!(receiver.received().iter().all(|r| r.path == "/slow"), "quick was told late");
+    assert!(!events(&store, "slow", "notified").await.is_empty());
 }

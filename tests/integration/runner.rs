@@ -373,3 +373,29 @@ shell = "{}  sleep 600"
         .await;
     }
 }
+
+/// A `cronrun-supervise` from another build left beside `cronrun` (an upgrade that missed
+/// it) is asked its protocol, not used: the agent says so, and shell jobs run through
+/// `cronrun __supervise` as well as ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_from_another_build_is_not_used_and_jobs_still_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let nats = Nats::start().await;
+    let install = nats.dir.path().join("install");
+    std::fs::create_dir_all(&install).unwrap();
+    let cronrun = install.join("cronrun");
+    std::fs::copy(BIN, &cronrun).unwrap();
+    // Answers any protocol question wrongly; leaves a mark when asked to supervise a run.
+    let stale = install.join("cronrun-supervise");
+    let script = "#!/bin/sh\nif [ \"$1\" != --protocol ]; then touch \"$0.used\"; fi\necho 'cronrun-supervise 0'\n";
+    std::fs::write(&stale, script).unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = nats.agent_from(&cronrun, "a");
+    ready(&agent).await;
+    nats.ok(&["add", "hi", "--schedule", "@yearly", "--", "echo", "still runs"]);
+    let record = run_status(&nats, &nats.trigger("hi")).await;
+    assert_eq!((record.status, record.output.as_slice()), (Status::Succeeded, &["still runs".to_string()][..]));
+    assert!(!install.join("cronrun-supervise.used").exists(), "the stale supervisor ran a job");
+    let log = agent.log();
+    assert!(log.contains("is from another build") && log.contains("cronrun-supervise 0"), "{log}");
+}

@@ -59,7 +59,14 @@ impl Nats {
     pub fn agent_with_env(&self, name: &str, toml: &str, env: &[(&str, &str)]) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, toml).unwrap();
-        Agent::spawn(&self.url, &config, self.dir.path(), name, env)
+        Agent::spawn(Path::new(BIN), &self.url, &config, self.dir.path(), name, env)
+    }
+
+    /// A test-timed agent run from `binary` instead of the built one (a copy elsewhere).
+    pub fn agent_from(&self, binary: &Path, name: &str) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, test_config(name)).unwrap();
+        Agent::spawn(binary, &self.url, &config, self.dir.path(), name, &[])
     }
 
     /// As `agent`, with the runner heartbeat given (its runs' leases live three of them).
@@ -74,7 +81,7 @@ impl Cluster {
     pub fn agent(&self, name: &str, top_level: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, format!("{top_level}\n{}", test_config_with_heartbeat(name, "3s"))).unwrap();
-        Agent::spawn(&self.urls(), &config, self.dir.path(), name, &[])
+        Agent::spawn(Path::new(BIN), &self.urls(), &config, self.dir.path(), name, &[])
     }
 }
 
@@ -103,14 +110,14 @@ pub struct Agent {
 
 impl Agent {
     /// Connects as the identity of its roles: `scheduler`, `runner`, or `agent` for both.
-    fn spawn(url: &str, config: &Path, dir: &Path, name: &str, env: &[(&str, &str)]) -> Agent {
+    fn spawn(binary: &Path, url: &str, config: &Path, dir: &Path, name: &str, env: &[(&str, &str)]) -> Agent {
         let log = dir.join(format!("{name}.log"));
         let toml = std::fs::read_to_string(config).unwrap();
         let who = ["scheduler", "runner"]
             .into_iter()
             .find(|role| toml.contains(&format!("roles = [\"{role}\"]")))
             .unwrap_or("agent");
-        let child = Command::new(BIN)
+        let child = Command::new(binary)
             .args(["agent", "--config"])
             .arg(config)
             .env("CRONRUN_NATS", url)

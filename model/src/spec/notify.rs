@@ -8,7 +8,11 @@
 //! - `failed`, `timed_out`, `lost`: the run ended so, with no attempt left (an attempt
 //!   followed by a retry is `retrying`, which a rule may ask for too);
 //! - `recovered`: a run succeeded after failures in a row that the rule reported;
+//! - `late`: a fire (scheduled or caught up) whose run has not succeeded `late` after the
+//!   fire instant: told once, whatever the run does later;
 //! - any other event kind of `CRONRUN_EVENTS` that ends or skips a run: as published.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +21,9 @@ use crate::event::EventKind;
 
 /// The most failures in a row a rule may wait for: the streak is counted on kept records.
 pub const MAX_AFTER: u32 = 1000;
+/// The longest `late`: the check rides on the fire's `dispatched` event, which the events
+/// stream must still hold then.
+pub const MAX_LATE: Duration = Duration::from_secs(24 * 3600);
 
 /// One notification rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +48,9 @@ pub struct Notify {
     /// one from there). Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub after: u32,
+    /// With `on = ["late", ...]`: how long after its fire a run must have succeeded.
+    #[serde(default, with = "crate::spec::codec::opt_duration", skip_serializing_if = "Option::is_none")]
+    pub late: Option<Duration>,
 }
 
 fn one() -> u32 {
@@ -64,6 +74,7 @@ pub enum NotifyFormat {
 pub enum Notice {
     Event(EventKind),
     Recovered,
+    Late,
 }
 
 /// Event kinds a rule may name: those that end, skip or retry a run.
@@ -80,8 +91,10 @@ const REPORTABLE: [EventKind; 8] = [
 
 impl Notice {
     pub fn parse(s: &str) -> Option<Notice> {
-        if s == "recovered" {
-            return Some(Notice::Recovered);
+        match s {
+            "recovered" => return Some(Notice::Recovered),
+            "late" => return Some(Notice::Late),
+            _ => {}
         }
         REPORTABLE.into_iter().find(|k| k.as_str() == s).map(Notice::Event)
     }
@@ -90,6 +103,7 @@ impl Notice {
         match self {
             Notice::Event(kind) => kind.as_str(),
             Notice::Recovered => "recovered",
+            Notice::Late => "late",
         }
     }
 
@@ -99,9 +113,10 @@ impl Notice {
     }
 }
 
-/// The event kinds some rule could need to see: what the notifier's consumer reads.
-pub fn reportable_kinds() -> [EventKind; 8] {
-    REPORTABLE
+/// The event kinds some rule could need to see: what the notifier's consumer reads (a
+/// fire's `dispatched` starts its `late` check).
+pub fn watched_kinds() -> impl Iterator<Item = EventKind> {
+    REPORTABLE.into_iter().chain([EventKind::Dispatched])
 }
 
 impl Notify {
@@ -119,11 +134,8 @@ impl Notify {
             return invalid("on", "name at least one event, e.g. on = [\"failed\"]".into());
         }
         for name in &self.on {
-            if name == "late" {
-                return invalid("on", "\"late\" is not supported yet: use a starting_deadline and \"missed\"".into());
-            }
             if Notice::parse(name).is_none() {
-                let known: Vec<&str> = REPORTABLE.iter().map(|k| k.as_str()).chain(["recovered"]).collect();
+                let known: Vec<&str> = REPORTABLE.iter().map(|k| k.as_str()).chain(["recovered", "late"]).collect();
                 return invalid("on", format!("{name:?} is not an event to notify; one of {}", known.join(", ")));
             }
         }
@@ -156,6 +168,14 @@ impl Notify {
         if !(1..=MAX_AFTER).contains(&self.after) {
             return invalid("after", format!("after = {} must be 1 to {MAX_AFTER}", self.after));
         }
+        match (self.notices().any(|n| n == Notice::Late), self.late) {
+            (true, None) => return invalid("late", "on = [\"late\"] needs late = \"DURATION\", e.g. \"15m\"".into()),
+            (false, Some(_)) => return invalid("late", "late is for on = [\"late\"]: add \"late\" to on".into()),
+            (true, Some(d)) if d < Duration::from_secs(1) || d > MAX_LATE => {
+                return invalid("late", "late must be 1s to 24h".into());
+            }
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -175,7 +195,11 @@ mod tests {
             ("on = [\"failed\", \"recovered\"]\nwebhook = \"https://hooks.example/x\"", Ok(())),
             ("on = [\"lost\"]\nsubject = \"ops.alerts\"\nafter = 3\nformat = \"slack\"", Ok(())),
             ("on = []\nwebhook = \"https://h\"", Err("notify[0].on")),
-            ("on = [\"late\"]\nwebhook = \"https://h\"", Err("not supported yet")),
+            ("on = [\"late\"]\nwebhook = \"https://h\"\nlate = \"15m\"", Ok(())),
+            ("on = [\"late\"]\nwebhook = \"https://h\"", Err("needs late = ")),
+            ("on = [\"failed\"]\nwebhook = \"https://h\"\nlate = \"1m\"", Err("add \"late\" to on")),
+            ("on = [\"late\"]\nwebhook = \"https://h\"\nlate = \"2d\"", Err("notify[0].late")),
+            ("on = [\"late\"]\nwebhook = \"https://h\"\nlate = \"5000000000y\"", Err("late")),
             ("on = [\"started\"]\nwebhook = \"https://h\"", Err("is not an event to notify")),
             ("on = [\"failed\"]", Err("exactly one of webhook and subject")),
             ("on = [\"failed\"]\nwebhook = \"https://h\"\nsubject = \"s\"", Err("exactly one")),

@@ -1,5 +1,10 @@
 //! Whether a rule reports an event: pure, from the event, whether a later attempt of the
-//! run exists, and the job's failures in a row as its kept records show them.
+//! run exists, and the job's failures in a row as its kept records show them; and whether
+//! a fire is late, from its instant, the clock and its run's status.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::model::event::EventKind;
 use crate::record::{RunRecord, Status};
@@ -27,6 +32,34 @@ pub fn notice(rule: &Notify, seen: Seen) -> Option<Notice> {
             Some(Notice::Recovered)
         }
         kind => wants(Notice::Event(kind)).then_some(Notice::Event(kind)),
+    }
+}
+
+/// Whether `rule` could report an event of `kind` at all: if none could, the job's runs
+/// need not be read.
+pub fn may_notice(rule: &Notify, kind: EventKind) -> bool {
+    rule.notices().any(|n| n == Notice::Event(kind) || (n == Notice::Recovered && kind == EventKind::Succeeded))
+}
+
+/// Where a fire's `late` check stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateCheck {
+    /// Look again after this long.
+    Wait(Duration),
+    /// Not succeeded `late` after the fire: tell.
+    Late,
+    /// Succeeded in time, or its record is pruned already (it finished: nothing to tell).
+    Settled,
+}
+
+/// The check of a fire at `fire` against `late`, at `now`, its run's status being `status`
+/// (None: its record is gone).
+pub fn late(late: Duration, fire: DateTime<Utc>, now: DateTime<Utc>, status: Option<Status>) -> LateCheck {
+    let due = fire + chrono::Duration::from_std(late).unwrap_or(chrono::Duration::MAX);
+    match (due - now).to_std() {
+        Ok(wait) if !wait.is_zero() => LateCheck::Wait(wait),
+        _ if matches!(status, Some(Status::Succeeded) | None) => LateCheck::Settled,
+        _ => LateCheck::Late,
     }
 }
 
@@ -63,6 +96,7 @@ mod tests {
             format: Default::default(),
             secret: None,
             after,
+            late: None,
         }
     }
 
@@ -92,6 +126,34 @@ mod tests {
         ];
         for (on, after, seen, expected) in cases {
             assert_eq!(notice(&rule(on, after), seen), expected, "{on:?} after {after}, {seen:?}");
+            if expected.is_some() {
+                assert!(may_notice(&rule(on, after), seen.kind), "{on:?} may notice {seen:?}");
+            }
+        }
+        assert!(!may_notice(&rule(&["late", "failed"], 1), Succeeded));
+        assert!(may_notice(&rule(&["recovered"], 1), Succeeded));
+    }
+
+    #[test]
+    fn a_fire_is_late_when_not_succeeded_at_its_deadline() {
+        let fire = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let at = |secs: i64| fire + TimeDelta::seconds(secs);
+        let minute = Duration::from_secs(60);
+        // (now, status, check)
+        let cases = [
+            (at(0), Some(Status::Queued), LateCheck::Wait(minute)),
+            (at(45), Some(Status::Running), LateCheck::Wait(Duration::from_secs(15))),
+            (at(45), Some(Status::Succeeded), LateCheck::Wait(Duration::from_secs(15))),
+            (at(60), Some(Status::Running), LateCheck::Late),
+            (at(61), Some(Status::Queued), LateCheck::Late),
+            (at(61), Some(Status::Failed), LateCheck::Late),
+            (at(3600), Some(Status::Lost), LateCheck::Late),
+            (at(60), Some(Status::Succeeded), LateCheck::Settled),
+            (at(90), None, LateCheck::Settled),
+            (at(-5), Some(Status::Queued), LateCheck::Wait(Duration::from_secs(65))),
+        ];
+        for (now, status, expected) in cases {
+            assert_eq!(late(minute, fire, now, status), expected, "{now} {status:?}");
         }
     }
 

@@ -67,6 +67,10 @@ impl Message<'_> {
         let e = self.event;
         let mut text = match self.notice {
             Notice::Recovered => format!("cronrun: job {} recovered (run {})", e.job, e.run_id),
+            Notice::Late => {
+                let status = self.record.map_or("unknown", |r| r.status.as_str());
+                format!("cronrun: job {} late: run {} has not succeeded (it is {status})", e.job, e.run_id)
+            }
             _ => format!("cronrun: job {} {} (run {}, attempt {})", e.job, self.notice.as_str(), e.run_id, e.attempt),
         };
         if self.streak > 1 && self.notice != Notice::Recovered {

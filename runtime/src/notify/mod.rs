@@ -1,11 +1,16 @@
 //! Notifications (rules: `spec::notify`). Agents with the scheduler role share one durable
-//! consumer, `notify`, of the events stream, reading only the kinds a rule may name: each
-//! event is looked at by one agent, whichever are up. For each, the job's rules (its
-//! spec's `notify`, else `[notify] default`) decide from the run's kept records
+//! consumer, `notify`, of the events stream, reading only the kinds a rule may name and
+//! `dispatched`: each event is looked at by one agent, whichever are up. For each, the
+//! job's rules (its spec's `notify`, else `[notify] default`) decide from the run's kept records
 //! (`decide.rs`); each notice is delivered (`deliver.rs`), and the event acked once all
 //! are. A failed delivery is tried again with backoff (1 s doubling to 5 min) up to
 //! `[notify] attempts` times; every outcome is published as a `notified` or
 //! `notify_failed` event of the job (`cronrun notifications` lists them).
+//!
+//! `late`: a fire's `dispatched` event, for a job with a `late` rule, is handed back with a
+//! delay until the fire's deadline (a nak with that delay: no timer of ours to lose), then
+//! the run's record decides (`decide::late`). Such checks in wait count against the
+//! consumer's 10,000 pending events: at most the late-ruled fires within `late`.
 //!
 //! Once per event and rule: a rule that delivered writes `notified.<seq>.<rule>` (a day's
 //! TTL), and a redelivery skips it. Events are pulled only into free slots and progress-
@@ -35,7 +40,8 @@ use crate::events::publish_event;
 use crate::model::event::{Event, EventKind};
 use crate::model::roles::NOTIFY_CONSUMER;
 use crate::names::lease_keys;
-use crate::spec::notify::{Notify, reportable_kinds};
+use crate::record::{RunRecord, Trigger};
+use crate::spec::notify::{Notice, Notify, watched_kinds};
 use crate::store::Store;
 pub use deliver::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
 
@@ -138,7 +144,7 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
 async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, Error> {
     let events = store.names.events_stream();
     let stream = store.js.get_stream(&events).await.map_err(|e| Error::nats("opening the events stream", e))?;
-    let filter_subjects = reportable_kinds().iter().map(|k| store.names.event_subject("*", k.as_str())).collect();
+    let filter_subjects = watched_kinds().map(|k| store.names.event_subject("*", k.as_str())).collect();
     stream
         .create_consumer(pull::Config {
             durable_name: Some(NOTIFY_CONSUMER.into()),
@@ -208,9 +214,13 @@ impl Notifier {
                 return;
             }
         };
-        let failed = self.notify(&msg, &event, seq, tries).await;
-        let ack = match failed {
-            Ok(()) => msg.ack().await,
+        let handled = match event.event {
+            EventKind::Dispatched => self.check_late(&msg, &event, seq, tries).await,
+            _ => self.notify(&msg, &event, seq, tries).await.map(|()| None),
+        };
+        let ack = match handled {
+            Ok(None) => msg.ack().await,
+            Ok(Some(wait)) => msg.ack_with(AckKind::Nak(Some(wait))).await,
             Err(()) if tries >= self.config.attempts => msg.ack_with(AckKind::Term).await,
             Err(()) => msg.ack_with(AckKind::Nak(Some(backoff(tries)))).await,
         };
@@ -227,13 +237,8 @@ impl Notifier {
         seq: u64,
         tries: u32,
     ) -> Result<(), ()> {
-        let job = self.catalog.get(&event.job);
-        let summary = job.as_ref().and_then(|j| j.summary.as_ref().ok());
-        let rules: &[Notify] = match summary.map(|s| s.notify.as_slice()) {
-            Some(rules) if !rules.is_empty() => rules,
-            _ => &self.config.default,
-        };
-        if rules.is_empty() {
+        let rules = self.rules(&event.job);
+        if !rules.iter().any(|rule| decide::may_notice(rule, event.event)) {
             return Ok(());
         }
         let runs = match self.store.list_runs(&event.job).await {
@@ -251,46 +256,115 @@ impl Notifier {
             retried: record.is_some_and(|r| r.attempt > event.attempt),
             streak: decide::streak(&runs, &event.run_id),
         };
-        let delivery = format!("{}-{seq}", self.store.names.events_stream());
         let mut result = Ok(());
         for (i, rule) in rules.iter().enumerate() {
             let Some(notice) = decide::notice(rule, seen) else { continue };
-            let key = lease_keys::notified(seq, i);
-            if matches!(self.store.leases.get(&key).await, Ok(Some(_))) {
-                continue;
-            }
-            // Each rule may take the whole timeout: the event stays ours meanwhile.
-            let _ = msg.ack_with(AckKind::Progress).await;
-            let message = deliver::Message {
-                notice,
-                event,
-                record,
-                streak: seen.streak,
-                dashboard: self.config.dashboard_url.as_deref(),
-                delivery: &delivery,
-            };
-            let (kind, detail) = match self.deliver(rule, &message).await {
-                Ok(how) => {
-                    info!(job = %event.job, run = %event.run_id, "notified {}: {how}", notice.as_str());
-                    let day = Some(Duration::from_secs(86_400));
-                    if let Err(e) = self.store.leases.create(&key, bytes::Bytes::from_static(b"1"), day).await {
-                        debug!("notifications: marking {key}: {e}");
-                    }
-                    (EventKind::Notified, format!("{}: {how}", notice.as_str()))
-                }
-                Err(why) => {
-                    result = Err(());
-                    let next = match tries >= self.config.attempts {
-                        true => "given up".to_string(),
-                        false => format!("try {tries} of {}, next in {:?}", self.config.attempts, backoff(tries)),
-                    };
-                    warn!(job = %event.job, run = %event.run_id, "notice {} not delivered: {why} ({next})", notice.as_str());
-                    (EventKind::NotifyFailed, format!("{}: {why} ({next})", notice.as_str()))
-                }
-            };
-            let told = Event::new(&event.job, &event.run_id, kind, event.attempt, self.clock.now());
-            publish_event(&self.store, &told.with_detail(detail)).await;
+            let told = self.tell(msg, event, seq, tries, (i, rule), notice, record, seen.streak).await;
+            result = result.and(told);
         }
+        result
+    }
+
+    /// A fire's `late` check (see the module docs): Ok(Some(wait)) to look again then.
+    async fn check_late(
+        &self,
+        msg: &async_nats::jetstream::Message,
+        event: &Event,
+        seq: u64,
+        tries: u32,
+    ) -> Result<Option<Duration>, ()> {
+        let rules = self.rules(&event.job);
+        let late: Vec<(usize, &Notify, Duration)> =
+            rules.iter().enumerate().filter_map(|(i, rule)| rule.late.map(|d| (i, rule, d))).collect();
+        // One check per fire: its first attempt's dispatch.
+        if late.is_empty() || event.attempt != 1 {
+            return Ok(None);
+        }
+        let record = match self.store.get_run(&event.job, &event.run_id).await {
+            Ok(stored) => stored.record,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => {
+                warn!(job = %event.job, "notifications: reading run {}: {e}", event.run_id);
+                return Err(());
+            }
+        };
+        let Some(fire) = record.scheduled_at.filter(|_| matches!(record.trigger, Trigger::Schedule | Trigger::Catchup))
+        else {
+            return Ok(None);
+        };
+        let now = self.clock.now();
+        let (mut wait, mut result) = (None::<Duration>, Ok(()));
+        for (i, rule, after) in late {
+            match decide::late(after, fire, now, Some(record.status)) {
+                decide::LateCheck::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
+                decide::LateCheck::Settled => {}
+                decide::LateCheck::Late => {
+                    let told = self.tell(msg, event, seq, tries, (i, rule), Notice::Late, Some(&record), 0).await;
+                    result = result.and(told);
+                }
+            }
+        }
+        result.map(|()| wait)
+    }
+
+    /// The job's rules: its spec's `notify`, else `[notify] default`.
+    fn rules(&self, job: &str) -> Vec<Notify> {
+        let job = self.catalog.get(job);
+        match job.as_ref().and_then(|j| j.summary.as_ref().ok()).map(|s| s.notify.clone()) {
+            Some(rules) if !rules.is_empty() => rules,
+            _ => self.config.default.clone(),
+        }
+    }
+
+    /// Delivers `notice` by rule number `i` unless it delivered already for this event
+    /// (`notified.<seq>.<i>`), and publishes how it went. Err: the delivery failed.
+    #[allow(clippy::too_many_arguments)]
+    async fn tell(
+        &self,
+        msg: &async_nats::jetstream::Message,
+        event: &Event,
+        seq: u64,
+        tries: u32,
+        (i, rule): (usize, &Notify),
+        notice: Notice,
+        record: Option<&RunRecord>,
+        streak: u32,
+    ) -> Result<(), ()> {
+        let key = lease_keys::notified(seq, i);
+        if matches!(self.store.leases.get(&key).await, Ok(Some(_))) {
+            return Ok(());
+        }
+        // Each rule may take the whole timeout: the event stays ours meanwhile.
+        let _ = msg.ack_with(AckKind::Progress).await;
+        let delivery = format!("{}-{seq}", self.store.names.events_stream());
+        let message = deliver::Message {
+            notice,
+            event,
+            record,
+            streak,
+            dashboard: self.config.dashboard_url.as_deref(),
+            delivery: &delivery,
+        };
+        let (kind, detail, result) = match self.deliver(rule, &message).await {
+            Ok(how) => {
+                info!(job = %event.job, run = %event.run_id, "notified {}: {how}", notice.as_str());
+                let day = Some(Duration::from_secs(86_400));
+                if let Err(e) = self.store.leases.create(&key, bytes::Bytes::from_static(b"1"), day).await {
+                    debug!("notifications: marking {key}: {e}");
+                }
+                (EventKind::Notified, format!("{}: {how}", notice.as_str()), Ok(()))
+            }
+            Err(why) => {
+                let next = match tries >= self.config.attempts {
+                    true => "given up".to_string(),
+                    false => format!("try {tries} of {}, next in {:?}", self.config.attempts, backoff(tries)),
+                };
+                warn!(job = %event.job, run = %event.run_id, "notice {} not delivered: {why} ({next})", notice.as_str());
+                (EventKind::NotifyFailed, format!("{}: {why} ({next})", notice.as_str()), Err(()))
+            }
+        };
+        let told = Event::new(&event.job, &event.run_id, kind, event.attempt, self.clock.now());
+        publish_event(&self.store, &told.with_detail(detail)).await;
         result
     }
 

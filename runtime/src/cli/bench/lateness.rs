@@ -1,95 +1,195 @@
-//! Fire-to-start lateness of N jobs that all fire every second.
+//! Lateness as users feel it: N every-second jobs on agents running as separate
+//! processes, added with the CLI, each job reporting its own clock; beside it the anchor,
+//! measured in the same run.
 
-use std::time::Duration;
+use std::path::PathBuf;
 
-use anyhow::{Result, bail};
-use chrono::Utc;
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
+use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 
-use super::{every_second_job, open, percentile, run_plugin, store_plugin};
+use super::anchor::{self, sleep_until};
+use super::deployment::Deployment;
+use super::percentile;
 use crate::cli::Ctx;
+use crate::record::Status;
+use crate::store::Store;
 
-/// An agent with production settings runs N every-second jobs; lateness is
-/// `started_at - scheduled_at` over a window after a warm-up. The second figure is when
-/// the job's own code ran: a shell job prints the time, a Wasm job has ended by
-/// `finished_at`.
-pub(super) async fn run(
-    ctx: &Ctx,
-    url: &str,
-    jobs: usize,
-    seconds: i64,
-    wasm: Option<std::path::PathBuf>,
-) -> Result<()> {
-    let namespace = "benchlate";
-    let store = open(url, namespace).await?;
-    let cancel = CancellationToken::new();
-    let config = super::bench_config(namespace);
-    let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
-    let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
-    let names: Vec<String> = (0..jobs).map(|i| format!("late-{i:04}")).collect();
-    let plugin = store_plugin(&store, wasm.as_deref()).await?;
-    for name in &names {
-        let spec = every_second_job(name.clone(), seconds as u32 + 30);
-        store.put_job(&run_plugin(spec, plugin.as_deref())).await?;
+const NAMESPACE: &str = "benchlate";
+/// A shell job's own clock: `date` exec'd by the job's shell prints it.
+const SHELL_CLOCK: &str = "date +%s%N";
+
+pub(super) struct LatenessArgs {
+    pub jobs: usize,
+    /// Every job's schedule (six fields: NATS's scheduler takes the same for the anchor).
+    pub schedule: String,
+    pub seconds: i64,
+    pub agents: usize,
+    /// A component that logs its own clock first (plugins/clock), instead of a shell job.
+    pub wasm: Option<PathBuf>,
+}
+
+/// Jobs fire on one schedule (every second by default) over a window after a warm-up. For each fire: from the fire to
+/// the job's own code (the clock a shell job's `date` or the `clock` guest printed) and to
+/// `started_at` (the runner's release of the run). The anchor runs after, over a
+/// window as long: NATS's own message scheduler for Wasm jobs, a plain spawn of the same
+/// commands for shell jobs.
+pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
+    if a.agents == 0 || a.jobs == 0 || a.seconds <= 0 {
+        bail!("bench lateness needs --agents, --jobs and --seconds above 0");
     }
-    let from = Utc::now() + chrono::Duration::seconds(3);
-    let from = chrono::DateTime::from_timestamp(from.timestamp(), 0).unwrap_or(from);
-    let to = from + chrono::Duration::seconds(seconds);
-    eprintln!("{jobs} jobs every second; measuring {from} .. {to}");
-    tokio::time::sleep((to - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
-    let mut late_ms = Vec::new();
-    let mut ran_ms = Vec::new();
-    let mut not_ok = 0;
-    for name in &names {
+    let schedule = crate::schedule::Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+    let mut deployment = Deployment::start(NAMESPACE, a.agents).await?;
+    let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
+    let plugin = match &a.wasm {
+        Some(path) => Some(deploy_plugin(&deployment, path, &names[0]).await?),
+        None => None,
+    };
+    deployment.apply(&jobs_toml(&names, &a.schedule, plugin.as_deref(), a.seconds as u32 + 30)).await?;
+    let store = deployment.store().await?;
+    let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
+    let to = from + chrono::Duration::seconds(a.seconds);
+    let fires = fires_within(&schedule, from, to);
+    if fires.is_empty() {
+        bail!("--schedule {:?} does not fire within {} s from {from}: give a longer --seconds", a.schedule, a.seconds);
+    }
+    let kind = if plugin.is_some() { "Wasm (clock)" } else { "shell" };
+    eprintln!("{} {kind} jobs ({}) on {} agents; measuring {from} .. {to}", a.jobs, a.schedule, a.agents);
+    sleep_until(to + chrono::Duration::seconds(3)).await;
+    // The agents stop before the records are read (no prune takes the window's runs away)
+    // and before the anchor runs alone on the machine; the server stays.
+    deployment.stop_agents().await?;
+    let measured = measure(&store, &names, from, to).await?;
+    drop(store);
+
+    // Time to store the schedules before the first fire.
+    let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
+    let to = from + chrono::Duration::seconds(a.seconds);
+    let anchor_fires = fires_within(&schedule, from, to);
+    let (anchor_name, mut anchor_ms) = if plugin.is_some() {
+        let client = deployment.bench_client().await?;
+        let late = anchor::nats_schedules(client, &a.schedule, a.jobs, from, to).await?;
+        ("NATS message schedules, fire to stored", late)
+    } else {
+        let late = anchor::plain_spawn(SHELL_CLOCK, a.jobs, &anchor_fires).await?;
+        ("a plain spawn of the same commands, fire to their clock", late)
+    };
+    deployment.stop().await?;
+    anchor_ms.sort_by(f64::total_cmp);
+    if anchor_ms.len() != a.jobs * anchor_fires.len() {
+        bail!("the anchor ({anchor_name}) measured {} of {} fires", anchor_ms.len(), a.jobs * anchor_fires.len());
+    }
+
+    let expected = a.jobs * fires.len();
+    let figures = |ms: &[f64]| json!({ "p50": percentile(ms, 50.0), "p99": percentile(ms, 99.0), "max": ms.last().copied().unwrap_or(f64::NAN) });
+    let ratio = percentile(&measured.code_ms, 99.0) / percentile(&anchor_ms, 99.0);
+    let value = json!({
+        "jobs": a.jobs, "schedule": a.schedule, "agents": a.agents, "seconds": a.seconds, "kind": kind,
+        "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
+        "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
+        "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
+    });
+    ctx.print(&value, || text(&value))?;
+    if measured.no_clock > 0 {
+        bail!("{} runs succeeded without printing their clock first: is --wasm the clock plugin?", measured.no_clock);
+    }
+    if measured.code_ms.len() != expected {
+        bail!("{} of {expected} fires ran ({} ended otherwise)", measured.code_ms.len(), measured.not_succeeded);
+    }
+    Ok(())
+}
+
+fn text(v: &Value) -> String {
+    let ms = |figures: &Value, p: &str| figures[p].as_f64().unwrap_or(f64::NAN);
+    format!(
+        "{} {} jobs ({}) on {} agents over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
+         max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms\n\
+         anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
+        v["jobs"],
+        v["kind"].as_str().unwrap_or_default(),
+        v["schedule"].as_str().unwrap_or_default(),
+        v["agents"],
+        v["seconds"],
+        ms(&v["job_code_ms"], "p50"),
+        ms(&v["job_code_ms"], "p99"),
+        ms(&v["job_code_ms"], "max"),
+        v["fires_ran"],
+        v["fires_expected"],
+        v["fires_not_succeeded"],
+        ms(&v["started_at_ms"], "p50"),
+        ms(&v["started_at_ms"], "p99"),
+        v["anchor"].as_str().unwrap_or_default(),
+        ms(&v["anchor_ms"], "p50"),
+        ms(&v["anchor_ms"], "p99"),
+        ms(&v["anchor_ms"], "max"),
+        v["anchor_fires"],
+        v["p99_ratio"].as_f64().unwrap_or(f64::NAN),
+    )
+}
+
+/// `cronrun deploy` of the component as the first job; returns its digest for the others.
+async fn deploy_plugin(deployment: &Deployment, path: &std::path::Path, name: &str) -> Result<String> {
+    let path = path.to_string_lossy();
+    let out = deployment.cli(&["--output", "json", "deploy", &path, "--name", name]).await?;
+    let report: Value = serde_json::from_str(&out).with_context(|| format!("reading deploy's report {out:?}"))?;
+    report["plugin"].as_str().map(str::to_string).context("deploy reported no plugin digest")
+}
+
+/// Jobs on `schedule`, shell (`SHELL_CLOCK`) or running `plugin`, keeping `history` runs.
+fn jobs_toml(names: &[String], schedule: &str, plugin: Option<&str>, history: u32) -> String {
+    let what = match plugin {
+        Some(digest) => format!("wasm = {{ plugin = \"{digest}\" }}"),
+        None => format!("shell = \"{SHELL_CLOCK}\""),
+    };
+    names
+        .iter()
+        .map(|name| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\noverlap = \"allow\"\n\
+                 history = {{ succeeded = {history}, failed = {history} }}\n{what}\n"
+            )
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Measured {
+    code_ms: Vec<f64>,
+    started_ms: Vec<f64>,
+    not_succeeded: usize,
+    /// Succeeded without printing a clock first.
+    no_clock: usize,
+}
+
+/// From the run records of the fires in `[from, to)`, each sorted.
+async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Measured> {
+    let mut m = Measured::default();
+    for name in names {
         for run in store.list_runs(name).await? {
             let r = run.record;
             let Some(at) = r.scheduled_at.filter(|t| *t >= from && *t < to) else { continue };
-            match r.started_at {
-                Some(started) if r.status == crate::record::Status::Succeeded => {
-                    late_ms.push((started - at).num_microseconds().unwrap_or(0) as f64 / 1000.0);
-                    let printed = r.output.first().and_then(|l| l.trim().parse::<i64>().ok());
-                    let ran = match (&plugin, printed, r.finished_at) {
-                        (None, Some(ns), _) => Some(ns - at.timestamp_nanos_opt().unwrap_or(0)),
-                        (Some(_), _, Some(end)) => (end - at).num_nanoseconds(),
-                        _ => None,
-                    };
-                    ran_ms.extend(ran.map(|ns| ns as f64 / 1e6));
+            let printed = r.output.first().and_then(|line| line.trim().parse::<i64>().ok());
+            match (r.status, r.started_at, printed) {
+                (Status::Succeeded, Some(started), Some(ns)) => {
+                    m.code_ms.push((ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6);
+                    m.started_ms.push((started - at).num_microseconds().unwrap_or(0) as f64 / 1e3);
                 }
-                _ => not_ok += 1,
+                (Status::Succeeded, Some(_), None) => m.no_clock += 1,
+                _ => m.not_succeeded += 1,
             }
         }
     }
-    cancel.cancel();
-    let _ = agent.await;
-    late_ms.sort_by(f64::total_cmp);
-    ran_ms.sort_by(f64::total_cmp);
-    let expected = jobs as i64 * seconds;
-    let value = json!({
-        "jobs": jobs, "seconds": seconds, "fires_expected": expected, "fires_succeeded": late_ms.len(),
-        "fires_not_succeeded": not_ok,
-        "lateness_ms": { "p50": percentile(&late_ms, 50.0), "p99": percentile(&late_ms, 99.0),
-                         "max": late_ms.last().copied().unwrap_or(f64::NAN) },
-        "job_code_ran_ms": { "p50": percentile(&ran_ms, 50.0), "p99": percentile(&ran_ms, 99.0),
-                             "max": ran_ms.last().copied().unwrap_or(f64::NAN) },
-    });
-    ctx.print(&value, || {
-        format!(
-            "lateness of {jobs} every-second {} jobs over {seconds}s: fire to started_at p50 {:.2} ms, \
-             p99 {:.2} ms, max {:.2} ms; fire to {} p50 {:.1} ms, p99 {:.1} ms \
-             ({} of {expected} fires succeeded, {not_ok} not)",
-            if plugin.is_some() { "wasm" } else { "shell" },
-            percentile(&late_ms, 50.0),
-            percentile(&late_ms, 99.0),
-            late_ms.last().copied().unwrap_or(f64::NAN),
-            if plugin.is_some() { "the run's end (finished_at)" } else { "the job's own first command" },
-            percentile(&ran_ms, 50.0),
-            percentile(&ran_ms, 99.0),
-            late_ms.len()
-        )
-    })?;
-    if late_ms.len() as i64 != expected {
-        bail!("{} of {expected} fires ran", late_ms.len());
-    }
-    Ok(())
+    m.code_ms.sort_by(f64::total_cmp);
+    m.started_ms.sort_by(f64::total_cmp);
+    Ok(m)
+}
+
+/// The fires of `schedule` (UTC) in `[from, to)`.
+fn fires_within(schedule: &crate::schedule::Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let before = from - chrono::Duration::nanoseconds(1);
+    schedule.fires_after(before, chrono_tz::UTC).take_while(|at| *at < to).collect()
+}
+
+fn whole_second(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
 }

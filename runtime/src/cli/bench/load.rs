@@ -89,11 +89,5 @@ async fn write_jobs(store: &Store, n: usize) -> Result<()> {
 }
 
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    super::deployment::rss_kib(std::process::id())
 }

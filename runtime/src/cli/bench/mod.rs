@@ -1,16 +1,22 @@
-//! `cronrun bench lateness|throughput|nats|dispatch|load`: measurements on this machine,
-//! reported in the README (Benchmarks). Each starts its own nats-server in a temp
+//! `cronrun bench lateness|throughput|nats|dispatch|load|soak`: measurements on this
+//! machine, reported in the README (Benchmarks). Each starts its own nats-server in a temp
 //! directory unless --nats is given, and works in a namespace of its own.
 //!
-//! - `lateness.rs`: fire to start of N every-second jobs.
+//! - `lateness.rs`: fire to the job's own code of N every-second jobs, on `deployment.rs`
+//!   (nats-server with authentication and `cronrun agent` processes, as users deploy),
+//!   beside its anchor (`anchor.rs`: NATS's own scheduler, a plain spawn).
 //! - `throughput.rs`: runs per second end to end; `raw_nats.rs` the same NATS work alone.
 //! - `dispatch.rs`: fires per second through the dispatch path.
 //! - `load.rs`: load time and memory with a million schedules.
+//! - `soak.rs`: many runs through agent and nats-server restarts, on `deployment.rs`.
 
+mod anchor;
+mod deployment;
 mod dispatch;
 mod lateness;
 mod load;
 mod raw_nats;
+mod soak;
 mod throughput;
 
 use anyhow::{Context, Result};
@@ -30,14 +36,22 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 pub enum BenchKind {
-    /// Fire-to-start lateness of N shell jobs that all fire every second
+    /// Lateness from the fire to the job's own code of N every-second jobs on agents
+    /// running as separate processes, beside its anchor measured in the same run. Always
+    /// starts its own nats-server
     Lateness {
         #[arg(long, default_value_t = 200)]
         jobs: usize,
         #[arg(long, default_value_t = 20)]
         seconds: i64,
-        /// Run this Wasm component (e.g. target/wasm32-wasip2/release/hello.wasm) instead
-        /// of a shell command
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        /// Every job's schedule, six fields (the NATS anchor takes the same), e.g.
+        /// "0 * * * * *" with --seconds 60 for all jobs firing at one instant
+        #[arg(long, default_value = "* * * * * *")]
+        schedule: String,
+        /// Run this Wasm component instead of a shell command: one that logs its own clock
+        /// first, target/wasm32-wasip2/release/clock.wasm from plugins/build.sh
         #[arg(long)]
         wasm: Option<std::path::PathBuf>,
     },
@@ -68,9 +82,37 @@ pub enum BenchKind {
         #[arg(long, hide = true)]
         probe: bool,
     },
+    /// Every-second jobs for a long time through agent and nats-server restarts, on
+    /// agents running as separate processes; fails when a fire ran twice or state grew
+    /// with the runs. Always starts its own nats-server (it restarts it)
+    Soak {
+        #[arg(long, default_value_t = 20)]
+        jobs: usize,
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        /// Seconds between restarts (an agent, then nats-server, in turn)
+        #[arg(long, default_value_t = 30)]
+        restart_every: u64,
+    },
 }
 
 pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
+    // These start a deployment of their own: nats-server and agent processes.
+    match a.what {
+        BenchKind::Soak { .. } | BenchKind::Lateness { .. } if ctx.global.nats.is_some() => {
+            anyhow::bail!("bench soak and lateness start their own nats-server and agents: leave out --nats")
+        }
+        BenchKind::Soak { jobs, minutes, agents, restart_every } => {
+            let restart_every = std::time::Duration::from_secs(restart_every);
+            return soak::run(ctx, soak::SoakArgs { jobs, minutes, agents, restart_every }).await;
+        }
+        BenchKind::Lateness { jobs, seconds, agents, schedule, wasm } => {
+            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedule, seconds, agents, wasm }).await;
+        }
+        _ => {}
+    }
     let dir = tempfile::tempdir().context("creating a temp dir")?;
     let (url, server) = match &ctx.global.nats {
         Some(url) => (url.clone(), None),
@@ -80,11 +122,12 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         }
     };
     let result = match a.what {
-        BenchKind::Lateness { jobs, seconds, wasm } => lateness::run(ctx, &url, jobs, seconds, wasm).await,
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
         BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm).await,
         BenchKind::Nats { runs } => raw_nats::run(ctx, &url, runs).await,
         BenchKind::Load { schedules, probe } => load::run(ctx, &url, schedules, probe).await,
+        // Run on their own deployment above.
+        BenchKind::Soak { .. } | BenchKind::Lateness { .. } => Ok(()),
     };
     if let Some(server) = server {
         server.stop().await;

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use super::Imported;
 use crate::spec::{JobSpec, Overlap, ShellSpec};
 
 /// How to read the file.
@@ -26,17 +27,6 @@ pub struct Options {
     pub system: bool,
     /// The user every job runs as (a user's own crontab), unless the line names one.
     pub user: Option<String>,
-}
-
-/// What a crontab became.
-#[derive(Debug, Default)]
-pub struct Imported {
-    /// Line number and the job it became.
-    pub jobs: Vec<(usize, JobSpec)>,
-    /// Line number and why it was not imported.
-    pub skipped: Vec<(usize, String)>,
-    /// Things said on the way (settings with no equivalent).
-    pub notes: Vec<String>,
 }
 
 const MACROS: [&str; 7] = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"];
@@ -74,7 +64,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
         let (schedule, rest) = match line.split_whitespace().next() {
             Some("@reboot") => {
                 out.skipped.push((
-                    n,
+                    format!("line {n}"),
                     "@reboot has no equivalent (cronrun has no boot event): start it from a systemd unit".into(),
                 ));
                 continue;
@@ -119,7 +109,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
         spec.overlap = Overlap::Allow;
         spec.description = format!("imported from {origin}:{n}");
         spec.validate().map_err(|e| at(e.to_string()))?;
-        out.jobs.push((n, spec));
+        out.jobs.push((format!("line {n}"), spec));
     }
     Ok(out)
 }
@@ -202,14 +192,17 @@ mod tests {
                     SHELL=/bin/bash\n\
                     @daily [[ -d /tmp ]] && echo ok\n";
         let got = parse(text, "crontab", &options(false)).unwrap();
-        let summary: Vec<(usize, &str, &str, &str)> =
-            got.jobs.iter().map(|(n, j)| (*n, j.name.as_str(), j.schedule.as_str(), j.timezone.as_str())).collect();
+        let summary: Vec<(&str, &str, &str, &str)> = got
+            .jobs
+            .iter()
+            .map(|(from, j)| (from.as_str(), j.name.as_str(), j.schedule.as_str(), j.timezone.as_str()))
+            .collect();
         assert_eq!(
             summary,
             [
-                (4, "cron-4", "0 2 * * *", "UTC"),
-                (7, "cron-7", "*/15 9-17 * * mon-fri", "Europe/Paris"),
-                (10, "cron-10", "@daily", "Europe/Paris")
+                ("line 4", "cron-4", "0 2 * * *", "UTC"),
+                ("line 7", "cron-7", "*/15 9-17 * * mon-fri", "Europe/Paris"),
+                ("line 10", "cron-10", "@daily", "Europe/Paris")
             ]
         );
         let shell = |i: usize| got.jobs[i].1.shell.clone().unwrap();
@@ -220,7 +213,7 @@ mod tests {
         assert_eq!(shell(2).argv, Some(vec!["/bin/bash".into(), "-c".into(), "[[ -d /tmp ]] && echo ok".into()]));
         assert!(got.jobs.iter().all(|(_, j)| j.overlap == Overlap::Allow));
         assert_eq!(got.skipped.len(), 1);
-        assert!(got.skipped[0].0 == 8 && got.skipped[0].1.contains("@reboot has no equivalent"));
+        assert!(got.skipped[0].0 == "line 8" && got.skipped[0].1.contains("@reboot has no equivalent"));
         assert!(got.notes[0].contains("MAILTO is not used"), "{:?}", got.notes);
     }
 

@@ -1,8 +1,15 @@
-//! `cronrun import crontab FILE`: jobs from another scheduler's definitions. Prints what
-//! each line became and what it could not map; writes nothing when any line is wrong, or
-//! with `--dry-run`; otherwise creates or updates the jobs as `apply` does.
+//! `cronrun import crontab|k8s-cronjob|cronken FILE`: jobs from another scheduler's
+//! definitions. Prints what each entry became and what it could not map; writes nothing
+//! when any entry is wrong, or with `--dry-run`; otherwise creates or updates the jobs as
+//! `apply` does. Each format is read without I/O in a module of its own:
+//!
+//! - `crontab.rs`: crontab(5), a user's or the system's;
+//! - `kubernetes.rs`: Kubernetes CronJobs (batch/v1), YAML;
+//! - `cronken.rs`: Cronken's job definitions, JSON.
 
+mod cronken;
 mod crontab;
+mod kubernetes;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -10,26 +17,39 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::events::EventKind;
+use crate::spec::JobSpec;
 
 #[derive(Subcommand)]
 pub enum ImportCommand {
     /// A crontab(5): a user's (`crontab -l > FILE`), or /etc/crontab and /etc/cron.d files with --system
     Crontab(CrontabArgs),
+    /// Kubernetes CronJobs from a YAML file (`kubectl get cronjob -o yaml > FILE`): one or
+    /// more documents, or a List
+    K8sCronjob(ImportArgs),
+    /// Cronken job definitions: a JSON object of job name to definition (its
+    /// `{cronken}:jobs` hash)
+    Cronken(ImportArgs),
 }
 
 #[derive(Args)]
 pub struct CrontabArgs {
-    pub file: std::path::PathBuf,
     /// Lines have a user column after the time fields (/etc/crontab, /etc/cron.d)
     #[arg(long)]
     pub system: bool,
     /// The user jobs run as (shell.user), for a user's crontab
     #[arg(long)]
     pub user: Option<String>,
-    /// The zone of entries before any CRON_TZ line [default: this host's]
+    #[command(flatten)]
+    pub common: ImportArgs,
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    pub file: std::path::PathBuf,
+    /// The zone of schedules that name none [default: this host's; UTC for k8s-cronjob]
     #[arg(long)]
     pub tz: Option<String>,
-    /// Job names are PREFIX-<line number> [default: the file's name]
+    /// Job names start with PREFIX- [crontab: the file's name, PREFIX-<line>; others: none]
     #[arg(long)]
     pub prefix: Option<String>,
     /// Show what would be imported, write nothing
@@ -37,20 +57,54 @@ pub struct CrontabArgs {
     pub dry_run: bool,
 }
 
+/// What a file became. Each entry is named by where it was (`line 4`, `CronJob backup`).
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub jobs: Vec<(String, JobSpec)>,
+    /// Entries not imported, and why.
+    pub skipped: Vec<(String, String)>,
+    /// Things said on the way (settings with no equivalent, meanings that differ).
+    pub notes: Vec<String>,
+}
+
 pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
-    let ImportCommand::Crontab(a) = command;
-    let origin = a.file.display().to_string();
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
-    let (timezone, zone_note) = match &a.tz {
+    let common = match &command {
+        ImportCommand::Crontab(a) => &a.common,
+        ImportCommand::K8sCronjob(a) | ImportCommand::Cronken(a) => a,
+    };
+    let origin = common.file.display().to_string();
+    let text = std::fs::read_to_string(&common.file).with_context(|| format!("cannot read {origin}"))?;
+    let host_zone = || match &common.tz {
         Some(tz) => (tz.clone(), None),
         None => host_timezone(),
     };
-    let prefix = a.prefix.clone().unwrap_or_else(|| file_prefix(&a.file));
-    let options = crontab::Options { prefix, timezone, system: a.system, user: a.user.clone() };
-    let mut imported = crontab::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?;
-    imported.notes.extend(zone_note);
+    let imported = match &command {
+        ImportCommand::Crontab(a) => {
+            let (timezone, zone_note) = host_zone();
+            let prefix = common.prefix.clone().unwrap_or_else(|| file_prefix(&common.file));
+            let options = crontab::Options { prefix, timezone, system: a.system, user: a.user.clone() };
+            let mut imported = crontab::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?;
+            imported.notes.extend(zone_note);
+            imported
+        }
+        ImportCommand::K8sCronjob(_) => {
+            let options = kubernetes::Options { prefix: common.prefix.clone(), timezone: common.tz.clone() };
+            kubernetes::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?
+        }
+        ImportCommand::Cronken(_) => {
+            let (timezone, zone_note) = host_zone();
+            let options = cronken::Options { prefix: common.prefix.clone(), timezone };
+            let mut imported = cronken::parse(&text, &origin, &options).map_err(anyhow::Error::msg)?;
+            imported.notes.extend(zone_note);
+            imported
+        }
+    };
+    write_and_report(ctx, &origin, &imported, common.dry_run).await
+}
+
+async fn write_and_report(ctx: &Ctx, origin: &str, imported: &Imported, dry_run: bool) -> Result<()> {
     let mut results = Vec::new();
-    if !a.dry_run && !imported.jobs.is_empty() {
+    if !dry_run && !imported.jobs.is_empty() {
         let store = ctx.store().await?;
         for (_, spec) in &imported.jobs {
             let (revision, changed) =
@@ -68,23 +122,23 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
         }
     }
     let value = json!({
-        "jobs": imported.jobs.iter().map(|(n, spec)| json!({ "line": n, "spec": spec })).collect::<Vec<_>>(),
-        "not_imported": imported.skipped.iter().map(|(n, why)| json!({ "line": n, "why": why })).collect::<Vec<_>>(),
+        "jobs": imported.jobs.iter().map(|(from, spec)| json!({ "from": from, "spec": spec })).collect::<Vec<_>>(),
+        "not_imported": imported.skipped.iter().map(|(from, why)| json!({ "from": from, "why": why })).collect::<Vec<_>>(),
         "notes": imported.notes,
         "written": results,
-        "dry_run": a.dry_run,
+        "dry_run": dry_run,
     });
     ctx.print(&value, || {
         let mut lines: Vec<String> = imported
             .jobs
             .iter()
-            .map(|(n, spec)| {
+            .map(|(from, spec)| {
                 let shell = spec.shell.as_ref();
                 let command = shell
                     .and_then(|s| s.command.clone())
                     .or_else(|| shell.and_then(|s| s.argv.as_ref().map(|a| a.join(" "))));
                 format!(
-                    "line {n}: {} `{}` ({}): {}",
+                    "{from}: {} `{}` ({}): {}",
                     spec.name,
                     spec.schedule,
                     spec.timezone,
@@ -92,14 +146,24 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
                 )
             })
             .collect();
-        lines.extend(imported.skipped.iter().map(|(n, why)| format!("line {n}: not imported: {why}")));
+        lines.extend(imported.skipped.iter().map(|(from, why)| format!("{from}: not imported: {why}")));
         lines.extend(imported.notes.iter().cloned());
-        lines.push(match (a.dry_run, imported.jobs.len()) {
+        lines.push(match (dry_run, imported.jobs.len()) {
             (true, n) => format!("dry run: {n} job(s) would be imported, nothing written"),
             (false, n) => format!("imported {n} job(s)"),
         });
         lines.join("\n")
     })
+}
+
+/// `name` made a job name: `prefix-` before it, what a job name cannot hold as `-`, at most
+/// 128 characters. Two entries that come out the same are an error of the caller's.
+fn job_name(prefix: Option<&str>, name: &str) -> String {
+    let full = match prefix {
+        Some(p) => format!("{p}-{name}"),
+        None => name.to_string(),
+    };
+    full.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).take(128).collect()
 }
 
 /// This host's zone, as cron reads schedules: `TZ`, else the zone `/etc/localtime` links

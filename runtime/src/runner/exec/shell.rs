@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::warn;
 
 use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
 use crate::output::{Line, Source, read_lines};
@@ -133,16 +134,40 @@ fn spawn(
 }
 
 /// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
-/// starts fast), else this binary itself in its `__supervise` mode. Looked up once.
+/// starts fast) when it speaks this build's `PROTOCOL`, else this binary itself in its
+/// `__supervise` mode. Looked up once.
 fn supervisor_command() -> std::io::Result<(&'static std::path::Path, Option<&'static str>)> {
     static FOUND: std::sync::OnceLock<Option<(std::path::PathBuf, bool)>> = std::sync::OnceLock::new();
     let found = FOUND.get_or_init(|| {
         let exe = std::env::current_exe().ok()?;
         let small = exe.with_file_name(supervisor::BINARY);
-        Some(if small.is_file() { (small, true) } else { (exe, false) })
+        Some(if small.is_file() && speaks_our_protocol(&small) { (small, true) } else { (exe, false) })
     });
     let Some((path, small)) = found else { return Err(std::io::Error::other("this binary's path is unknown")) };
     Ok((path.as_path(), (!small).then_some(supervisor::ARG)))
+}
+
+/// Whether `binary --protocol` answers this build's `PROTOCOL` (an older or newer
+/// `cronrun-supervise` left beside an upgraded `cronrun` may take other arguments).
+fn speaks_our_protocol(binary: &std::path::Path) -> bool {
+    let answer = std::process::Command::new(binary).arg(supervisor::PROTOCOL_ARG).stdin(Stdio::null()).output();
+    let said = answer.as_ref().map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    match said {
+        Ok(said) if said == supervisor::PROTOCOL => true,
+        Ok(said) => {
+            warn!(
+                "{} is from another build (it says {said:?}): runs use `cronrun {}` instead, which is slower; \
+                 install the cronrun-supervise of this cronrun beside it",
+                binary.display(),
+                supervisor::ARG
+            );
+            false
+        }
+        Err(e) => {
+            warn!("{} cannot be run ({e}): runs use `cronrun {}` instead", binary.display(), supervisor::ARG);
+            false
+        }
+    }
 }
 
 #[async_trait]

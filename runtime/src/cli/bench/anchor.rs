@@ -1,0 +1,112 @@
+//! The anchors a lateness is measured against, in the same run on the same machine: what
+//! the same fires cost without cronrun.
+//!
+//! - `nats_schedules`: NATS's own message scheduler (nats-server 2.14, `Nats-Schedule`
+//!   cron headers), fire to the generated message stored in its stream.
+//! - `plain_spawn`: the same shell command started by one process for every job at every
+//!   whole second, fire to the command's own clock.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+const STREAM: &str = "BENCH_ANCHOR";
+
+/// `count` schedules of the cron expression `schedule` (six fields) over `[from, to)`;
+/// for each generated message, milliseconds from its whole second to its store time (a
+/// fire is stored well under a second after its instant here, so the second it was stored
+/// in is the one it fired for).
+pub(super) async fn nats_schedules(
+    client: async_nats::Client,
+    schedule: &str,
+    count: usize,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<f64>> {
+    let js = jetstream::new(client);
+    let _ = js.delete_stream(STREAM).await;
+    let config = stream::Config {
+        name: STREAM.into(),
+        subjects: vec!["anchor.>".into()],
+        allow_message_schedules: true,
+        allow_rollup: true,
+        ..Default::default()
+    };
+    let mut anchor = js.create_stream(config).await.context("creating the anchor stream")?;
+    let mut acks = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Schedule", schedule);
+        headers.insert("Nats-Schedule-Target", format!("anchor.fired.{i}").as_str());
+        acks.push(js.publish_with_headers(format!("anchor.schedule.{i}"), headers, "".into()).await?);
+    }
+    for ack in acks {
+        ack.await.context("storing a message schedule")?;
+    }
+    if Utc::now() >= from {
+        bail!("storing {count} message schedules took past the first fire at {from}");
+    }
+    sleep_until(to + chrono::Duration::seconds(1)).await;
+    // Stop the schedules, then read what they stored.
+    anchor.purge().filter("anchor.schedule.>").await.context("removing the schedules")?;
+    let consumer = anchor
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: "anchor.fired.>".into(),
+            ..Default::default()
+        })
+        .await
+        .context("reading the fired messages")?;
+    let fired = anchor.info().await?.state.messages;
+    let mut messages = consumer.messages().await?.take(fired as usize);
+    let mut late_ms = Vec::new();
+    while let Some(message) = tokio::time::timeout(Duration::from_secs(10), messages.next()).await.ok().flatten() {
+        let message = message.context("reading a fired message")?;
+        let stored = message.info().map_err(|e| anyhow::anyhow!("a fired message without info: {e}"))?.published;
+        let stored_ns = stored.unix_timestamp_nanos();
+        let second_ns = stored_ns - stored_ns % 1_000_000_000;
+        if second_ns >= nanos(from) && second_ns < nanos(to) {
+            late_ms.push((stored_ns - second_ns) as f64 / 1e6);
+        }
+    }
+    js.delete_stream(STREAM).await.context("removing the anchor stream")?;
+    Ok(late_ms)
+}
+
+/// `count` processes of `sh -c COMMAND` started at once at each of `fires`; the command
+/// prints its clock (ns since the epoch), as the shell jobs do.
+pub(super) async fn plain_spawn(command: &str, count: usize, fires: &[DateTime<Utc>]) -> Result<Vec<f64>> {
+    let mut seconds = Vec::new();
+    for &at in fires {
+        sleep_until(at).await;
+        let command = command.to_string();
+        seconds.push(tokio::spawn(async move {
+            let spawns = (0..count).map(|_| tokio::process::Command::new("sh").args(["-c", &command]).output());
+            (at, futures::future::join_all(spawns).await)
+        }));
+    }
+    let mut late_ms = Vec::new();
+    for second in seconds {
+        let (at, outputs) = second.await.context("a spawning task failed")?;
+        for output in outputs {
+            let output = output.context("spawning sh")?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            let Ok(ns) = text.trim().parse::<i128>() else {
+                bail!("sh -c {command:?} printed {text:?}, not its clock");
+            };
+            late_ms.push((ns - nanos(at)) as f64 / 1e6);
+        }
+    }
+    Ok(late_ms)
+}
+
+pub(super) async fn sleep_until(at: DateTime<Utc>) {
+    tokio::time::sleep((at - Utc::now()).to_std().unwrap_or_default()).await;
+}
+
+fn nanos(at: DateTime<Utc>) -> i128 {
+    i128::from(at.timestamp()) * 1_000_000_000 + i128::from(at.timestamp_subsec_nanos())
+}

@@ -1,0 +1,278 @@
+//! A deployment as users run one, for the benchmarks that measure what users feel: a
+//! nats-server with authentication (as `cronrun up` starts it) and `cronrun agent`
+//! processes, each with its own config file and the agent identity, jobs added through the
+//! CLI. The server has one more user, `bench`, unrestricted: it measures the anchors
+//! (NATS's own work). Everything lives in a temporary directory, kept (and named on
+//! stderr) when the benchmark fails, so that the agents' and the server's logs can be read.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tokio::process::{Child, Command};
+
+use crate::auth::Identities;
+use crate::embedded::{EmbeddedNats, ServerOptions};
+use crate::names::Names;
+use crate::store::{LayoutOptions, Store};
+
+/// How long an agent has to load its catalog, and to stop when told.
+const AGENT_START: Duration = Duration::from_secs(30);
+const AGENT_STOP: Duration = Duration::from_secs(60);
+/// The agents' cronrun.toml beyond name, namespace, server and identity: production
+/// defaults, except that shell jobs may run as the benchmark's own user, root included (a
+/// runner running as root refuses that unless told, see `runner::account`).
+const AGENT_TOML: &str = "[runner]\nallow_root = true\n";
+
+pub(super) struct Deployment {
+    /// None once stopped cleanly; dropped while Some, the directory is kept.
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    namespace: String,
+    ids: Identities,
+    server_options: ServerOptions,
+    server: Option<EmbeddedNats>,
+    bench_password: String,
+    pub url: String,
+    pub agents: Vec<AgentProcess>,
+}
+
+pub(super) struct AgentProcess {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Deployment {
+    /// Starts nats-server and `agents` agents named a0, a1, ... and waits until each has
+    /// loaded its job catalog.
+    pub async fn start(namespace: &str, agents: usize) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("cronrun-bench-").tempdir().context("creating a temp dir")?;
+        let path = dir.path().to_path_buf();
+        let ids = Identities::ensure(&path.join("identities"))?;
+        let names = Names::new(namespace)?;
+        let bench_password = crate::auth::route_password();
+        let bench_user = serde_json::json!({ "user": "bench", "password": bench_password });
+        let server_options = ServerOptions {
+            extra_config: ids.authorization(&names, &[], &[bench_user])?,
+            probe_creds: Some(path_str(&ids.path("admin"))),
+            ..Default::default()
+        };
+        let server = EmbeddedNats::start(&path.join("nats"), &server_options).await?;
+        let mut deployment = Deployment {
+            dir: Some(dir),
+            path,
+            namespace: namespace.into(),
+            ids,
+            server_options: ServerOptions { port: server.port, ..server_options },
+            url: server.url.clone(),
+            server: Some(server),
+            bench_password,
+            agents: Vec::new(),
+        };
+        // The layout exists before the agents start, as after `cronrun up` or an apply.
+        deployment.store().await?;
+        for i in 0..agents {
+            let agent = deployment.spawn_agent(&format!("a{i}"))?;
+            deployment.agents.push(agent);
+        }
+        for agent in &deployment.agents {
+            agent.wait_ready().await?;
+        }
+        Ok(deployment)
+    }
+
+    /// The deployment's directory, for files the jobs write.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A store acting as the admin identity.
+    pub async fn store(&self) -> Result<Store> {
+        let admin = path_str(&self.ids.path("admin"));
+        let client = crate::connect::connect(&self.url, Some(&admin), "cronrun-bench").await?;
+        Ok(Store::open(client, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
+    }
+
+    /// A client as the unrestricted `bench` user.
+    pub async fn bench_client(&self) -> Result<async_nats::Client> {
+        let options = async_nats::ConnectOptions::with_user_and_password("bench".into(), self.bench_password.clone());
+        options.connect(&self.url).await.context("connecting as the bench user")
+    }
+
+    /// Runs `cronrun ARGS` as the admin; fails with its stderr when it does.
+    pub async fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(std::env::current_exe().context("finding the cronrun binary")?)
+            .args(["--nats", &self.url, "--namespace", &self.namespace, "--creds"])
+            .arg(self.ids.path("admin"))
+            .args(args)
+            .output()
+            .await
+            .context("running cronrun")?;
+        if !out.status.success() {
+            bail!("cronrun {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Adds the jobs of a jobs file (TOML, `[[job]]` tables) with `cronrun apply`.
+    pub async fn apply(&self, jobs_toml: &str) -> Result<()> {
+        let path = self.path.join("jobs.toml");
+        std::fs::write(&path, jobs_toml).context("writing jobs.toml")?;
+        self.cli(&["apply", "-f", &path_str(&path)]).await.map(drop)
+    }
+
+    /// An agent process; its log (`<name>.log`) is appended to across restarts.
+    fn spawn_agent(&self, name: &str) -> Result<AgentProcess> {
+        let config = self.path.join(format!("{name}.toml"));
+        let toml = format!(
+            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}",
+            self.namespace,
+            self.url,
+            path_str(&self.ids.path("agent")),
+        );
+        std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
+        let log = self.path.join(format!("{name}.log"));
+        let file = std::fs::File::options().create(true).append(true).open(&log);
+        let child = Command::new(std::env::current_exe().context("finding the cronrun binary")?)
+            .arg("agent")
+            .arg("--config")
+            .arg(&config)
+            // The config file names the server and identity, not the environment.
+            .env_remove("CRONRUN_NATS")
+            .env_remove("CRONRUN_CREDS")
+            .env_remove("CRONRUN_NAMESPACE")
+            .env_remove("CRONRUN_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file.with_context(|| format!("opening {}", log.display()))?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting cronrun agent")?;
+        Ok(AgentProcess { name: name.into(), child, log })
+    }
+
+    /// Stops agent `index` with SIGTERM (a deploy's restart) and starts it again.
+    pub async fn restart_agent(&mut self, index: usize) -> Result<()> {
+        let name = self.agents[index].name.clone();
+        self.agents[index].stop().await?;
+        let agent = self.spawn_agent(&name)?;
+        agent.wait_ready().await?;
+        self.agents[index] = agent;
+        Ok(())
+    }
+
+    /// Kills nats-server with SIGKILL, as a crash would, and starts it again on its store
+    /// and port.
+    pub async fn crash_and_restart_server(&mut self) -> Result<()> {
+        if let Some(server) = self.server.take() {
+            server.kill().await;
+        }
+        self.server = Some(EmbeddedNats::start(&self.path.join("nats"), &self.server_options).await?);
+        Ok(())
+    }
+
+    pub fn server_rss_kib(&self) -> u64 {
+        self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0, rss_kib)
+    }
+
+    /// Stops the agents (SIGTERM, each waited for); the server stays. An agent that did not
+    /// stop cleanly is an error.
+    pub async fn stop_agents(&mut self) -> Result<()> {
+        let mut failed = Vec::new();
+        for mut agent in self.agents.drain(..) {
+            if let Err(e) = agent.stop().await {
+                failed.push(format!("{e:#}"));
+            }
+        }
+        if !failed.is_empty() {
+            bail!("{}", failed.join("; "));
+        }
+        Ok(())
+    }
+
+    /// Stops the agents, then the server, and removes the directory.
+    pub async fn stop(mut self) -> Result<()> {
+        self.stop_agents().await?;
+        if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+        self.dir.take();
+        Ok(())
+    }
+}
+
+impl Drop for Deployment {
+    /// Not stopped cleanly: the processes die with their handles, the logs stay.
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            eprintln!("bench: the deployment's logs are kept in {}", dir.keep().display());
+        }
+    }
+}
+
+impl AgentProcess {
+    /// Resident memory in KiB; an error when the agent has exited.
+    pub fn rss_kib(&mut self) -> Result<u64> {
+        match (self.child.try_wait(), self.child.id()) {
+            (Ok(None), Some(pid)) => Ok(rss_kib(pid)),
+            _ => bail!("agent {} has exited: see {}", self.name, self.log.display()),
+        }
+    }
+
+    /// Open file descriptors: the fewest of ten readings 100 ms apart, over a second.
+    pub async fn open_fds(&self) -> usize {
+        let mut fewest = usize::MAX;
+        for _ in 0..10 {
+            let count = self.child.id().and_then(|pid| std::fs::read_dir(format!("/proc/{pid}/fd")).ok());
+            fewest = fewest.min(count.map_or(0, Iterator::count));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        fewest
+    }
+
+    async fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + AGENT_START;
+        while Instant::now() < deadline {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            // The log is appended to across restarts: this start's line is the last one.
+            if log.matches("job catalog loaded").count() > log.matches("agent stopped").count() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("agent {} did not load its catalog within {AGENT_START:?}: see {}", self.name, self.log.display())
+    }
+
+    async fn stop(&mut self) -> Result<()> {
+        let Some(pid) = self.child.id() else {
+            bail!("agent {} had exited before its stop: see {}", self.name, self.log.display());
+        };
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        match tokio::time::timeout(AGENT_STOP, self.child.wait()).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => bail!("agent {} stopped with {status}: see {}", self.name, self.log.display()),
+            Ok(Err(e)) => bail!("waiting for agent {}: {e}", self.name),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("agent {} did not stop within {AGENT_STOP:?}: killed", self.name)
+            }
+        }
+    }
+}
+
+/// Resident memory of process `pid` in KiB (0 when it is gone).
+pub(super) fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn path_str(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
