@@ -28,3 +28,13 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     }
     out
 }
+
+/// Whether every thread of `pid` is stopped: a SIGSTOP has taken effect, not only been sent
+/// (a thread running on another CPU goes on until it is interrupted).
+pub fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("T")
+    })
+}

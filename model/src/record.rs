@@ -93,7 +93,15 @@ pub struct RunRecord {
     #[serde(default)]
     pub duration_ms: Option<u64>,
     pub spec_revision: u64,
+    /// What the run was given (`cronrun trigger --input`): any JSON, at most
+    /// `MAX_INPUT_BYTES` as text. Every attempt of the run gets the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
 }
+
+/// The largest input a run may be given, as compact JSON: it travels in the run record,
+/// which must fit NATS's max payload with the output beside it.
+pub const MAX_INPUT_BYTES: usize = 64 * 1024;
 
 impl RunRecord {
     /// A fresh `queued` record.
@@ -115,6 +123,7 @@ impl RunRecord {
             output: Vec::new(),
             duration_ms: None,
             spec_revision,
+            input: None,
         }
     }
 

@@ -45,9 +45,21 @@ pub enum Outcome {
 
 /// Creates the record for `msg` and publishes it to `pool`.
 pub async fn dispatch(store: &Store, pool: &str, msg: &DispatchMsg, now: DateTime<Utc>) -> Result<Outcome, Error> {
+    dispatch_with_input(store, pool, msg, None, now).await
+}
+
+/// `dispatch`, the run given `input` (see `crate::input`), kept in its record.
+pub async fn dispatch_with_input(
+    store: &Store,
+    pool: &str,
+    msg: &DispatchMsg,
+    input: Option<serde_json::Value>,
+    now: DateTime<Utc>,
+) -> Result<Outcome, Error> {
     let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
     record.attempt = msg.attempt;
     record.dispatched_at = Some(now);
+    record.input = input;
     let queued = match store.create_run(&record).await {
         Ok(revision) => Queued { revision, record },
         Err(e) if *e.kind() == ErrorKind::AlreadyExists => {

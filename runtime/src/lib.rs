@@ -7,7 +7,8 @@
 //! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs.
 //! - `catalog`: the live set of job specs, watched from KV.
 //! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
-//! - `dispatch`: create-if-absent record + deduplicated publish of one run.
+//! - `dispatch`: create-if-absent record + deduplicated publish of one run; `input`: what
+//!   a manual run is given (`trigger --input`), checked against the job's schema.
 //! - `runner`: pulls runs and takes each through one lifecycle; executors for shell and Wasm.
 //! - `output`: a run's output as bounded lines, the same for every executor.
 //! - `wasm`: the Wasm job host, crate `cronrun-wasm` (`wasm/`): wasmtime, sandbox, `wit/`.
@@ -30,6 +31,7 @@ pub mod dispatch;
 pub mod embedded;
 pub mod events;
 pub mod http;
+pub mod input;
 pub mod metrics;
 pub mod notify;
 pub mod output;

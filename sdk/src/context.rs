@@ -105,6 +105,13 @@ impl Context {
     pub fn config_entries(&self) -> &[(String, String)] {
         &self.config
     }
+
+    /// The run's input as JSON text: what `cronrun trigger JOB --input JSON` gave it; none
+    /// for a run the schedule started. Every attempt of a run gets the same. This asks the
+    /// host (a guest that never calls it does not import it, and runs on older runners).
+    pub fn input(&self) -> Option<String> {
+        crate::__private::bindings::cronrun::job::input::get()
+    }
 }
 
 impl From<wit::JobContext> for Context {

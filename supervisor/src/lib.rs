@@ -1,4 +1,4 @@
-//! `cronrun-supervise [--alive FILE MS] [--as UID:GID] shell CMD | exec PROG ARGS...` (or
+//! `cronrun-supervise [--alive FILE MS] [--as UID:GID] [--input FILE] shell CMD | exec PROG ARGS...` (or
 //! `cronrun __supervise ...` where that binary is missing): the first process of every
 //! shell run. A crate of its own, so that the binary exec'd for every run is small.
 //!
@@ -38,12 +38,16 @@ pub const ALIVE_ARG: &str = "--alive";
 /// `--as UID:GID`: the job runs as this user and group (see `account`); the supervisor
 /// stays as it is, so that it can end the job's tree.
 pub const AS_ARG: &str = "--as";
+/// `--input FILE`: the job's standard input is this file (the run's input, see the
+/// runner), removed once open; without it, `/dev/null`.
+pub const INPUT_ARG: &str = "--input";
 
 /// `--protocol`: prints `PROTOCOL` and exits, so that a runner can tell a
 /// `cronrun-supervise` left from another build (its arguments may differ) from its own.
 pub const PROTOCOL_ARG: &str = "--protocol";
 /// What this build's supervisor answers to `--protocol`. Change it with the arguments.
-pub const PROTOCOL: &str = "cronrun-supervise 1: --alive FILE MS, --as UID:GID, shell CMD | exec PROG ARGS";
+pub const PROTOCOL: &str =
+    "cronrun-supervise 2: --alive FILE MS, --as UID:GID, --input FILE, shell CMD | exec PROG ARGS";
 
 /// How often the parent is checked.
 const PARENT_CHECK: Duration = Duration::from_millis(200);
@@ -113,7 +117,22 @@ pub fn main(args: &[String]) -> ExitCode {
         },
         _ => (None, args),
     };
-    runtime.block_on(supervise(args, parent, Options { alive, run_as }, Signals { term, int, hup, stop }))
+    let (input, args) = match args {
+        [flag, path, rest @ ..] if flag == INPUT_ARG => match std::fs::File::open(path) {
+            Ok(file) => {
+                // Opened as the supervisor, before the job drops to its user: the file
+                // stays private to the runner, and goes with the run.
+                let _ = std::fs::remove_file(path);
+                (Some(file), rest)
+            }
+            Err(e) => {
+                eprintln!("cronrun: {INPUT_ARG} {path}: {e}");
+                return ExitCode::from(NOT_RELEASED);
+            }
+        },
+        _ => (None, args),
+    };
+    runtime.block_on(supervise(args, parent, Options { alive, run_as, input }, Signals { term, int, hup, stop }))
 }
 
 /// What the flags before the job's command ask for.
@@ -122,6 +141,8 @@ struct Options {
     alive: Option<(PathBuf, Duration)>,
     /// `--as UID:GID`
     run_as: Option<(u32, u32)>,
+    /// `--input FILE`, open.
+    input: Option<std::fs::File>,
 }
 
 /// Whether the runner's keepalive file is older than `within` (or gone).
@@ -148,7 +169,7 @@ const KILLED: u8 = 137;
 async fn supervise(
     args: &[String],
     parent: nix::unistd::Pid,
-    Options { alive, run_as }: Options,
+    Options { alive, run_as, input }: Options,
     mut signals: Signals,
 ) -> ExitCode {
     let mut cmd = match args {
@@ -174,7 +195,7 @@ async fn supervise(
     if !tree::become_subreaper() {
         eprintln!("cronrun: cannot become a subreaper: processes leaving the run's group may outlive it");
     }
-    let mut child = match cmd.stdin(Stdio::null()).spawn() {
+    let mut child = match cmd.stdin(input.map(Stdio::from).unwrap_or_else(Stdio::null)).spawn() {
         Ok(child) => child,
         Err(e) => {
             eprintln!("cronrun: cannot start {}: {e}", args.get(1).map(String::as_str).unwrap_or(""));

@@ -256,6 +256,10 @@ async fn a_write_whose_answer_was_lost_is_read_back_not_taken_for_a_lost_race() 
     let server = Pid::from_raw(nats.server.as_ref().unwrap().pid().unwrap() as i32);
 
     kill(server, Signal::SIGSTOP).unwrap();
+    eventually(Duration::from_secs(5), "nats-server to stop", || async {
+        procs::all_threads_stopped(server.as_raw()).then_some(())
+    })
+    .await;
     let stalled = store.leases.update_fenced("fenced", "v1".into(), &mut fence, None).await;
     assert!(stalled.is_err(), "a write to a stopped server cannot be acknowledged");
     kill(server, Signal::SIGCONT).unwrap();

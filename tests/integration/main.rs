@@ -12,6 +12,7 @@
 //! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
 //! - `failure`: retries, lost runs, hand-over on SIGTERM.
 //! - `input`: bad input refused with one line and nothing written.
+//! - `parameters`: `trigger --input`, checked, kept in the record, read by the job.
 //! - `wasm`: `cronrun deploy` and the Wasm host called directly.
 //! - `wasm_agent`: deployed Wasm jobs run by a real agent.
 //! - `security`: each role refused what it must not do; bad credentials.
@@ -33,6 +34,7 @@ mod notify;
 mod observe;
 mod operate;
 mod overlap;
+mod parameters;
 mod runner;
 mod scheduling;
 mod security;

@@ -173,6 +173,7 @@ impl Host {
             scheduled_at: "2026-11-21T19:30:00.000Z".into(),
             attempt: 1,
             trigger: Trigger::Manual,
+            input: None,
         };
         // On its own task, as the runner does: the run's future is Send + 'static.
         let outcome = tokio::spawn(prepared.run(ctx, timeout, tx, cancel)).await.unwrap();
@@ -504,6 +505,7 @@ async fn bench_instantiate_and_call_hello() {
             scheduled_at: "2026-11-21T19:30:00.000Z".into(),
             attempt: 1,
             trigger: Trigger::Manual,
+            input: None,
         };
         let t = Instant::now();
         let outcome = p.run(ctx, Some(Duration::from_secs(5)), tx, CancellationToken::new()).await;

@@ -12,7 +12,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::Level;
-use super::bindings::cronrun::job::{config, kv, log, nats, types};
+use super::bindings::cronrun::job::{config, input, kv, log, nats, types};
 use super::grants::Grants;
 use super::http::HttpGrants;
 use super::nats::NatsAccess;
@@ -26,6 +26,8 @@ pub struct HostState {
     pub table: ResourceTable,
     pub limits: Limits,
     pub job: String,
+    /// The run's input (`input::get`).
+    pub input: Option<String>,
     pub config: BTreeMap<String, String>,
     pub grants: Grants,
     pub nats: Arc<NatsAccess>,
@@ -66,6 +68,12 @@ impl log::Host for HostState {
 impl config::Host for HostState {
     async fn get(&mut self, key: String) -> Option<String> {
         self.config.get(&key).cloned()
+    }
+}
+
+impl input::Host for HostState {
+    async fn get(&mut self) -> Option<String> {
+        self.input.clone()
     }
 }
 

@@ -32,6 +32,8 @@ pub struct JobContext {
     pub scheduled_at: String,
     pub attempt: u32,
     pub trigger: Trigger,
+    /// The run's input, JSON text (`input::get`).
+    pub input: Option<String>,
 }
 
 /// How a run ended.
@@ -77,7 +79,7 @@ impl PreparedWasm {
         let Some(permit) = permit else {
             return WasmOutcome::Failed("the Wasm host is shutting down".into());
         };
-        let mut store = self.sandbox(&ctx.job, stdout.clone(), stderr.clone(), output);
+        let mut store = self.sandbox(&ctx.job, ctx.input.clone(), stdout.clone(), stderr.clone(), output);
         let ended = Arc::new(AtomicU8::new(ENDED_NOT));
         watch(&mut store, deadline, cancel.clone(), ended.clone());
         let wit_ctx = self.wit_context(ctx);
@@ -118,6 +120,7 @@ impl PreparedWasm {
     fn sandbox(
         &self,
         job: &str,
+        input: Option<String>,
         stdout: GuestOutput,
         stderr: GuestOutput,
         output: mpsc::Sender<Line>,
@@ -142,6 +145,7 @@ impl PreparedWasm {
                 table_elements: config.max_table_elements as usize,
             },
             job: job.to_string(),
+            input,
             config: self.spec.config.clone(),
             grants,
             nats: self.inner.nats.clone(),

@@ -86,6 +86,10 @@ pub struct JobSpec {
     pub description: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// A JSON Schema (an object) that `cronrun trigger --input` must match. Default: any
+    /// input, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<serde_json::Value>,
 }
 
 /// A command for `/bin/sh -c`, or an argv run directly. In files `shell = "cmd"` is short
@@ -261,6 +265,7 @@ impl JobSpec {
             output_lines: defaults::output_lines(),
             description: String::new(),
             labels: BTreeMap::new(),
+            input_schema: None,
             notify: Vec::new(),
         }
     }

@@ -150,6 +150,12 @@ impl JobSpec {
         if let Some(key) = self.labels.keys().find(|k| k.is_empty()) {
             return Err(invalid("labels", format!("label name {key:?} must not be empty")));
         }
+        if self.input_schema.as_ref().is_some_and(|schema| !schema.is_object()) {
+            return Err(invalid(
+                "input_schema",
+                "input_schema must be a JSON Schema object, e.g. { type = \"object\" }",
+            ));
+        }
         let size = self.to_json().len();
         if size > MAX_SPEC_BYTES {
             return Err(invalid(
@@ -350,7 +356,7 @@ mod tests {
 
         use super::*;
 
-        const FIELDS: [&str; 22] = [
+        const FIELDS: [&str; 23] = [
             "name",
             "schedule",
             "timezone",
@@ -370,6 +376,7 @@ mod tests {
             "output_lines",
             "description",
             "labels",
+            "input_schema",
             "command",
             "argv",
             "colour",

@@ -1,5 +1,5 @@
 //! `hello`: the smallest useful job. Logs who and when it runs, greeting with the
-//! config value `greeting` (default "hello").
+//! config value `greeting` (default "hello"), and its input when triggered with one.
 //!
 //! Spec config: `greeting` (optional). Grants: none.
 
@@ -22,6 +22,9 @@ fn run(ctx: &Context) -> Result<Option<String>, String> {
         ctx.trigger(),
         ctx.scheduled_at()
     );
+    if let Some(input) = ctx.input() {
+        log::info!("input: {input}");
+    }
     let keys: Vec<&str> = ctx.config_entries().iter().map(|(k, _)| k.as_str()).collect();
     log::debug!("config keys: {}", keys.join(", "));
     Ok(Some(format!("{greeting}, world")))

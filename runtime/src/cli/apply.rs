@@ -19,6 +19,9 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let origin = a.file.display().to_string();
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
     let jobs = parse_jobs_file(&text, &origin)?;
+    for spec in &jobs {
+        crate::input::check_schema(spec).with_context(|| origin.clone())?;
+    }
     let store = ctx.store().await?;
     // Every job is checked before any is written.
     for spec in &jobs {

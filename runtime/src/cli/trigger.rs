@@ -1,5 +1,7 @@
-//! `cronrun trigger NAME [--wait]`: a manual run now, through the same dispatch path as a
-//! scheduled one. `--wait` follows the record and exits non-zero unless it succeeded.
+//! `cronrun trigger NAME [--input JSON | --input-file FILE] [--wait]`: a manual run now,
+//! through the same dispatch path as a scheduled one, given the input if any (checked
+//! against the job's `input_schema`, see `crate::input`). `--wait` follows the record and
+//! exits non-zero unless it succeeded.
 
 use anyhow::{Result, bail};
 use chrono::Utc;
@@ -7,7 +9,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
-use crate::dispatch::{DispatchMsg, dispatch};
+use crate::dispatch::{DispatchMsg, dispatch_with_input};
 use crate::record::{RunRecord, Trigger, manual_run_id, run_key};
 use crate::store::Store;
 
@@ -20,12 +22,27 @@ pub struct TriggerArgs {
     /// With --wait: give up waiting after this long (the run goes on), e.g. 10m
     #[arg(long, requires = "wait", value_parser = humantime::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+    /// The run's input, JSON (at most 64 KiB): a shell job's standard input, a Wasm job's
+    /// `ctx.input()`; checked against the job's input_schema
+    #[arg(long, value_name = "JSON", conflicts_with = "input_file")]
+    pub input: Option<String>,
+    /// The run's input from a file (`-`: standard input)
+    #[arg(long, value_name = "FILE")]
+    pub input_file: Option<std::path::PathBuf>,
 }
 
 pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
+    let input = match (&a.input, &a.input_file) {
+        (Some(text), _) => Some(crate::input::parse(text, "--input")?),
+        (None, Some(path)) => {
+            Some(crate::input::parse(&read_input_file(path)?, &format!("--input-file {}", path.display()))?)
+        }
+        (None, None) => None,
+    };
     let store = ctx.store().await?;
     let job = store.get_job(&a.name).await?;
     let spec = job.spec?;
+    crate::input::check(&spec, input.as_ref())?;
     let now = Utc::now();
     let msg = DispatchMsg {
         job: spec.name.clone(),
@@ -36,7 +53,7 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         spec_revision: job.revision,
         queued: None,
     };
-    dispatch(&store, &spec.pool, &msg, now).await?;
+    dispatch_with_input(&store, &spec.pool, &msg, input, now).await?;
     ctx.warn_if_unserved(&store, &spec.pool).await;
     let key = run_key(&msg.job, &msg.run_id);
     if !a.wait {
@@ -66,6 +83,20 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         bail!("run {key} {status}: {}", record.error.unwrap_or_default());
     }
     Ok(())
+}
+
+/// The text of `--input-file` (`-`: standard input), refused early when far too big.
+fn read_input_file(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let limit = (crate::record::MAX_INPUT_BYTES * 4 + 1) as u64;
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().take(limit).read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_string(&mut text))
+    };
+    read.map_err(|e| anyhow::anyhow!("--input-file {}: cannot read it: {e}", path.display()))?;
+    Ok(text)
 }
 
 /// Output lines `trigger --wait` prints of a run that did not succeed.

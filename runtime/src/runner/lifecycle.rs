@@ -110,6 +110,7 @@ async fn run_claimed(
         trigger: d.trigger,
         scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at),
         alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl(ctx)))),
+        input: held.record.input.as_ref().map(|input| input.to_string()),
     };
     match early {
         Ok(Some((revision, spec))) => {

@@ -35,6 +35,8 @@ pub(super) struct RunInfo<'a> {
     /// The keepalive file the runner touches with every lease renewal, and how stale it
     /// may get before a shell run's supervisor stops the run (see `supervisor`).
     pub alive: Option<(&'a Path, Duration)>,
+    /// The run's input as JSON text (`trigger --input`), if it was given one.
+    pub input: Option<String>,
 }
 
 /// How the lifecycle stops a running job.

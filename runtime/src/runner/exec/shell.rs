@@ -38,6 +38,8 @@ struct Prepared {
     /// None when released with its group.
     go: Option<ChildStdin>,
     max_line_bytes: usize,
+    /// The run's input file, which the supervisor removes once released.
+    input: Option<std::path::PathBuf>,
 }
 
 /// The variables of the agent's environment a job sees unless it sets `inherit_env`:
@@ -96,6 +98,18 @@ fn spawn(
     if let RunAs::Account(a) = &run_as {
         cmd.arg(supervisor::AS_ARG).arg(format!("{}:{}", a.uid, a.gid));
     }
+    let input_file = match &run.input {
+        Some(input) => {
+            // Beside the keepalive file, in the runner's private directory: the supervisor
+            // opens it as the runner's user, makes it the job's stdin and removes it.
+            let Some((alive, _)) = run.alive else { return Err("this runner has no directory for run inputs".into()) };
+            let path = std::path::PathBuf::from(format!("{}.input", alive.display()));
+            crate::auth::write_private(&path, input).map_err(|e| format!("could not hand the run its input: {e}"))?;
+            cmd.arg(supervisor::INPUT_ARG).arg(&path);
+            Some(path)
+        }
+        None => None,
+    };
     match (&spec.command, &spec.argv) {
         (Some(command), _) => cmd.args(["shell", command]),
         (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),
@@ -127,10 +141,15 @@ fn spawn(
         }
         (None, RunAs::Runner) => {}
     }
-    let mut child = cmd.spawn().map_err(|e| format!("could not start: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        if let Some(path) = &input_file {
+            let _ = std::fs::remove_file(path);
+        }
+        format!("could not start: {e}")
+    })?;
     let go = child.stdin.take();
     let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
-    Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes })
+    Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes, input: input_file })
 }
 
 /// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
@@ -191,6 +210,9 @@ impl Ready for Prepared {
     async fn discard(mut self: Box<Self>) {
         self.process.signal(Signal::SIGKILL);
         let _ = self.process.child.wait().await;
+        if let Some(path) = &self.input {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     fn bound_to_release(&self) -> bool {

@@ -36,6 +36,7 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) 
         scheduled_at: run.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true),
         attempt: run.attempt,
         trigger: run.trigger,
+        input: run.input.clone(),
     };
     // The spec's timeout, else `[wasm] default_timeout`: no guest runs unbounded.
     let timeout = spec.timeout.unwrap_or(runtime.config().default_timeout);

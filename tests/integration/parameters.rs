@@ -1,0 +1,125 @@
+//! `cronrun trigger JOB --input JSON`: the input is checked (JSON, 64 KiB, the job's
+//! `input_schema`) before anything is dispatched, kept in the run record, and handed to
+//! the job: a shell job's standard input, the same on every attempt; a Wasm job's
+//! `ctx.input()`.
+
+use std::time::Duration;
+
+use crate::support::*;
+use cronrun::record::{RunRecord, Status};
+
+/// Triggers `job` with `args` after it; returns the run's key.
+fn trigger_with(nats: &Nats, job: &str, args: &[&str]) -> String {
+    let out = nats.ok(&[&["trigger", job, "--output", "json"], args].concat());
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
+}
+
+/// The record of run `key` once it reached a final status of attempt `attempt`.
+async fn ended(store: &cronrun::store::Store, key: &str, attempt: u32) -> RunRecord {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    eventually(Duration::from_secs(30), &format!("{key} attempt {attempt} to end"), || async {
+        let record = store.get_run(job, run).await.ok()?.record;
+        (record.status.is_final() && record.attempt == attempt).then_some(record)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_job_reads_its_input_on_stdin_on_every_attempt() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let store = nats.store().await;
+    apply(
+        &nats,
+        "[[job]]\nname = \"echo-input\"\nschedule = \"@yearly\"\nshell = \"cat; echo; exit 1\"\n\
+         retries = { max = 1, backoff = \"1s\" }\n",
+    );
+    // Bytes that JSON escapes badly, and text that is not ASCII.
+    let input = r#"{"who": "wörld", "quote": "\"hi\"", "nul": "\u0000", "tab": "\t", "n": [1, 2.5]}"#;
+    let value: serde_json::Value = serde_json::from_str(input).unwrap();
+    let key = trigger_with(&nats, "echo-input", &["--input", input]);
+    // The retry (attempt 2) read the same input as the first attempt did.
+    let record = ended(&store, &key, 2).await;
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(record.output, [value.to_string()], "{record:?}");
+    assert_eq!(record.input.as_ref(), Some(&value));
+    let shown: Vec<serde_json::Value> =
+        serde_json::from_str(&nats.ok(&["runs", "echo-input", "--output", "json"])).unwrap();
+    assert_eq!(shown[0]["input"], value, "`runs` shows the input");
+
+    // From a file.
+    let file = nats.dir.path().join("input.json");
+    std::fs::write(&file, "\"from a file\"").unwrap();
+    let key = trigger_with(&nats, "echo-input", &["--input-file", file.to_str().unwrap()]);
+    assert_eq!(ended(&store, &key, 2).await.output, ["\"from a file\""]);
+    // No input: the job's standard input is empty.
+    let key = nats.trigger("echo-input");
+    let record = ended(&store, &key, 2).await;
+    assert_eq!((record.output.as_slice(), record.input.as_ref()), (&[String::new()][..], None));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_inputs_and_schemas_are_refused_in_one_line_and_nothing_is_dispatched() {
+    let nats = Nats::start().await;
+    let job = "[[job]]\nname = \"report\"\nschedule = \"@yearly\"\nshell = \"cat\"\n\
+               input_schema = { type = \"object\", required = [\"date\"], properties = { date = { type = \"string\", \
+               pattern = '^\\d{4}-\\d{2}-\\d{2}$' } } }\n";
+    apply(&nats, job);
+    let big = format!("\"{}\"", "x".repeat(70_000));
+    let missing = nats.dir.path().join("missing.json");
+    let cases: [(Vec<&str>, &str); 6] = [
+        (vec!["--input", "{}"], "\"date\" is a required property"),
+        (vec!["--input", r#"{"date": "tomorrow"}"#], "at /date"),
+        (vec!["--input", "nope"], "--input: not JSON"),
+        (vec!["--input", &big], "over the 65536-byte limit"),
+        (vec![], "has an input_schema: give --input"),
+        (vec!["--input-file", missing.to_str().unwrap()], "cannot read it"),
+    ];
+    for (args, needle) in cases {
+        let err = nats.fails(&[&["trigger", "report"], args.as_slice()].concat());
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&nats.ok(&["runs", "report", "--output", "json"])).unwrap();
+    assert!(runs.is_empty(), "a refused input dispatched a run: {runs:?}");
+
+    // A schema that is not one, refused at apply.
+    let file = nats.dir.path().join("bad.toml");
+    for (schema, needle) in [
+        ("input_schema = { type = \"no-such-type\" }", "input_schema is not a JSON Schema"),
+        ("input_schema = \"object\"", "must be a JSON Schema object"),
+    ] {
+        std::fs::write(&file, format!("[[job]]\nname = \"bad\"\nschedule = \"@daily\"\nshell = \"true\"\n{schema}\n"))
+            .unwrap();
+        let err = nats.fails(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(err.contains(needle), "{schema}: {err}");
+    }
+    nats.fails(&["get", "bad"]);
+
+    // A good input runs.
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let key = trigger_with(&nats, "report", &["--input", r#"{"date": "2026-11-01"}"#]);
+    let record = ended(&nats.store().await, &key, 1).await;
+    assert_eq!(
+        (record.status, record.output.as_slice()),
+        (Status::Succeeded, &[r#"{"date":"2026-11-01"}"#.to_string()][..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wasm_job_reads_its_input_with_the_sdk() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let hello = plugin("hello").display().to_string();
+    nats.ok(&["deploy", &hello, "--name", "hello"]);
+    let key = trigger_with(&nats, "hello", &["--input", r#"{"to": "wasm"}"#]);
+    let record = ended(&nats.store().await, &key, 1).await;
+    assert_eq!(record.status, Status::Succeeded, "{record:?}");
+    assert!(record.output.iter().any(|l| l == r#"input: {"to":"wasm"}"#), "{:?}", record.output);
+    // Without one, the guest sees none.
+    let key = nats.trigger("hello");
+    let record = ended(&nats.store().await, &key, 1).await;
+    assert!(!record.output.iter().any(|l| l.starts_with("input:")), "{:?}", record.output);
+}
