@@ -84,19 +84,6 @@ pub fn main(args: &[String]) -> ExitCode {
         eprintln!("cronrun: cannot install signal handlers for the run");
         return ExitCode::from(NOT_RELEASED);
     };
-    // Exactly one line, byte by byte, from fd 0 itself: the pipe may be shared with the
-    // other runs of the same instant, and each must take one line only (std's `Stdin`
-    // would buffer, taking the lines of the others).
-    let mut byte = [0u8; 1];
-    let stdin = std::io::stdin();
-    loop {
-        match nix::unistd::read(stdin.as_fd(), &mut byte) {
-            Ok(1) if byte[0] == b'\n' => break,
-            Ok(1) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return ExitCode::from(NOT_RELEASED),
-        }
-    }
     let (alive, args) = match args {
         [flag, path, ms, rest @ ..] if flag == ALIVE_ARG => match ms.parse() {
             Ok(ms) => (Some((PathBuf::from(path), Duration::from_millis(ms))), rest),
@@ -120,8 +107,8 @@ pub fn main(args: &[String]) -> ExitCode {
     let (input, args) = match args {
         [flag, path, rest @ ..] if flag == INPUT_ARG => match std::fs::File::open(path) {
             Ok(file) => {
-                // Opened as the supervisor, before the job drops to its user: the file
-                // stays private to the runner, and goes with the run.
+                // Opened as the supervisor, before the job drops to its user, and before
+                // the release: the file, private to the runner, is gone at once.
                 let _ = std::fs::remove_file(path);
                 (Some(file), rest)
             }
@@ -132,6 +119,19 @@ pub fn main(args: &[String]) -> ExitCode {
         },
         _ => (None, args),
     };
+    // Exactly one line, byte by byte, from fd 0 itself: the pipe may be shared with the
+    // other runs of the same instant, and each must take one line only (std's `Stdin`
+    // would buffer, taking the lines of the others).
+    let mut byte = [0u8; 1];
+    let stdin = std::io::stdin();
+    loop {
+        match nix::unistd::read(stdin.as_fd(), &mut byte) {
+            Ok(1) if byte[0] == b'\n' => break,
+            Ok(1) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return ExitCode::from(NOT_RELEASED),
+        }
+    }
     runtime.block_on(supervise(args, parent, Options { alive, run_as, input }, Signals { term, int, hup, stop }))
 }
 

@@ -25,7 +25,7 @@ async fn ended(store: &cronrun::store::Store, key: &str, attempt: u32) -> RunRec
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_shell_job_reads_its_input_on_stdin_on_every_attempt() {
+async fn a_shell_job_reads_its_input_on_stdin_and_its_retry_reads_the_same() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;

@@ -387,7 +387,10 @@ async fn runs_beyond_max_instances_wait_for_an_instance_within_their_timeout() {
     let nats = Nats::start().await;
     let h = host(&nats, WasmConfig { max_instances: 1, ..WasmConfig::default() }).await;
     let (spin, hello) = (spec(&h, "test_spin"), spec(&h, "hello"));
-    h.run("hello", &hello, None).await; // compiled and stored before timing anything
+    // Both compiled and stored before timing anything: the spinning guest must take the
+    // one instance at once, not after compiling.
+    h.run("hello", &hello, None).await;
+    h.run("spin", &spin, Some(Duration::from_millis(50))).await;
 
     // The one instance is held by a guest that spins until its 1 s timeout: a run that
     // may wait 10 s gets it then and succeeds; one that may wait 300 ms times out waiting.

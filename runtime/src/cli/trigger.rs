@@ -40,6 +40,9 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         (None, None) => None,
     };
     let store = ctx.store().await?;
+    if let Some(input) = &input {
+        crate::input::fits(input, store.record_budget)?;
+    }
     let job = store.get_job(&a.name).await?;
     let spec = job.spec?;
     crate::input::check(&spec, input.as_ref())?;
@@ -89,14 +92,18 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
 fn read_input_file(path: &std::path::Path) -> Result<String> {
     use std::io::Read;
     let limit = (crate::record::MAX_INPUT_BYTES * 4 + 1) as u64;
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     let read = if path.as_os_str() == "-" {
-        std::io::stdin().take(limit).read_to_string(&mut text)
+        std::io::stdin().take(limit).read_to_end(&mut bytes)
     } else {
-        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_string(&mut text))
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes))
     };
     read.map_err(|e| anyhow::anyhow!("--input-file {}: cannot read it: {e}", path.display()))?;
-    Ok(text)
+    // Past the limit the text is refused as too big (`input::parse`), whatever it holds.
+    if bytes.len() as u64 == limit {
+        return Ok(" ".repeat(bytes.len()));
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("--input-file {}: not UTF-8 text", path.display()))
 }
 
 /// Output lines `trigger --wait` prints of a run that did not succeed.

@@ -28,6 +28,9 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
         let jobs = parse_jobs_file(&text, &origin)?;
+        for spec in &jobs {
+            crate::input::check_schema(spec).with_context(|| origin.clone())?;
+        }
         let names: Vec<_> = jobs.iter().map(|j| j.name.as_str()).collect();
         return ctx
             .print(&json!({ "file": origin, "valid": names }), || format!("{origin}: {} jobs valid", jobs.len()));

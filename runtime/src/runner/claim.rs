@@ -77,6 +77,12 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
             Err(e) => return Err(e),
         },
     };
+    // The names become file names (keepalive, input) and subject tokens (logs): a message
+    // or record naming another run, or with odd names, is not run.
+    if stored.record.job != d.job || stored.record.run_id != d.run_id || !names_ok(&d.job, &d.run_id) {
+        warn!(job = %d.job, run = %d.run_id, "a dispatch message whose run record names another run, or odd names: dropped");
+        return Ok(Disposition::Done);
+    }
     // A redelivered run still queued was claimed by a runner that died before starting it;
     // taking it over is safe, as that runner's start would be a refused compare-and-set.
     let claimable = stored.record.host.is_none() || redelivered;
@@ -126,4 +132,11 @@ async fn hand_back(ctx: &RunnerCtx, held: &mut Held) -> Result<Disposition, Erro
     held.record.host = None;
     held.write(ctx).await?;
     Ok(Disposition::HandBack)
+}
+
+/// A job name as jobs are named, and a run id of `A-Z a-z 0-9 _ -` (fire and manual ids).
+fn names_ok(job: &str, run_id: &str) -> bool {
+    let token =
+        |s: &str| (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    crate::names::validate_job_name(job).is_ok() && token(run_id)
 }

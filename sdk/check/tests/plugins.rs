@@ -65,6 +65,9 @@ fn every_plugin_is_a_runnable_component_with_its_manifest() {
     assert!(health.iter().any(|i| i == "wasi:http/outgoing-handler@0.2.12"), "{health:?}");
     assert!(health.iter().any(|i| i == "cronrun:job/kv@0.1.0"), "{health:?}");
     assert!(!imports("hello.wasm").iter().any(|i| i.starts_with("wasi:http/")));
+    // Only a guest that reads its input imports `input`: the others run on older runners.
+    assert!(imports("hello.wasm").iter().any(|i| i == "cronrun:job/input@0.1.0"));
+    assert!(!imports("emit_event.wasm").iter().any(|i| i == "cronrun:job/input@0.1.0"));
 }
 
 #[test]

@@ -90,6 +90,11 @@ fn spawn(
     let run_as = account::decide(spec, runner, uid, &account::HostAccounts)?;
     // The run's first process is its supervisor (see `supervisor`).
     let (exe, mode) = supervisor_command().map_err(|e| format!("could not start: {e}"))?;
+    let job_args: Vec<&str> = match (&spec.command, &spec.argv) {
+        (Some(command), _) => vec!["shell", command],
+        (None, Some(argv)) if !argv.is_empty() => ["exec"].into_iter().chain(argv.iter().map(String::as_str)).collect(),
+        _ => return Err("shell spec has no command".into()),
+    };
     let mut cmd = Command::new(exe);
     cmd.args(mode);
     if let Some((path, within)) = run.alive {
@@ -110,11 +115,7 @@ fn spawn(
         }
         None => None,
     };
-    match (&spec.command, &spec.argv) {
-        (Some(command), _) => cmd.args(["shell", command]),
-        (None, Some(argv)) if !argv.is_empty() => cmd.arg("exec").args(argv),
-        _ => return Err("shell spec has no command".into()),
-    };
+    cmd.args(job_args);
     if !spec.inherit_env {
         cmd.env_clear().envs(clean_env());
     }
