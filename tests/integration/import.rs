@@ -3,8 +3,6 @@
 //! firing at the instants cronsim gives for the same lines; a Kubernetes CronJob's command
 //! run with its env; Cronken's schedules read as APScheduler read them, and run.
 
-use std::time::Duration;
-
 use crate::support::*;
 
 const CRONTAB: &str = "# a user's crontab\n\
@@ -53,13 +51,7 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     assert_eq!(spec["shell"]["env"]["HELLO"], "from cron");
 
     // `%` ends the command; the rest is its standard input, `\%` a plain `%`.
-    let key = nats.trigger("crontab-4");
-    let (job, run) = cronrun::record::parse_run_key(&key).unwrap();
-    let store = nats.store().await;
-    let record = eventually(Duration::from_secs(20), "the imported job's run", || async {
-        store.get_run(job, run).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
-    })
-    .await;
+    let record = final_record(&nats.store().await, &nats.trigger("crontab-4")).await;
     assert_eq!(record.output, ["first line", "second % line"], "{record:?}");
 
     // The fires of each imported line, against cronsim's for the same line and zone
@@ -150,13 +142,7 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "report", "--output", "json"])).unwrap();
     let spec = &got["spec"];
     assert_eq!((spec["overlap"].as_str(), spec["retries"]["max"].as_u64()), (Some("skip"), Some(1)));
-    let key = nats.trigger("report");
-    let (job, run) = cronrun::record::parse_run_key(&key).unwrap();
-    let store = nats.store().await;
-    let record = eventually(Duration::from_secs(20), "the imported job's run", || async {
-        store.get_run(job, run).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
-    })
-    .await;
+    let record = final_record(&nats.store().await, &nats.trigger("report")).await;
     assert_eq!(record.output, ["hello from k8s"], "{record:?}");
 }
 

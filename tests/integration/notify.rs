@@ -15,14 +15,6 @@ fn notify_tables() -> String {
     format!("[notify]\ntimeout = \"2s\"\n[notify.secrets]\nops = \"{SECRET}\"\n")
 }
 
-/// Waits until job `job`'s run `run_id` has a final status.
-async fn finished(store: &cronrun::store::Store, job: &str, run_id: &str) -> cronrun::record::RunRecord {
-    eventually(Duration::from_secs(20), &format!("run {job}.{run_id} to end"), || async {
-        store.get_run(job, run_id).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_run_is_notified_once_with_two_agents_up_signed_and_listed() {
     let nats = Nats::start().await;
@@ -127,7 +119,7 @@ async fn failures_in_a_row_then_recovery_are_told_as_the_rules_say_on_a_webhook_
     let store = nats.store().await;
     for _ in 0..2 {
         let key = nats.trigger("flaps");
-        finished(&store, "flaps", key.split_once('.').unwrap().1).await;
+        final_record(&store, &key).await;
     }
     eventually(Duration::from_secs(20), "the second failure told", || async {
         (receiver.received().len() == 1).then_some(())
@@ -135,7 +127,7 @@ async fn failures_in_a_row_then_recovery_are_told_as_the_rules_say_on_a_webhook_
     .await;
     std::fs::write(&flag, "").unwrap();
     let key = nats.trigger("flaps");
-    let recovered = finished(&store, "flaps", key.split_once('.').unwrap().1).await;
+    let recovered = final_record(&store, &key).await;
     assert_eq!(recovered.status, cronrun::record::Status::Succeeded);
     eventually(Duration::from_secs(20), "the recovery told", || async {
         (receiver.received().len() == 2).then_some(())
@@ -201,7 +193,7 @@ async fn a_lost_run_that_is_retried_is_not_told_as_lost_and_its_retry_is() {
     })
     .await;
     runners.iter_mut().find(|r| Some(r.name.as_str()) == running.host.as_deref()).unwrap().kill9();
-    let done = finished(&store, job, run).await;
+    let done = final_record(&store, &key).await;
     assert_eq!((done.attempt, done.status), (2, cronrun::record::Status::Succeeded));
     let notices = eventually(Duration::from_secs(20), "the retry and the success told", || async {
         let notices: Vec<String> =
@@ -248,9 +240,9 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
     let run_id = body["run_id"].as_str().unwrap().to_string();
     // The slow run ends and quick's fire of the same instant is long past its deadline:
     // nothing more about that instant, for either job.
-    let slow = finished(&store, "slow", &run_id).await;
+    let slow = final_record(&store, &format!("slow.{run_id}")).await;
     assert_eq!(slow.status, cronrun::record::Status::Succeeded);
-    assert_eq!(finished(&store, "quick", &run_id).await.status, cronrun::record::Status::Succeeded);
+    assert_eq!(final_record(&store, &format!("quick.{run_id}")).await.status, cronrun::record::Status::Succeeded);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let about_it: Vec<_> = receiver.received().into_iter().filter(|r| r.json()["run_id"] == run_id.as_str()).collect();
     assert_eq!(about_it.len(), 1, "{about_it:#?}");

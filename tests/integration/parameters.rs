@@ -3,25 +3,13 @@
 //! the job: a shell job's standard input, the same on every attempt; a Wasm job's
 //! `ctx.input()`.
 
-use std::time::Duration;
-
 use crate::support::*;
-use cronrun::record::{RunRecord, Status};
+use cronrun::record::Status;
 
 /// Triggers `job` with `args` after it; returns the run's key.
 fn trigger_with(nats: &Nats, job: &str, args: &[&str]) -> String {
     let out = nats.ok(&[&["trigger", job, "--output", "json"], args].concat());
     serde_json::from_str::<serde_json::Value>(&out).unwrap()["run"].as_str().unwrap().to_string()
-}
-
-/// The record of run `key` once it reached a final status of attempt `attempt`.
-async fn ended(store: &cronrun::store::Store, key: &str, attempt: u32) -> RunRecord {
-    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
-    eventually(Duration::from_secs(30), &format!("{key} attempt {attempt} to end"), || async {
-        let record = store.get_run(job, run).await.ok()?.record;
-        (record.status.is_final() && record.attempt == attempt).then_some(record)
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -40,8 +28,8 @@ async fn a_shell_job_reads_its_input_on_stdin_and_its_retry_reads_the_same() {
     let value: serde_json::Value = serde_json::from_str(input).unwrap();
     let key = trigger_with(&nats, "echo-input", &["--input", input]);
     // The retry (attempt 2) read the same input as the first attempt did.
-    let record = ended(&store, &key, 2).await;
-    assert_eq!(record.status, Status::Failed);
+    let record = final_record(&store, &key).await;
+    assert_eq!((record.status, record.attempt), (Status::Failed, 2));
     assert_eq!(record.output, [value.to_string()], "{record:?}");
     assert_eq!(record.input.as_ref(), Some(&value));
     let shown: Vec<serde_json::Value> =
@@ -52,11 +40,12 @@ async fn a_shell_job_reads_its_input_on_stdin_and_its_retry_reads_the_same() {
     let file = nats.dir.path().join("input.json");
     std::fs::write(&file, "\"from a file\"").unwrap();
     let key = trigger_with(&nats, "echo-input", &["--input-file", file.to_str().unwrap()]);
-    assert_eq!(ended(&store, &key, 2).await.output, ["\"from a file\""]);
+    let record = final_record(&store, &key).await;
+    assert_eq!((record.attempt, record.output.as_slice()), (2, &["\"from a file\"".to_string()][..]));
     // No input: the job's standard input is empty.
     let key = nats.trigger("echo-input");
-    let record = ended(&store, &key, 2).await;
-    assert_eq!((record.output.as_slice(), record.input.as_ref()), (&[String::new()][..], None));
+    let record = final_record(&store, &key).await;
+    assert_eq!((record.attempt, record.output.as_slice(), record.input.as_ref()), (2, &[String::new()][..], None));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -100,7 +89,7 @@ async fn bad_inputs_and_schemas_are_refused_in_one_line_and_nothing_is_dispatche
     let agent = nats.agent("a", "");
     ready(&agent).await;
     let key = trigger_with(&nats, "report", &["--input", r#"{"date": "2026-11-01"}"#]);
-    let record = ended(&nats.store().await, &key, 1).await;
+    let record = final_record(&nats.store().await, &key).await;
     assert_eq!(
         (record.status, record.output.as_slice()),
         (Status::Succeeded, &[r#"{"date":"2026-11-01"}"#.to_string()][..])
@@ -115,11 +104,11 @@ async fn a_wasm_job_reads_its_input_with_the_sdk() {
     let hello = plugin("hello").display().to_string();
     nats.ok(&["deploy", &hello, "--name", "hello"]);
     let key = trigger_with(&nats, "hello", &["--input", r#"{"to": "wasm"}"#]);
-    let record = ended(&nats.store().await, &key, 1).await;
+    let record = final_record(&nats.store().await, &key).await;
     assert_eq!(record.status, Status::Succeeded, "{record:?}");
     assert!(record.output.iter().any(|l| l == r#"input: {"to":"wasm"}"#), "{:?}", record.output);
     // Without one, the guest sees none.
     let key = nats.trigger("hello");
-    let record = ended(&nats.store().await, &key, 1).await;
+    let record = final_record(&nats.store().await, &key).await;
     assert!(!record.output.iter().any(|l| l.starts_with("input:")), "{:?}", record.output);
 }

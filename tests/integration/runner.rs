@@ -8,13 +8,9 @@ use std::time::Duration;
 use crate::support::*;
 use cronrun::record::Status;
 
+/// The run's final record (see `final_record`).
 async fn run_status(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
-    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
-    let store = nats.store().await;
-    eventually(Duration::from_secs(30), &format!("{key} to finish"), || async {
-        store.get_run(job, run).await.ok().map(|r| r.record).filter(|r| r.status.is_final())
-    })
-    .await
+    final_record(&nats.store().await, key).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

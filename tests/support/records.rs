@@ -25,6 +25,16 @@ pub async fn runs(store: &Store, job: &str) -> Vec<RunRecord> {
     }
 }
 
+/// The record of run `key` (`JOB.RUN_ID`) once it has a final status (a run that is
+/// retried is final only when its last attempt ended).
+pub async fn final_record(store: &Store, key: &str) -> RunRecord {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    super::eventually(Duration::from_secs(30), &format!("run {key} to end"), || async {
+        store.get_run(job, run).await.ok().map(|s| s.record).filter(|r| r.status.is_final())
+    })
+    .await
+}
+
 /// Every event `kind` of `job` published so far, as JSON.
 pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Value> {
     use async_nats::jetstream::consumer::{DeliverPolicy, push};
