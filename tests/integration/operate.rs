@@ -60,21 +60,28 @@ async fn watch_prints_events_as_they_happen() {
             let _ = tx.send(line);
         }
     });
-    // The watch starts with new events only: trigger until it has shown one run's end.
+    // The watch starts with new events only, and may begin in the middle of a run:
+    // trigger until it has shown one run from its start to its end.
     let mut lines = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !lines.iter().any(|l: &String| l.contains("  succeeded")) {
-        assert!(std::time::Instant::now() < deadline, "no run end watched: {lines:?}");
+    let watched_whole = |lines: &[String], key: &str| {
+        let shown = |event: &str| lines.iter().any(|l| l.contains(&format!("  {key}  {event}")));
+        shown("started") && shown("succeeded")
+    };
+    let key = loop {
+        assert!(std::time::Instant::now() < deadline, "no whole run watched: {lines:?}");
         let key = nats.trigger("seen");
         ended(&nats, &key).await;
         lines.extend(rx.recv_timeout(Duration::from_secs(1)).into_iter());
         lines.extend(rx.try_iter());
-    }
+        if watched_whole(&lines, &key) {
+            break key;
+        }
+    };
     let _ = watch.kill();
     let _ = watch.wait();
-    let end = lines.iter().find(|l| l.contains("  succeeded")).unwrap();
-    assert!(end.contains("  seen.") && end.starts_with("20"), "{end}");
-    assert!(lines.iter().any(|l| l.contains("  started")), "{lines:?}");
+    let end = lines.iter().find(|l| l.contains(&format!("  {key}  succeeded"))).unwrap();
+    assert!(end.starts_with("20"), "{end}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
