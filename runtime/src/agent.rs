@@ -125,6 +125,7 @@ async fn run_roles(
         (None, None)
     };
     let catalog = Catalog::start(store.clone(), events_tx, catalog_cancel.clone());
+    let _ = health.catalog.set(catalog.clone());
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
 

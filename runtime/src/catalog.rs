@@ -115,6 +115,11 @@ impl Catalog {
         self.len() == 0
     }
 
+    /// Whether every job that existed at start has been read.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
     /// Waits until every job that existed at start has been read.
     pub async fn wait_loaded(&self) {
         let mut loaded = self.loaded.clone();

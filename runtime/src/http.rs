@@ -27,6 +27,9 @@ pub struct Health {
     pub slots: std::sync::OnceLock<(usize, Arc<AtomicUsize>)>,
     /// The next fires of the shards led here.
     pub next_fires: crate::metrics::NextFires,
+    /// The jobs that exist, once the agent follows them: a removed job's series are not
+    /// shown.
+    pub catalog: std::sync::OnceLock<crate::catalog::Catalog>,
 }
 
 impl Health {
@@ -38,6 +41,7 @@ impl Health {
             roles_started: AtomicUsize::new(0),
             slots: std::sync::OnceLock::new(),
             next_fires: crate::metrics::NextFires::default(),
+            catalog: std::sync::OnceLock::new(),
         }
     }
 
@@ -114,5 +118,8 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
     }
     let mut body = crate::metrics::handle().map(|h| h.render()).unwrap_or_default();
     body.push_str(&health.next_fires.render());
+    if let Some(catalog) = health.catalog.get().filter(|c| c.is_loaded()) {
+        body = crate::metrics::without_removed_jobs(&body, |job| catalog.get(job).is_some());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -15,6 +15,10 @@
 //!   the agent itself.
 //!
 //! The recorder is process-wide (the `metrics` facade): an agent is one process.
+//! A job's series leave `/metrics` with the job (`without_removed_jobs`, at each scrape:
+//! the facade cannot remove a series, so the recorder keeps a removed job's few series in
+//! memory until the agent restarts; a job created again under the same name shows its
+//! counters where they stopped, which Prometheus counters allow).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -151,5 +155,54 @@ impl NextFires {
             let _ = writeln!(out, "cronrun_job_next_fire_timestamp_seconds{{job=\"{job}\"}} {}", *at as f64 / 1000.0);
         }
         out
+    }
+}
+
+/// `text` (Prometheus exposition) without the samples whose `job` label names a job that
+/// `exists` says is gone. Lines without a `job` label, comments included, are kept.
+pub fn without_removed_jobs(text: &str, exists: impl Fn(&str) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if job_label(line).is_none_or(&exists) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The value of a sample line's `job` label. Job names are [A-Za-z0-9_-], so the value
+/// holds no quote or escape.
+fn job_label(line: &str) -> Option<&str> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let labels = &line[line.find('{')? + 1..line.find('}')?];
+    labels.split(',').find_map(|pair| pair.strip_prefix("job=\"")?.strip_suffix('"'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_removed_jobs;
+
+    #[test]
+    fn a_removed_jobs_samples_leave_and_everything_else_stays() {
+        let cases = [
+            // (line, kept when only "kept" exists)
+            ("# TYPE cronrun_runs_total counter", true),
+            ("cronrun_runs_running 1", true),
+            (r#"cronrun_build_info{version="0.1.0"} 1"#, true),
+            (r#"cronrun_runs_total{job="kept",status="succeeded"} 3"#, true),
+            (r#"cronrun_runs_total{job="gone",status="failed"} 1"#, false),
+            (r#"cronrun_run_duration_seconds_bucket{job="gone",le="+Inf"} 1"#, false),
+            (r#"cronrun_runs_skipped_total{reason="overlap",job="gone"} 1"#, false),
+            (r#"cronrun_runs_total{job="kept-not",status="succeeded"} 1"#, false),
+            (r#"cronrun_runner_slots{state="used"} 0"#, true),
+        ];
+        for (line, kept) in cases {
+            let out = without_removed_jobs(line, |job| job == "kept");
+            assert_eq!(out == format!("{line}\n"), kept, "{line}");
+            assert_eq!(out.is_empty(), !kept, "{line}");
+        }
     }
 }

@@ -82,6 +82,14 @@ async fn health_and_metrics_say_what_the_agent_did() {
     assert_eq!(value(&format!(r#"cronrun_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
     assert!(!text.contains(&slow), "a run id became a label");
 
+    // A removed job's series leave with it; the others stay.
+    nats.ok(&["rm", "bad"]);
+    let text = eventually(Duration::from_secs(10), "bad's series to leave /metrics", || async {
+        http_get(port, "/metrics").map(|r| r.1).filter(|text| !text.contains(r#"job="bad""#))
+    })
+    .await;
+    assert_eq!(samples(&text)[r#"cronrun_runs_total{job="ok",status="succeeded"}"#], 1.0);
+
     // NATS gone: not ready, saying why; alive all the same.
     nats.kill_server().await;
     let (_, why) = eventually(Duration::from_secs(10), "/readyz to say not ready", || async {

@@ -42,6 +42,20 @@ async fn a_shell_job_reads_its_input_on_stdin_and_its_retry_reads_the_same() {
     let key = trigger_with(&nats, "echo-input", &["--input-file", file.to_str().unwrap()]);
     let record = final_record(&store, &key).await;
     assert_eq!((record.attempt, record.output.as_slice()), (2, &["\"from a file\"".to_string()][..]));
+    // From the CLI's standard input (`--input-file -`).
+    let mut child = nats
+        .command()
+        .args(["trigger", "echo-input", "--output", "json", "--input-file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"{\"from\": \"stdin\"}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "trigger --input-file - failed");
+    let key = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["run"].as_str().unwrap().to_string();
+    let record = final_record(&store, &key).await;
+    assert_eq!(record.output, [r#"{"from":"stdin"}"#.to_string()], "{record:?}");
     // No input: the job's standard input is empty.
     let key = nats.trigger("echo-input");
     let record = final_record(&store, &key).await;
