@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use futures::StreamExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +42,7 @@ use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger};
 use crate::spec::notify::{Notice, Notify, watched_kinds};
 use crate::store::Store;
+use crate::store::pull::{PullLimits, pull_into_slots};
 pub use deliver::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
 
 /// `[notify]` of `cronrun.toml`. Every agent with the scheduler role delivers, so every
@@ -163,43 +163,19 @@ async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, 
 }
 
 impl Notifier {
-    /// Pulls only as many events as there are free slots, so that none waits in a buffer
-    /// while its ack wait runs out (it would be redelivered to another agent meanwhile).
+    /// Pulls events into free slots (`store::pull`) until `cancel` or a pull fails.
     async fn pull(self: Arc<Self>, consumer: PullConsumer, slots: Arc<Semaphore>, cancel: &CancellationToken) {
-        loop {
-            let first = tokio::select! {
-                _ = cancel.cancelled() => return,
-                permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return },
-            };
-            let mut permits = vec![first];
-            while let Ok(p) = slots.clone().try_acquire_owned() {
-                permits.push(p);
-            }
-            let batch = consumer.batch().max_messages(permits.len()).expires(Duration::from_secs(5)).messages().await;
-            let mut batch = match batch {
-                Ok(batch) => batch,
-                Err(e) => return warn!("notifications: pulling events: {e}"),
-            };
-            loop {
-                let next = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    next = batch.next() => next,
-                };
-                let msg = match next {
-                    Some(Ok(msg)) => msg,
-                    Some(Err(e)) => {
-                        debug!("notifications: pulling events: {e}");
-                        break;
-                    }
-                    None => break,
-                };
-                let Some(permit) = permits.pop() else { break };
-                let notifier = self.clone();
-                tokio::spawn(async move {
-                    notifier.handle(msg).await;
-                    drop(permit);
-                });
-            }
+        let limits = PullLimits { max_batch: usize::MAX, expires: Duration::from_secs(5) };
+        let pulled = pull_into_slots(&consumer, &slots, &limits, cancel, |msg, permit| {
+            let notifier = self.clone();
+            tokio::spawn(async move {
+                notifier.handle(msg).await;
+                drop(permit);
+            });
+        })
+        .await;
+        if let Err(e) = pulled {
+            warn!("notifications: pulling events: {e}");
         }
     }
 

@@ -35,7 +35,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
-use futures::StreamExt;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +46,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::spec::{History, JobSpec};
 use crate::store::Store;
+use crate::store::pull::{PullLimits, pull_into_slots};
 use crate::supervise::Watched;
 
 pub use crate::output::{EOF_HEADER, STREAM_HEADER};
@@ -353,44 +353,9 @@ async fn pull_loop(
     stops: Stops,
 ) {
     let cancel = stops.shutdown.clone();
+    let limits = PullLimits { max_batch: 256, expires: Duration::from_secs(2) };
     loop {
-        // Pull only as many runs as there are free slots.
-        let first = tokio::select! {
-            _ = cancel.cancelled() => return,
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let mut permits = vec![first];
-        while let Ok(p) = slots.clone().try_acquire_owned() {
-            permits.push(p);
-            if permits.len() >= 256 {
-                break;
-            }
-        }
-        let batch = consumer.batch().max_messages(permits.len()).expires(Duration::from_secs(2)).messages().await;
-        let mut batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
-                warn!("pulling runs: {e}");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                }
-            }
-        };
-        loop {
-            let next = tokio::select! {
-                _ = cancel.cancelled() => return,
-                next = batch.next() => next,
-            };
-            let msg = match next {
-                Some(Ok(msg)) => msg,
-                Some(Err(e)) => {
-                    warn!("pulling runs: {e}");
-                    break;
-                }
-                None => break,
-            };
-            let Some(permit) = permits.pop() else { break };
+        let pulled = pull_into_slots(&consumer, &slots, &limits, &cancel, |msg, permit| {
             let ctx = ctx.clone();
             let stops = stops.clone();
             tracker.spawn(async move {
@@ -399,6 +364,13 @@ async fn pull_loop(
                 ctx.running.fetch_sub(1, Ordering::SeqCst);
                 drop(permit);
             });
+        })
+        .await;
+        let Err(e) = pulled else { return };
+        warn!("pulling runs: {e}");
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

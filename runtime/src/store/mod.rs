@@ -5,12 +5,14 @@
 //! - `jobs.rs`, `runs.rs`: job specs and run records.
 //! - `lease.rs`: a lease held through a TTL key, renewed by compare-and-set.
 //! - `plugins.rs`: Wasm components in the object store, by digest.
+//! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
 
 mod jobs;
 pub mod kv;
 mod layout;
 pub mod lease;
 mod plugins;
+pub mod pull;
 mod runs;
 
 use async_nats::jetstream;

@@ -1,0 +1,64 @@
+//! Pulling from a JetStream consumer only into free slots: as many messages as there are
+//! permits, so that none waits in a buffer while its ack wait runs out (it would be
+//! redelivered to another agent meanwhile). The runner pulls runs this way, the notifier
+//! events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::Message;
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::pull::BatchError;
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+/// How much one pull asks for, and how long it waits for it.
+pub struct PullLimits {
+    pub max_batch: usize,
+    pub expires: Duration,
+}
+
+/// Hands each message pulled to `start` with the slot it holds, until `cancel` or the
+/// slots are closed (`Ok`), or a pull cannot be made (`Err`: the caller decides when to
+/// try again). A message that arrives without a free slot is left to its redelivery.
+pub async fn pull_into_slots(
+    consumer: &PullConsumer,
+    slots: &Arc<Semaphore>,
+    limits: &PullLimits,
+    cancel: &CancellationToken,
+    mut start: impl FnMut(Message, OwnedSemaphorePermit),
+) -> Result<(), BatchError> {
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return Ok(()) },
+        };
+        let mut permits = vec![first];
+        while permits.len() < limits.max_batch {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let mut batch = consumer.batch().max_messages(permits.len()).expires(limits.expires).messages().await?;
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                next = batch.next() => next,
+            };
+            let msg = match next {
+                Some(Ok(msg)) => msg,
+                // The batch ends; the next pull asks again.
+                Some(Err(e)) => {
+                    debug!("pulling from {}: {e}", consumer.cached_info().name);
+                    break;
+                }
+                None => break,
+            };
+            let Some(permit) = permits.pop() else { break };
+            start(msg, permit);
+        }
+    }
+}
