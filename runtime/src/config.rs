@@ -46,6 +46,14 @@ pub struct HttpConfig {
     /// free port, so that two of them never race for one).
     #[serde(skip)]
     pub bound: Option<std::sync::Arc<std::net::TcpListener>>,
+    /// A file holding the dashboard's login token (16 characters at least). Without one
+    /// the dashboard is served only on a loopback address, read-only. Default: none.
+    pub token_file: Option<String>,
+    /// The NATS identity the dashboard reads with (a viewer). Default: the agent's own.
+    pub viewer_creds: Option<String>,
+    /// The NATS identity the dashboard's pause, resume, trigger and kill act as (an
+    /// admin); they need `token_file` too. Default: none (read-only).
+    pub admin_creds: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

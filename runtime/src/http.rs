@@ -1,7 +1,7 @@
 //! The agent's HTTP listener (`--http ADDR`, `[http] listen`): `/livez` (the process
 //! serves), `/readyz` (NATS connected, layout present, roles started: 200, or 503 with a
-//! one-line reason) and `/metrics` (Prometheus text, see `metrics`). axum, on a task of its
-//! own that stops with the agent.
+//! one-line reason), `/metrics` (Prometheus text, see `metrics`) and the dashboard at `/`
+//! (see `dashboard`). axum, on a task of its own that stops with the agent.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::dashboard::{Dashboard, DashboardConfig};
 use crate::error::Error;
 
 /// What `/readyz` reports, set by the agent as it starts.
@@ -77,6 +78,7 @@ pub async fn serve(
     addr: &str,
     bound: Option<&std::net::TcpListener>,
     health: Arc<Health>,
+    dashboard: DashboardConfig,
     cancel: CancellationToken,
 ) -> Result<SocketAddr, Error> {
     let cannot =
@@ -90,11 +92,13 @@ pub async fn serve(
         None => TcpListener::bind(addr).await.map_err(cannot)?,
     };
     let bound = listener.local_addr().map_err(cannot)?;
+    let dashboard = Dashboard::start(dashboard, health.client.clone(), health.clone(), bound, cancel.clone())?;
     let app = Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(health);
+        .with_state(health)
+        .merge(dashboard.routes());
     tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned()).await;
         if let Err(e) = served {

@@ -14,12 +14,16 @@
 //! - `wasm`: the Wasm job host, crate `cronrun-wasm` (`wasm/`): wasmtime, sandbox, `wit/`.
 //! - `events`: publishing on the event stream; `notify`: notifications delivered from it.
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
-//! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts.
+//! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts;
+//!   `dashboard`: the web UI at `/`, on the same listener.
+//! - `actions`: pause, resume, trigger, kill (CLI and dashboard); `status`: what
+//!   `cronrun status` shows; `logs`: a run's output read back from `CRONRUN_LOGS`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
 //! - `auth`: NATS identities per role and the server's `authorization` block.
 //! - `cli`: the command line, one file per command.
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched.
 //! - `clock`: time behind a trait for tests.
+pub mod actions;
 pub mod agent;
 pub mod auth;
 pub mod catalog;
@@ -27,17 +31,20 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod connect;
+pub mod dashboard;
 pub mod dispatch;
 pub mod embedded;
 pub mod events;
 pub mod http;
 pub mod input;
+pub mod logs;
 pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
+pub mod status;
 pub mod store;
 pub mod supervise;
 

@@ -17,6 +17,7 @@
 //! - `wasm_agent`: deployed Wasm jobs run by a real agent.
 //! - `security`: each role refused what it must not do; bad credentials.
 //! - `observe`: the agent's /livez, /readyz and /metrics.
+//! - `dashboard`: the web dashboard in a real headless Chromium.
 //! - `up`: `cronrun up` as a user runs it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -27,6 +28,7 @@ mod support;
 mod procs;
 
 mod catchup;
+mod dashboard;
 mod failure;
 mod import;
 mod input;

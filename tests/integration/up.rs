@@ -77,6 +77,16 @@ async fn up_runs_examples_and_stops_on(signal: Signal, to: To) {
 ",
         "{banner}"
     );
+    // The banner's dashboard login works, and acts as the admin: `up` made the token.
+    let login = banner.split(&format!("http://{http}/login?token=")).nth(1).unwrap();
+    let token = login.split([',', ' ']).next().unwrap();
+    let token_file = dir.path().join("cronrun/dashboard.token");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&token_file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let cookie = format!("Cookie: {}", login_cookie(http_port, token));
+    assert_eq!(http_request(http_port, "GET", "/api/session", &[&cookie], ""), (200, r#"{"actions":true}"#.into()));
+    assert_eq!(http_request(http_port, "GET", "/api/session", &[], "").0, 401);
     let server = nats_server_children(up.0.id());
     assert_eq!(server.len(), 1, "one nats-server child");
     // Secure by default: identities only their owner reads, and no entry without one.

@@ -6,11 +6,13 @@
 //!   jobs write to record their own executions.
 //! - `plugins.rs`: the example Wasm plugins, built once per test binary.
 //! - `receiver.rs`: a real HTTP server that records the webhooks it receives.
+//! - `browser.rs`: a real headless Chromium over WebDriver, for the dashboard.
 //!
 //! Here: what all of them use (the binary, test directories, bounded waits).
 #![allow(dead_code, unused_imports)]
 
 mod agents;
+mod browser;
 mod plugins;
 mod receiver;
 mod records;
@@ -20,6 +22,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub use agents::*;
+pub use browser::*;
 pub use plugins::*;
 pub use receiver::*;
 pub use records::*;
@@ -94,4 +97,37 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((code, body))
+}
+
+/// `method path` with `headers` and `body` on 127.0.0.1:`port`: status and body.
+pub fn http_request(port: u16, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if !headers.iter().any(|h| h.to_ascii_lowercase().starts_with("host:")) {
+        request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for header in headers {
+        request.push_str(&format!("{header}\r\n"));
+    }
+    request.push_str(&format!("\r\n{body}"));
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, response.split_once("\r\n\r\n").map(|r| r.1.to_string()).unwrap_or_default())
+}
+
+/// The session cookie `/login?token=` sets, as `name=value`.
+pub fn login_cookie(port: u16, token: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET /login?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 303"), "{response}");
+    let cookie = response.lines().find_map(|l| l.strip_prefix("set-cookie: ")).expect("a session cookie");
+    cookie.split(';').next().unwrap().to_string()
 }

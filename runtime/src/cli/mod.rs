@@ -186,8 +186,7 @@ impl Ctx {
 
     /// Publishes the audit event of a CLI write to `job` (`by` is the store's actor).
     pub async fn audit(&self, store: &Store, job: &str, kind: crate::events::EventKind, detail: String) {
-        let event = crate::events::Event::new(job, "", kind, 0, chrono::Utc::now()).with_detail(detail);
-        crate::events::publish_event(store, &event).await;
+        crate::actions::audit(store, job, kind, detail).await;
     }
 
     pub fn json(&self) -> bool {

@@ -28,10 +28,7 @@ pub async fn run(ctx: &Ctx, a: PauseArgs, paused: bool) -> Result<()> {
     let store = ctx.store().await?;
     let mut changed = Vec::new();
     for name in &names {
-        let (revision, did) = store.modify_job(name, |spec| spec.paused = paused).await?;
-        if did {
-            let detail = format!("{}, revision {revision}", if paused { "paused" } else { "resumed" });
-            ctx.audit(&store, name, crate::events::EventKind::Changed, detail).await;
+        if crate::actions::set_paused(&store, name, paused).await? {
             changed.push(name.clone());
         }
     }

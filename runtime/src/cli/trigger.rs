@@ -4,13 +4,11 @@
 //! exits non-zero unless it succeeded.
 
 use anyhow::{Result, bail};
-use chrono::Utc;
 use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
-use crate::dispatch::{DispatchMsg, dispatch_with_input};
-use crate::record::{RunRecord, Trigger, manual_run_id, run_key};
+use crate::record::RunRecord;
 use crate::store::Store;
 
 #[derive(Args)]
@@ -40,25 +38,8 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         (None, None) => None,
     };
     let store = ctx.store().await?;
-    if let Some(input) = &input {
-        crate::input::fits(input, store.record_budget)?;
-    }
-    let job = store.get_job(&a.name).await?;
-    let spec = job.spec?;
-    crate::input::check(&spec, input.as_ref())?;
-    let now = Utc::now();
-    let msg = DispatchMsg {
-        job: spec.name.clone(),
-        run_id: manual_run_id(now),
-        attempt: 1,
-        trigger: Trigger::Manual,
-        scheduled_at: now,
-        spec_revision: job.revision,
-        queued: None,
-    };
-    dispatch_with_input(&store, &spec.pool, &msg, input, now).await?;
-    ctx.warn_if_unserved(&store, &spec.pool).await;
-    let key = run_key(&msg.job, &msg.run_id);
+    let (key, pool) = crate::actions::trigger(&store, &a.name, input).await?;
+    ctx.warn_if_unserved(&store, &pool).await;
     if !a.wait {
         return ctx.print(&json!({ "run": key }), || format!("triggered {key}"));
     }

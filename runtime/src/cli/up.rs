@@ -91,6 +91,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
             config.nats = server.url.clone();
             config.creds = Some(path_str(&ids.path("agent")));
             admin_creds = Some(path_str(&ids.path("admin")));
+            config.http.viewer_creds.get_or_insert_with(|| path_str(&ids.path("viewer")));
             Some(server)
         }
     };
@@ -101,6 +102,8 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         config.http.bound = Some(std::sync::Arc::new(socket));
     }
     let http = config.http.listen.clone().unwrap_or_default();
+    let dashboard =
+        dashboard_login(&mut config.http, a.data_dir.clone().unwrap_or_else(default_data_dir), &admin_creds)?;
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
         add_examples(&config, admin_creds.clone()).await?;
@@ -111,8 +114,8 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         _ => format!("nats --server {}", config.nats),
     };
     let _ = super::out(&format!(
-        "cronrun is up: NATS at {}, metrics at http://{http}/metrics. Try `cronrun ls`, `cronrun runs hello`, \
-         `cronrun status`, `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
+        "cronrun is up: NATS at {}, the dashboard at http://{http}/{dashboard}, metrics at http://{http}/metrics. \
+         Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
         config.nats, config.namespace
     ));
     let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
@@ -120,6 +123,32 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         server.stop().await;
     }
     Ok(result?)
+}
+
+/// `up`'s dashboard takes a login (a token kept in the data directory, made on first
+/// start) and acts as the admin identity the CLI uses. Returns the login path to print.
+fn dashboard_login(
+    http: &mut crate::config::HttpConfig,
+    data_dir: PathBuf,
+    admin_creds: &Option<String>,
+) -> Result<String> {
+    if http.admin_creds.is_none() {
+        http.admin_creds = admin_creds.clone();
+    }
+    let path = match &http.token_file {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let path = data_dir.join("dashboard.token");
+            if !path.exists() {
+                std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+                crate::auth::write_private(&path, &format!("{}\n", crate::dashboard::new_token()))?;
+            }
+            http.token_file = Some(path_str(&path));
+            path
+        }
+    };
+    let token = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(format!("login?token={}", token.trim()))
 }
 
 /// The socket `up` serves /livez, /readyz and /metrics on: 127.0.0.1:8642, or a free

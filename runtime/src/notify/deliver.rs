@@ -56,10 +56,16 @@ impl Message<'_> {
             "output": output,
             "delivery": self.delivery,
         });
-        if let Some(base) = self.dashboard {
-            body["link"] = json!(format!("{}/jobs/{}/runs/{}", base.trim_end_matches('/'), e.job, e.run_id));
+        if let Some(link) = self.link() {
+            body["link"] = json!(link);
         }
         body
+    }
+
+    /// The run's page on the dashboard, when its URL is configured.
+    fn link(&self) -> Option<String> {
+        let e = self.event;
+        self.dashboard.map(|base| format!("{}/#/run/{}/{}", base.trim_end_matches('/'), e.job, e.run_id))
     }
 
     /// One line for people, then the output's last lines: Slack's `text`.
@@ -86,8 +92,8 @@ impl Message<'_> {
         if !output.is_empty() {
             text.push_str(&format!("\n```\n{}\n```", output.join("\n")));
         }
-        if let Some(base) = self.dashboard {
-            text.push_str(&format!("\n{}/jobs/{}/runs/{}", base.trim_end_matches('/'), e.job, e.run_id));
+        if let Some(link) = self.link() {
+            text.push_str(&format!("\n{link}"));
         }
         text
     }
@@ -176,5 +182,24 @@ mod tests {
             signature(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn a_notice_links_to_the_runs_page_on_the_dashboard() {
+        use crate::model::event::EventKind;
+        let event = Event::new("backup", "20260101T000000Z", EventKind::Failed, 1, chrono::Utc::now());
+        let message = |dashboard| Message {
+            notice: Notice::Event(EventKind::Failed),
+            event: &event,
+            record: None,
+            streak: 1,
+            dashboard,
+            delivery: "d-1",
+        };
+        let link = "https://cron.example/#/run/backup/20260101T000000Z";
+        let linked = message(Some("https://cron.example/"));
+        assert_eq!(linked.json()["link"], link);
+        assert!(linked.text().ends_with(&format!("\n{link}")), "{}", linked.text());
+        assert!(message(None).json().get("link").is_none());
     }
 }

@@ -1,0 +1,82 @@
+//! What an admin does to jobs and runs: pause, resume, trigger, kill. One implementation
+//! for the CLI and the dashboard, so both write the same records and audit events.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use nix::sys::signal::Signal;
+
+use crate::dispatch::{DispatchMsg, dispatch_with_input};
+use crate::error::{Error, ErrorKind};
+use crate::events::{Event, EventKind, publish_event};
+use crate::record::{Status, Trigger, manual_run_id, run_key};
+use crate::store::Store;
+
+/// How long a kill waits for the runner holding the run to answer.
+const KILL_ANSWER: Duration = Duration::from_secs(5);
+
+/// Publishes the audit event of an admin's write to `job` (`by` is the store's actor).
+pub async fn audit(store: &Store, job: &str, kind: EventKind, detail: String) {
+    let event = Event::new(job, "", kind, 0, Utc::now()).with_detail(detail);
+    publish_event(store, &event).await;
+}
+
+/// Sets the job's `paused` flag (part of the spec, so it survives restarts and every
+/// scheduler sees it). True when it changed.
+pub async fn set_paused(store: &Store, name: &str, paused: bool) -> Result<bool, Error> {
+    let (revision, changed) = store.modify_job(name, |spec| spec.paused = paused).await?;
+    if changed {
+        let detail = format!("{}, revision {revision}", if paused { "paused" } else { "resumed" });
+        audit(store, name, EventKind::Changed, detail).await;
+    }
+    Ok(changed)
+}
+
+/// A manual run of `name` now, given `input` (checked against the job's schema), through
+/// the same dispatch as a scheduled run. Returns the run's key and the job's pool.
+pub async fn trigger(store: &Store, name: &str, input: Option<serde_json::Value>) -> Result<(String, String), Error> {
+    if let Some(input) = &input {
+        crate::input::fits(input, store.record_budget)?;
+    }
+    let job = store.get_job(name).await?;
+    let spec = job.spec?;
+    crate::input::check(&spec, input.as_ref())?;
+    let now = Utc::now();
+    let msg = DispatchMsg {
+        job: spec.name.clone(),
+        run_id: manual_run_id(now),
+        attempt: 1,
+        trigger: Trigger::Manual,
+        scheduled_at: now,
+        spec_revision: job.revision,
+        queued: None,
+    };
+    dispatch_with_input(store, &spec.pool, &msg, input, now).await?;
+    Ok((run_key(&msg.job, &msg.run_id), spec.pool))
+}
+
+/// Asks the runner holding a running run to signal its process group. Returns that
+/// runner's host.
+pub async fn kill(store: &Store, job: &str, run_id: &str, signal: Signal) -> Result<String, Error> {
+    let key = run_key(job, run_id);
+    let run = store.get_run(job, run_id).await?.record;
+    if run.status != Status::Running {
+        return Err(Error::conflict(format!(
+            "run {key} is not running (status {}); nothing to kill",
+            run.status.as_str()
+        )));
+    }
+    let host = run.host.unwrap_or_default();
+    let event = Event::new(job, run_id, EventKind::KillRequested, run.attempt, Utc::now())
+        .with_detail(format!("{} on {host}", signal.as_str()));
+    publish_event(store, &event).await;
+    let subject = store.names.kill_subject(job, run_id);
+    let asked = store.client.request(subject, signal.as_str().to_string().into());
+    match tokio::time::timeout(KILL_ANSWER, asked).await {
+        Ok(Ok(_)) => Ok(host),
+        _ => Err(Error::new(
+            ErrorKind::Other,
+            format!("no runner answered for run {key} (host {host}): it may have just ended, or its runner is down"),
+        )),
+    }
+}

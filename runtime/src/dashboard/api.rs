@@ -1,0 +1,252 @@
+//! The dashboard's JSON API and the SSE of a run's output. Lists come from memory (the
+//! agent's catalog and `RunsView`); one job, one run and the status read NATS.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::view::RunsSummary;
+use super::{ApiError, Dashboard, Viewer, admin, words};
+use crate::catalog::CatalogJob;
+use crate::names::validate_job_name;
+use crate::schedule::Schedule;
+
+/// Jobs per page at most.
+const MAX_PER_PAGE: usize = 500;
+/// Runs a job's page shows.
+const JOB_RUNS: usize = 100;
+
+pub async fn session(_: Viewer, State(d): State<Arc<Dashboard>>) -> Json<Value> {
+    Json(json!({ "actions": d.actions }))
+}
+
+#[derive(Deserialize)]
+pub struct JobsQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    filter: Filter,
+    #[serde(default)]
+    page: usize,
+    per: Option<usize>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Filter {
+    #[default]
+    All,
+    Failing,
+    Paused,
+    Late,
+}
+
+pub async fn jobs(_: Viewer, State(d): State<Arc<Dashboard>>, Query(q): Query<JobsQuery>) -> Json<Value> {
+    let now = Utc::now();
+    let needle = q.q.trim().to_lowercase();
+    let mut all = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
+    all.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows: Vec<(Arc<CatalogJob>, RunsSummary)> = Vec::with_capacity(all.len());
+    for job in all {
+        let runs = d.view.summary(&job.name);
+        let keep = match (q.filter, &job.summary) {
+            (Filter::All, _) => true,
+            (Filter::Failing, Err(_)) => true,
+            (Filter::Failing, Ok(_)) => runs.failing(),
+            (Filter::Paused, summary) => summary.as_ref().is_ok_and(|s| s.paused),
+            (Filter::Late, summary) => summary.as_ref().is_ok_and(|s| d.view.is_late(s, &runs, now)),
+        };
+        if keep {
+            rows.push((job, runs));
+        }
+    }
+    let per = q.per.unwrap_or(50).clamp(1, MAX_PER_PAGE);
+    let page: Vec<Value> =
+        rows.iter().skip(q.page.saturating_mul(per)).take(per).map(|(job, runs)| job_row(&d, job, runs, now)).collect();
+    Json(json!({ "total": rows.len(), "page": q.page, "per": per, "jobs": page }))
+}
+
+fn job_row(d: &Dashboard, job: &CatalogJob, runs: &RunsSummary, now: DateTime<Utc>) -> Value {
+    let mut row = json!({
+        "name": job.name,
+        "last_status": runs.last_status.map(|s| s.as_str()),
+        "last_run": runs.last_run,
+        "success_rate": runs.success_rate,
+        "durations_ms": runs.durations_ms,
+    });
+    match &job.summary {
+        Err(e) => row["invalid"] = json!(e.to_string()),
+        Ok(s) => {
+            let fields = json!({
+                "kind": if s.wasm { "wasm" } else { "shell" },
+                "schedule": s.schedule.expr(),
+                "timezone": s.tz.name(),
+                "schedule_words": words::describe(s.schedule.expr()),
+                "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
+                "pool": &*s.pool,
+                "paused": s.paused,
+                "late": d.view.is_late(s, runs, now),
+            });
+            if let (Value::Object(row), Value::Object(fields)) = (&mut row, fields) {
+                row.extend(fields);
+            }
+        }
+    }
+    row
+}
+
+/// The next `n` fires after `now`, written in the job's zone.
+fn next_fires(schedule: &Schedule, tz: Tz, now: DateTime<Utc>, n: usize) -> Vec<String> {
+    schedule
+        .fires_after(now, tz)
+        .take(n)
+        .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string())
+        .collect()
+}
+
+pub async fn job(
+    _: Viewer,
+    State(d): State<Arc<Dashboard>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    validate_job_name(&name)?;
+    let store = d.reader()?;
+    let stored = store.get_job(&name).await?;
+    let mut runs: Vec<_> = store.list_runs(&name).await?.into_iter().map(|r| r.record).collect();
+    runs.reverse();
+    runs.truncate(JOB_RUNS);
+    let (spec, words, next, invalid) = match &stored.spec {
+        Ok(spec) => {
+            let next = match spec.parsed_schedule() {
+                Ok((s, tz)) if !spec.paused => next_fires(&s, tz, Utc::now(), 5),
+                _ => Vec::new(),
+            };
+            (json!(spec), words::describe(&spec.schedule), next, None)
+        }
+        Err(e) => (Value::Null, String::new(), Vec::new(), Some(e.to_string())),
+    };
+    Ok(Json(json!({
+        "name": name, "revision": stored.revision, "spec": spec, "invalid": invalid,
+        "schedule_words": words, "next": next, "runs": runs,
+    })))
+}
+
+pub async fn run(
+    _: Viewer,
+    State(d): State<Arc<Dashboard>>,
+    Path((job, run_id)): Path<(String, String)>,
+) -> Result<Json<crate::record::RunRecord>, ApiError> {
+    validate_run(&job, &run_id)?;
+    Ok(Json(d.reader()?.get_run(&job, &run_id).await?.record))
+}
+
+fn validate_run(job: &str, run_id: &str) -> Result<(), ApiError> {
+    validate_job_name(job)?;
+    validate_job_name(run_id).map_err(|_| {
+        ApiError::from(crate::Error::invalid("run", format!("run id {run_id:?} is not one cronrun writes")))
+    })?;
+    Ok(())
+}
+
+/// The run's output so far, then live until it ends: events `line` (stdout) and
+/// `stderr`, each a JSON string, and `end` with the run's final status.
+pub async fn output(
+    _: Viewer,
+    State(d): State<Arc<Dashboard>>,
+    Path((job, run_id)): Path<(String, String)>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    validate_run(&job, &run_id)?;
+    let store = d.reader()?.clone();
+    store.get_run(&job, &run_id).await?;
+    let lines = crate::logs::read(&store, &job, &run_id, true).await?;
+    let events = futures::stream::unfold(Some(lines), move |lines| {
+        let (store, job, run_id) = (store.clone(), job.clone(), run_id.clone());
+        async move {
+            let mut lines = lines?;
+            match lines.recv().await {
+                Some(line) => {
+                    // JSON-encoded: an event whose data is empty is not dispatched.
+                    let event = Event::default().event(if line.stderr { "stderr" } else { "line" });
+                    let event = event.data(Value::from(line.text).to_string());
+                    Some((Ok(event), Some(lines)))
+                }
+                None => {
+                    let status = store.get_run(&job, &run_id).await.map(|r| r.record.status.as_str()).unwrap_or("");
+                    Some((Ok(Event::default().event("end").data(status)), None))
+                }
+            }
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+pub async fn status(_: Viewer, State(d): State<Arc<Dashboard>>) -> Result<Json<Value>, ApiError> {
+    let specs = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
+    let pools =
+        crate::status::pools_of(specs.iter().filter_map(|j| j.summary.as_ref().ok()).map(|s| (&*s.pool, s.paused)));
+    let report = crate::status::StatusReport::gather(d.reader()?, pools).await?;
+    Ok(Json(report.to_json()))
+}
+
+#[derive(Deserialize, Default)]
+pub struct TriggerBody {
+    input: Option<Value>,
+}
+
+pub async fn job_action(
+    _: Viewer,
+    State(d): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+    body: Option<Json<TriggerBody>>,
+) -> Result<Json<Value>, ApiError> {
+    let store = admin(&d, &headers)?.0;
+    validate_job_name(&name)?;
+    match action.as_str() {
+        "pause" | "resume" => {
+            crate::actions::set_paused(store, &name, action == "pause").await?;
+            Ok(Json(json!({ "ok": true })))
+        }
+        "trigger" => {
+            let input = body.and_then(|Json(b)| b.input);
+            let (run, _) = crate::actions::trigger(store, &name, input).await?;
+            Ok(Json(json!({ "ok": true, "run": run })))
+        }
+        other => Err(ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            format!("no action {other:?}: use pause, resume or trigger"),
+        )),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct KillBody {
+    signal: Option<String>,
+}
+
+pub async fn kill(
+    _: Viewer,
+    State(d): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    Path((job, run_id)): Path<(String, String)>,
+    body: Option<Json<KillBody>>,
+) -> Result<Json<Value>, ApiError> {
+    let store = admin(&d, &headers)?.0;
+    validate_run(&job, &run_id)?;
+    let name = body.and_then(|Json(b)| b.signal).unwrap_or_else(|| "TERM".into());
+    let signal = crate::runner::exec::shell::parse_signal(&name).ok_or_else(|| {
+        ApiError::from(crate::Error::invalid("signal", format!("{name:?} is not a signal name; use TERM or KILL")))
+    })?;
+    let host = crate::actions::kill(store, &job, &run_id, signal).await?;
+    Ok(Json(json!({ "ok": true, "host": host })))
+}
