@@ -47,7 +47,7 @@ pub struct HttpConfig {
     #[serde(skip)]
     pub bound: Option<std::sync::Arc<std::net::TcpListener>>,
     /// A file holding the dashboard's login token (16 characters at least). Without one
-    /// the dashboard is served only on a loopback address, read-only. Default: none.
+    /// the dashboard is off. Default: none.
     pub token_file: Option<String>,
     /// The NATS identity the dashboard reads with (a viewer). Default: the agent's own.
     pub viewer_creds: Option<String>,

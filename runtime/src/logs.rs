@@ -24,9 +24,14 @@ pub struct OutputLine {
 const QUIET: Duration = Duration::from_secs(2);
 
 /// The output of `job.run_id` so far, then (with `follow`) what it prints until it ends.
-/// The lines come on the returned channel, which closes at the end; dropping the receiver
-/// stops the reader within `QUIET`.
-pub async fn read(store: &Store, job: &str, run_id: &str, follow: bool) -> Result<mpsc::Receiver<OutputLine>, Error> {
+/// The lines come on the returned channel, which closes at the end, after an error if the
+/// stream failed; dropping the receiver stops the reader within `QUIET`.
+pub async fn read(
+    store: &Store,
+    job: &str,
+    run_id: &str,
+    follow: bool,
+) -> Result<mpsc::Receiver<Result<OutputLine, Error>>, Error> {
     fn failed(e: impl std::fmt::Display) -> Error {
         Error::nats("reading the logs stream", e)
     }
@@ -51,7 +56,7 @@ pub async fn read(store: &Store, job: &str, run_id: &str, follow: bool) -> Resul
             let message = match tokio::time::timeout(QUIET, messages.next()).await {
                 Ok(Some(Ok(m))) => m,
                 Ok(Some(Err(e))) => {
-                    tracing::debug!("reading the output of {job}.{run_id}: {e}");
+                    let _ = tx.send(Err(failed(e))).await;
                     return;
                 }
                 Ok(None) => return,
@@ -66,7 +71,7 @@ pub async fn read(store: &Store, job: &str, run_id: &str, follow: bool) -> Resul
                 text: String::from_utf8_lossy(&message.payload).into_owned(),
                 stderr: headers.and_then(|h| h.get(STREAM_HEADER)).is_some(),
             };
-            if tx.send(line).await.is_err() {
+            if tx.send(Ok(line)).await.is_err() {
                 return;
             }
             let pending = message.info().map(|i| i.pending).unwrap_or(0);

@@ -22,6 +22,7 @@ pub async fn run(ctx: &Ctx, a: LogsArgs) -> Result<()> {
     store.get_run(job, run_id).await?;
     let mut lines = crate::logs::read(&store, job, run_id, a.follow).await?;
     while let Some(line) = lines.recv().await {
+        let line = line?;
         if line.stderr {
             eprintln!("{}", line.text);
         } else if !super::out(&line.text)? {

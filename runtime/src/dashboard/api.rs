@@ -10,12 +10,11 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::view::RunsSummary;
-use super::{ApiError, Dashboard, Viewer, admin, words};
+use super::{ApiError, Dashboard, RunsView, STREAM_LIFETIME, Viewer, admin, words};
 use crate::catalog::CatalogJob;
 use crate::names::validate_job_name;
 use crate::schedule::Schedule;
@@ -53,30 +52,32 @@ enum Filter {
 pub async fn jobs(_: Viewer, State(d): State<Arc<Dashboard>>, Query(q): Query<JobsQuery>) -> Json<Value> {
     let now = Utc::now();
     let needle = q.q.trim().to_lowercase();
-    let mut all = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
-    all.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
-    all.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows: Vec<(Arc<CatalogJob>, RunsSummary)> = Vec::with_capacity(all.len());
-    for job in all {
-        let runs = d.view.summary(&job.name);
-        let keep = match (q.filter, &job.summary) {
-            (Filter::All, _) => true,
+    let mut jobs = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
+    jobs.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
+    if q.filter != Filter::All {
+        jobs.retain(|job| match (q.filter, &job.summary) {
             (Filter::Failing, Err(_)) => true,
-            (Filter::Failing, Ok(_)) => runs.failing(),
+            (Filter::Failing, Ok(_)) => d.view.summary(&job.name).failing(),
             (Filter::Paused, summary) => summary.as_ref().is_ok_and(|s| s.paused),
-            (Filter::Late, summary) => summary.as_ref().is_ok_and(|s| d.view.is_late(s, &runs, now)),
-        };
-        if keep {
-            rows.push((job, runs));
-        }
+            (_, summary) => summary.as_ref().is_ok_and(|s| is_late(&d, &job.name, s, now)),
+        });
     }
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
     let per = q.per.unwrap_or(50).clamp(1, MAX_PER_PAGE);
     let page: Vec<Value> =
-        rows.iter().skip(q.page.saturating_mul(per)).take(per).map(|(job, runs)| job_row(&d, job, runs, now)).collect();
-    Json(json!({ "total": rows.len(), "page": q.page, "per": per, "jobs": page }))
+        jobs.iter().skip(q.page.saturating_mul(per)).take(per).map(|job| job_row(&d, job, now)).collect();
+    Json(json!({ "total": jobs.len(), "page": q.page, "per": per, "jobs": page }))
 }
 
-fn job_row(d: &Dashboard, job: &CatalogJob, runs: &RunsSummary, now: DateTime<Utc>) -> Value {
+/// Whether the job is late now (see `RunsView::is_late`); a job the view has not noted
+/// yet is not.
+fn is_late(d: &Dashboard, name: &str, job: &crate::catalog::JobSummary, now: DateTime<Utc>) -> bool {
+    let revised = d.view.revised_at(name).unwrap_or(now);
+    RunsView::is_late(job, &d.view.summary(name), revised, now)
+}
+
+fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
+    let runs = d.view.summary(&job.name);
     let mut row = json!({
         "name": job.name,
         "last_status": runs.last_status.map(|s| s.as_str()),
@@ -95,7 +96,7 @@ fn job_row(d: &Dashboard, job: &CatalogJob, runs: &RunsSummary, now: DateTime<Ut
                 "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
                 "pool": &*s.pool,
                 "paused": s.paused,
-                "late": d.view.is_late(s, runs, now),
+                "late": is_late(d, &job.name, s, now),
             });
             if let (Value::Object(row), Value::Object(fields)) = (&mut row, fields) {
                 row.extend(fields);
@@ -159,35 +160,48 @@ fn validate_run(job: &str, run_id: &str) -> Result<(), ApiError> {
 }
 
 /// The run's output so far, then live until it ends: events `line` (stdout) and
-/// `stderr`, each a JSON string, and `end` with the run's final status.
+/// `stderr`, each a JSON string, and `end` with the run's final status. At most
+/// `MAX_STREAMS` at once, each for at most `STREAM_LIFETIME`, and none past the agent's stop.
 pub async fn output(
     _: Viewer,
     State(d): State<Arc<Dashboard>>,
     Path((job, run_id)): Path<(String, String)>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     validate_run(&job, &run_id)?;
+    let permit =
+        d.streams.clone().try_acquire_owned().map_err(|_| {
+            ApiError::unavailable("too many live output streams are open: close some pages and try again")
+        })?;
     let store = d.reader()?.clone();
     store.get_run(&job, &run_id).await?;
     let lines = crate::logs::read(&store, &job, &run_id, true).await?;
-    let events = futures::stream::unfold(Some(lines), move |lines| {
+    let events = futures::stream::unfold(Some((lines, permit)), move |state| {
         let (store, job, run_id) = (store.clone(), job.clone(), run_id.clone());
         async move {
-            let mut lines = lines?;
+            let (mut lines, permit) = state?;
             match lines.recv().await {
-                Some(line) => {
+                Some(Ok(line)) => {
                     // JSON-encoded: an event whose data is empty is not dispatched.
                     let event = Event::default().event(if line.stderr { "stderr" } else { "line" });
                     let event = event.data(Value::from(line.text).to_string());
-                    Some((Ok(event), Some(lines)))
+                    Some((Ok(event), Some((lines, permit))))
                 }
-                None => {
+                // The end, or the stream lost: the page reads the record.
+                Some(Err(_)) | None => {
                     let status = store.get_run(&job, &run_id).await.map(|r| r.record.status.as_str()).unwrap_or("");
                     Some((Ok(Event::default().event("end").data(status)), None))
                 }
             }
         }
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    let cancel = d.cancel.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(STREAM_LIFETIME) => {}
+        }
+    };
+    Ok(Sse::new(events.take_until(Box::pin(stop))).keep_alive(KeepAlive::default()))
 }
 
 pub async fn status(_: Viewer, State(d): State<Arc<Dashboard>>) -> Result<Json<Value>, ApiError> {

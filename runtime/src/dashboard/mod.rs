@@ -5,10 +5,9 @@
 //! - It reads through its own NATS identity, `[http] viewer_creds` (the agent's own by
 //!   default), and acts only through `[http] admin_creds`: without one it is read-only and
 //!   shows no buttons. The agent's identity is never used to act.
-//! - `[http] token_file` asks for a login: the token, once, then a session cookie
-//!   (`HttpOnly; SameSite=Strict`). Actions need it. Without a token the dashboard is
-//!   served only on a loopback address, to requests that name it as their Host (no DNS
-//!   rebinding); on any other address it is off and says why.
+//! - `[http] token_file` is the login: the token, once, then a session cookie
+//!   (`HttpOnly; SameSite=Strict`, 12 hours). Without a token the dashboard is off (its
+//!   API says why): specs and run records hold what other local users must not read.
 //! - Actions are JSON POSTs with an `X-Cronrun` header, which no cross-site form or
 //!   simple request can send.
 //!
@@ -36,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::http::Health;
 use crate::store::Store;
-pub use view::RunsView;
+use view::RunsView;
 
 /// Where the dashboard connects and who it is: from the agent's configuration.
 pub struct DashboardConfig {
@@ -50,23 +49,32 @@ pub struct DashboardConfig {
 
 pub struct Dashboard {
     health: Arc<Health>,
-    /// Why it is not served, if it is not.
-    off: Option<String>,
-    /// The login token and the session cookie's value derived from it.
-    login: Option<(String, String)>,
-    /// Host headers accepted without a login: the loopback address it listens on.
-    local_hosts: Vec<String>,
+    /// The login token; None: the dashboard is off.
+    token: Option<String>,
+    /// The session cookie's name: per port, as browsers share cookies across the ports
+    /// of one host.
+    cookie: String,
     actions: bool,
     reader: OnceLock<Store>,
     admin: OnceLock<Store>,
     view: RunsView,
+    /// Live output streams open now, at most `MAX_STREAMS`.
+    streams: Arc<tokio::sync::Semaphore>,
+    cancel: CancellationToken,
 }
 
-const COOKIE: &str = "cronrun_session";
+/// How long a session lasts.
+const SESSION: Duration = Duration::from_secs(12 * 3600);
+/// Live output streams one dashboard serves at once.
+const MAX_STREAMS: usize = 32;
+/// How long one live output stream lasts at most (the page then shows the record).
+const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
+/// Why every API call is refused without a token.
+const OFF: &str = "the dashboard is off: set [http] token_file (a login token) to serve it";
 
 impl Dashboard {
     /// Reads the token (a missing or unreadable file stops the agent with one line), then
-    /// connects in the background: the page answers "starting" until its stores are open.
+    /// connects in the background: the API answers "connecting" until its stores are open.
     pub fn start(
         config: DashboardConfig,
         agent: async_nats::Client,
@@ -75,53 +83,67 @@ impl Dashboard {
         cancel: CancellationToken,
     ) -> Result<Arc<Self>, Error> {
         let token = config.token_file.as_deref().map(read_token).transpose()?;
-        let off = match (&token, bound.ip().is_loopback()) {
-            (None, false) => Some(format!(
-                "the dashboard is off: {bound} is not a loopback address and [http] token_file is not set; \
-                 set one to serve it here"
-            )),
-            _ => None,
-        };
-        let port = bound.port();
         let dashboard = Arc::new(Self {
             health,
-            off,
             actions: token.is_some() && config.admin_creds.is_some(),
-            login: token.map(|t| {
-                let session = session_value(&t);
-                (t, session)
-            }),
-            local_hosts: vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")],
+            token,
+            cookie: format!("cronrun_session_{}", bound.port()),
             reader: OnceLock::new(),
             admin: OnceLock::new(),
-            view: RunsView::new(chrono::Utc::now()),
+            view: RunsView::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            cancel: cancel.clone(),
         });
-        if dashboard.off.is_none() {
-            tokio::spawn(dashboard.clone().connect(config, agent, cancel));
+        if dashboard.token.is_some() {
+            let names = crate::names::Names::new(&config.namespace)?;
+            let reader = async move {
+                let client = match &config.viewer_creds {
+                    Some(creds) => connect_until(&config.nats, Some(creds), "cronrun-dashboard").await,
+                    None => agent,
+                };
+                let store = open_until(client, names.clone(), "read").await;
+                let admin = match &config.admin_creds {
+                    Some(creds) => {
+                        let client = connect_until(&config.nats, Some(creds), "cronrun-dashboard-admin").await;
+                        let by = format!("{} via the dashboard", crate::auth::actor(Some(creds)));
+                        Some(open_until(client, names, "act").await.acting_as(&by))
+                    }
+                    None => None,
+                };
+                (store, admin)
+            };
+            tokio::spawn(dashboard.clone().run(reader, cancel));
         }
         Ok(dashboard)
     }
 
-    /// Opens the stores (retrying until NATS and the layout are there), then follows runs.
-    async fn connect(self: Arc<Self>, config: DashboardConfig, agent: async_nats::Client, cancel: CancellationToken) {
-        let open = async {
-            loop {
-                match open_stores(&config, agent.clone()).await {
-                    Ok(stores) => return stores,
-                    Err(e) => tracing::debug!("the dashboard waits for NATS: {e}"),
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        };
+    /// Once its stores are open: follows runs, and notes job revisions every few seconds.
+    async fn run(
+        self: Arc<Self>,
+        stores: impl std::future::Future<Output = (Store, Option<Store>)>,
+        cancel: CancellationToken,
+    ) {
         let (reader, admin) = tokio::select! {
             _ = cancel.cancelled() => return,
-            stores = open => stores,
+            stores = stores => stores,
         };
         let _ = self.reader.set(reader.clone());
         if let Some(admin) = admin.filter(|_| self.actions) {
             let _ = self.admin.set(admin);
         }
-        self.view.follow(&reader, cancel).await;
+        let revisions = async {
+            loop {
+                if let Some(catalog) = self.health.catalog.get().filter(|c| c.is_loaded()) {
+                    self.view.note_revisions(catalog, chrono::Utc::now());
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = self.view.follow(&reader, cancel.clone()) => {}
+            _ = revisions => {}
+        }
     }
 
     pub fn routes(self: Arc<Self>) -> Router {
@@ -129,7 +151,7 @@ impl Dashboard {
             .route("/", get(|| async { asset("text/html; charset=utf-8", include_str!("assets/index.html")) }))
             .route("/app.js", get(|| async { asset("text/javascript", include_str!("assets/app.js")) }))
             .route("/app.css", get(|| async { asset("text/css", include_str!("assets/app.css")) }))
-            .route("/login", get(login))
+            .route("/login", get(login).post(login_form))
             .route("/api/session", get(api::session))
             .route("/api/jobs", get(api::jobs))
             .route("/api/jobs/{name}", get(api::job))
@@ -141,12 +163,33 @@ impl Dashboard {
             .with_state(self)
     }
 
-    fn logged_in(&self, headers: &HeaderMap) -> bool {
-        let Some((_, session)) = &self.login else { return false };
+    /// A request from a session: a cookie this token made less than `SESSION` ago.
+    fn allow(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.token else { return Err(ApiError::new(StatusCode::FORBIDDEN, OFF)) };
+        let now = chrono::Utc::now().timestamp();
         let cookies = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
-        let mut presented =
-            cookies.flat_map(|c| c.split(';')).filter_map(|c| c.trim().strip_prefix("cronrun_session="));
-        presented.any(|value| same(value.as_bytes(), session.as_bytes()))
+        let prefix = format!("{}=", self.cookie);
+        let mut presented = cookies.flat_map(|c| c.split(';')).filter_map(|c| c.trim().strip_prefix(prefix.as_str()));
+        let valid = presented.any(|value| {
+            let Some((issued, _)) = value.split_once('.') else { return false };
+            let Ok(issued) = issued.parse::<i64>() else { return false };
+            let fresh = (0..SESSION.as_secs() as i64).contains(&(now - issued));
+            fresh && same(value.as_bytes(), session_value(token, issued).as_bytes())
+        });
+        match valid {
+            true => Ok(()),
+            false => Err(ApiError::new(StatusCode::UNAUTHORIZED, "log in with the dashboard token")),
+        }
+    }
+
+    /// The cookie that opens a session, for a request that gave the right token.
+    fn session_cookie(&self, given: &str) -> Option<String> {
+        let token = self.token.as_ref()?;
+        if !same(given.trim().as_bytes(), token.as_bytes()) {
+            return None;
+        }
+        let value = session_value(token, chrono::Utc::now().timestamp());
+        Some(format!("{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", self.cookie, SESSION.as_secs()))
     }
 
     /// The store it reads with, once open.
@@ -155,22 +198,32 @@ impl Dashboard {
     }
 }
 
-async fn open_stores(config: &DashboardConfig, agent: async_nats::Client) -> Result<(Store, Option<Store>), Error> {
-    let names = crate::names::Names::new(&config.namespace)?;
-    let client = match &config.viewer_creds {
-        Some(creds) => crate::connect::connect(&config.nats, Some(creds), "cronrun-dashboard").await?,
-        None => agent,
-    };
-    let reader = Store::open_existing(client, names.clone()).await?;
-    let admin = match &config.admin_creds {
-        Some(creds) => {
-            let client = crate::connect::connect(&config.nats, Some(creds), "cronrun-dashboard-admin").await?;
-            let by = format!("{} via the dashboard", crate::auth::actor(Some(creds)));
-            Some(Store::open_existing(client, names).await?.acting_as(&by))
+/// Connects as `creds`, trying again every few seconds (saying why once) until it can.
+async fn connect_until(nats: &str, creds: Option<&str>, name: &str) -> async_nats::Client {
+    let mut said = false;
+    loop {
+        match crate::connect::connect(nats, creds, name).await {
+            Ok(client) => return client,
+            Err(e) if !std::mem::replace(&mut said, true) => tracing::warn!("the dashboard cannot connect yet: {e}"),
+            Err(_) => {}
         }
-        None => None,
-    };
-    Ok((reader, admin))
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Opens the layout on `client`, trying again until it is there.
+async fn open_until(client: async_nats::Client, names: crate::names::Names, to: &str) -> Store {
+    let mut said = false;
+    loop {
+        match Store::open_existing(client.clone(), names.clone()).await {
+            Ok(store) => return store,
+            Err(e) if !std::mem::replace(&mut said, true) => {
+                tracing::warn!("the dashboard cannot {to} yet: {e}")
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 fn read_token(path: &str) -> Result<String, Error> {
@@ -192,12 +245,13 @@ pub fn new_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The session cookie's value: a MAC of a fixed text under the token, so that the cookie
-/// is not the token itself and changing the token ends every session.
-fn session_value(token: &str) -> String {
+/// A session cookie's value: when it was issued and a MAC of that under the token, so the
+/// cookie is not the token, expires, and changing the token ends every session.
+fn session_value(token: &str, issued: i64) -> String {
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(token.as_bytes()) else { return new_token() };
-    mac.update(b"cronrun dashboard session");
-    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    mac.update(format!("cronrun dashboard session {issued}").as_bytes());
+    let mac: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{issued}.{mac}")
 }
 
 /// Equal bytes, in time that does not depend on where they differ.
@@ -206,22 +260,36 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body)
+    let headers = [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache"), NO_REFERRER];
+    (headers, body)
 }
 
+/// Pages that came from a login link do not pass it on.
+const NO_REFERRER: (header::HeaderName, &str) = (header::REFERRER_POLICY, "no-referrer");
+
 #[derive(serde::Deserialize)]
-struct LoginQuery {
+struct Login {
     token: String,
 }
 
-/// `/login?token=T`: a session cookie, then the dashboard.
-async fn login(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> Response {
-    let Some((token, session)) = &d.login else { return Redirect::to("/").into_response() };
-    if !same(q.token.trim().as_bytes(), token.as_bytes()) {
-        return (StatusCode::UNAUTHORIZED, "wrong token: use the one in [http] token_file\n").into_response();
+/// `/login?token=T` (the link `cronrun up` prints): a session cookie, then the dashboard.
+async fn login(State(d): State<Arc<Dashboard>>, Query(q): Query<Login>) -> Response {
+    match d.session_cookie(&q.token) {
+        Some(cookie) => ([(header::SET_COOKIE, cookie.as_str()), NO_REFERRER], Redirect::to("/")).into_response(),
+        None if d.token.is_none() => (StatusCode::FORBIDDEN, format!("{OFF}\n")).into_response(),
+        None => (StatusCode::UNAUTHORIZED, "wrong token: use the one in [http] token_file\n").into_response(),
     }
-    let cookie = format!("{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/");
-    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+/// The login form's POST (`{"token": "..."}`): the token stays out of the address bar.
+async fn login_form(State(d): State<Arc<Dashboard>>, axum::Json(body): axum::Json<Login>) -> Response {
+    match d.session_cookie(&body.token) {
+        Some(cookie) => ([(header::SET_COOKIE, cookie)], axum::Json(serde_json::json!({ "ok": true }))).into_response(),
+        None if d.token.is_none() => ApiError::new(StatusCode::FORBIDDEN, OFF).into_response(),
+        None => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "wrong token: use the one in [http] token_file").into_response()
+        }
+    }
 }
 
 /// An error of the JSON API: its status and one line, as `{"error": "..."}`.
@@ -261,36 +329,23 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A request allowed to read: logged in, or, without a token, addressed to the loopback
-/// address the dashboard listens on.
+/// A request from a session: what every API call but the login needs.
 pub struct Viewer;
 
 impl FromRequestParts<Arc<Dashboard>> for Viewer {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, d: &Arc<Dashboard>) -> Result<Self, ApiError> {
-        if let Some(why) = &d.off {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, why.clone()));
-        }
-        let allowed = match &d.login {
-            Some(_) => d.logged_in(&parts.headers),
-            None => {
-                let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-                d.local_hosts.iter().any(|h| h == host)
-            }
-        };
-        match allowed {
-            true => Ok(Viewer),
-            false => Err(ApiError::new(StatusCode::UNAUTHORIZED, "log in with the dashboard token")),
-        }
+        d.allow(&parts.headers).map(|_| Viewer)
     }
 }
 
-/// A request allowed to act: a viewer, on a dashboard with an admin identity and a login,
-/// sent as a script sends it (`X-Cronrun` header), which a cross-site form cannot.
+/// A request allowed to act: from a session, on a dashboard with an admin identity, sent
+/// as a script sends it (`X-Cronrun` header), which a cross-site form cannot.
 pub struct Admin<'a>(pub &'a Store);
 
 pub(crate) fn admin<'a>(d: &'a Dashboard, headers: &HeaderMap) -> Result<Admin<'a>, ApiError> {
+    d.allow(headers)?;
     if headers.get("x-cronrun").is_none() {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "actions need the X-Cronrun header"));
     }

@@ -26,7 +26,7 @@ struct Brief {
     scheduled_at: Option<DateTime<Utc>>,
     status: Status,
     duration_ms: Option<u64>,
-    /// When it was queued, while it is.
+    /// When it was queued, while it is (a retry waits out its backoff: not counted).
     queued_since: Option<DateTime<Utc>>,
 }
 
@@ -34,9 +34,12 @@ struct Brief {
 struct JobRuns {
     /// Oldest fire first.
     recent: Vec<Brief>,
-    /// The latest fire that has a run (scheduled, retried or caught up).
+    /// The latest fire that has had a run (scheduled, retried or caught up), kept when
+    /// the record is pruned.
     last_fire: Option<DateTime<Utc>>,
 }
+
+type Jobs = HashMap<String, JobRuns>;
 
 /// What the jobs table shows of a job's runs.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -58,50 +61,26 @@ impl RunsSummary {
     }
 }
 
+#[derive(Default)]
 pub struct RunsView {
-    jobs: RwLock<HashMap<String, JobRuns>>,
-    /// When the view started: fires before it are not judged late.
-    since: DateTime<Utc>,
+    jobs: RwLock<Jobs>,
+    /// Each job's revision and when the view first saw it at that revision.
+    revisions: RwLock<HashMap<String, (u64, DateTime<Utc>)>>,
 }
 
 impl RunsView {
-    pub fn new(since: DateTime<Utc>) -> Self {
-        Self { jobs: RwLock::new(HashMap::new()), since }
-    }
-
     /// Takes in a record as written (a new run or a later state of one).
     pub fn apply(&self, record: &RunRecord) {
         let Ok(mut jobs) = self.jobs.write() else { return };
-        let runs = jobs.entry(record.job.clone()).or_default();
-        let brief = Brief {
-            run_id: record.run_id.clone(),
-            scheduled_at: record.scheduled_at,
-            status: record.status,
-            duration_ms: record.duration_ms,
-            queued_since: (record.status == Status::Queued).then_some(record.dispatched_at).flatten(),
-        };
-        if record.trigger != Trigger::Manual {
-            runs.last_fire = runs.last_fire.max(record.scheduled_at);
-        }
-        match runs.recent.iter_mut().find(|b| b.run_id == brief.run_id) {
-            Some(known) => *known = brief,
-            None => {
-                runs.recent.push(brief);
-                runs.recent.sort_by(|a, b| (a.scheduled_at, &a.run_id).cmp(&(b.scheduled_at, &b.run_id)));
-                let over = runs.recent.len().saturating_sub(RECENT);
-                runs.recent.drain(..over);
-            }
-        }
+        apply(&mut jobs, record);
     }
 
     /// A record deleted (pruned, or its job removed).
     pub fn remove(&self, job: &str, run_id: &str) {
-        let Ok(mut jobs) = self.jobs.write() else { return };
-        if let Some(runs) = jobs.get_mut(job) {
+        if let Ok(mut jobs) = self.jobs.write()
+            && let Some(runs) = jobs.get_mut(job)
+        {
             runs.recent.retain(|b| b.run_id != run_id);
-            if runs.recent.is_empty() {
-                jobs.remove(job);
-            }
         }
     }
 
@@ -123,10 +102,32 @@ impl RunsView {
         }
     }
 
-    /// Whether `job` is late at `now`: a run queued longer than `LATE_AFTER`, or a fire
-    /// since the view started (after the last fire with a run) that has no run
-    /// `LATE_AFTER` past it and its jitter. A paused job is never late.
-    pub fn is_late(&self, job: &JobSummary, runs: &RunsSummary, now: DateTime<Utc>) -> bool {
+    /// Notes the revision of every job in `catalog`, stamping those it has not seen at
+    /// that revision with `now`, and forgets removed jobs. Called every few seconds: a new,
+    /// changed or resumed job is scheduled from its change on, so earlier fires are not
+    /// its to miss.
+    pub fn note_revisions(&self, catalog: &crate::catalog::Catalog, now: DateTime<Utc>) {
+        let jobs = catalog.snapshot();
+        let Ok(mut seen) = self.revisions.write() else { return };
+        seen.retain(|name, _| catalog.get(name).is_some());
+        for job in jobs {
+            let known = seen.get(&job.name).is_some_and(|(revision, _)| *revision == job.revision);
+            if !known {
+                seen.insert(job.name.clone(), (job.revision, now));
+            }
+        }
+    }
+
+    /// Since when the view has known `name` at its current revision (None: not yet).
+    pub fn revised_at(&self, name: &str) -> Option<DateTime<Utc>> {
+        self.revisions.read().ok()?.get(name).map(|(_, at)| *at)
+    }
+
+    /// Whether `job` is late at `now`: a run (not a retry in its backoff) queued longer
+    /// than `LATE_AFTER`, or a fire after the later of `revised` (since when the view has
+    /// known the job as it is) and its last fire with a run, that has no run `LATE_AFTER`
+    /// (and its jitter) past it. A paused job is never late.
+    pub fn is_late(job: &JobSummary, runs: &RunsSummary, revised: DateTime<Utc>, now: DateTime<Utc>) -> bool {
         let grace = TimeDelta::from_std(LATE_AFTER + job.jitter).unwrap_or(TimeDelta::MAX);
         if job.paused {
             return false;
@@ -134,7 +135,7 @@ impl RunsView {
         if runs.queued_since.is_some_and(|at| at + grace < now) {
             return true;
         }
-        let from = runs.last_fire.map_or(self.since, |fire| fire.max(self.since));
+        let from = runs.last_fire.map_or(revised, |fire| fire.max(revised));
         job.schedule.next_after(from, job.tz).is_some_and(|due| due + grace < now)
     }
 
@@ -156,24 +157,69 @@ impl RunsView {
         }
     }
 
+    /// One watch: the records as they are now go into a fresh map, which replaces the
+    /// view's once caught up (so nothing pruned while no watch ran stays); then changes
+    /// apply to the view.
     async fn watch_once(&self, store: &Store) -> Result<(), crate::Error> {
         let mut watch = store.runs.watch(">").await?;
+        let mut fresh = (!watch.initially_empty).then(Jobs::new);
+        if fresh.is_none() {
+            self.replace(Jobs::new());
+        }
         while let Some(change) = watch.next().await {
             let change = change?;
-            match change.value {
-                Some(value) => {
-                    if let Ok(record) = RunRecord::from_json(&value) {
-                        self.apply(&record);
-                    }
-                }
-                None => {
+            let record = change.value.as_deref().and_then(|v| RunRecord::from_json(v).ok());
+            match (&mut fresh, record) {
+                (Some(jobs), Some(record)) => apply(jobs, &record),
+                (Some(_), None) => {}
+                (None, Some(record)) => self.apply(&record),
+                (None, None) => {
                     if let Ok((job, run_id)) = crate::record::parse_run_key(&change.key) {
                         self.remove(job, run_id);
                     }
                 }
             }
+            if change.caught_up
+                && let Some(jobs) = fresh.take()
+            {
+                self.replace(jobs);
+            }
         }
         Ok(())
+    }
+
+    /// Swaps in a rebuilt map, keeping the last fires it does not know (pruned records').
+    fn replace(&self, mut fresh: Jobs) {
+        let Ok(mut jobs) = self.jobs.write() else { return };
+        for (name, old) in jobs.drain() {
+            let runs = fresh.entry(name).or_default();
+            runs.last_fire = runs.last_fire.max(old.last_fire);
+        }
+        *jobs = fresh;
+    }
+}
+
+fn apply(jobs: &mut Jobs, record: &RunRecord) {
+    let runs = jobs.entry(record.job.clone()).or_default();
+    let queued = record.status == Status::Queued && record.trigger != Trigger::Retry;
+    let brief = Brief {
+        run_id: record.run_id.clone(),
+        scheduled_at: record.scheduled_at,
+        status: record.status,
+        duration_ms: record.duration_ms,
+        queued_since: queued.then_some(record.dispatched_at).flatten(),
+    };
+    if record.trigger != Trigger::Manual {
+        runs.last_fire = runs.last_fire.max(record.scheduled_at);
+    }
+    match runs.recent.iter_mut().find(|b| b.run_id == brief.run_id) {
+        Some(known) => *known = brief,
+        None => {
+            runs.recent.push(brief);
+            runs.recent.sort_by(|a, b| (a.scheduled_at, &a.run_id).cmp(&(b.scheduled_at, &b.run_id)));
+            let over = runs.recent.len().saturating_sub(RECENT);
+            runs.recent.drain(..over);
+        }
     }
 }
 
@@ -203,7 +249,7 @@ mod tests {
 
     #[test]
     fn a_summary_counts_the_recent_runs_only() {
-        let view = RunsView::new(at("2026-01-01T00:00:00Z"));
+        let view = RunsView::default();
         for i in 0..30 {
             let fire = format!("2026-01-01T{:02}:{:02}:00Z", i / 60, i % 60);
             let status = if i % 2 == 0 { Status::Succeeded } else { Status::Failed };
@@ -218,39 +264,55 @@ mod tests {
         view.apply(&record("j", "r29", "2026-01-01T00:29:00Z", Status::Succeeded, Trigger::Schedule));
         assert_eq!(view.summary("j").success_rate, Some(11.0 / 20.0));
         assert!(!view.summary("j").failing());
+        // Pruned records leave the summary; the last fire they had stays.
         for i in 0..30 {
             view.remove("j", &format!("r{i:02}"));
         }
-        assert_eq!(view.summary("j"), RunsSummary::default());
+        let pruned = view.summary("j");
+        assert_eq!((pruned.last_status, pruned.success_rate, pruned.durations_ms.len()), (None, None, 0));
+        assert_eq!(pruned.last_fire, Some(at("2026-01-01T00:29:00Z")));
+    }
+
+    #[test]
+    fn a_run_queued_ahead_of_its_fire_does_not_hide_the_last_status() {
+        let view = RunsView::default();
+        view.apply(&record("j", "a", "2026-01-01T01:00:00Z", Status::Failed, Trigger::Schedule));
+        view.apply(&record("j", "b", "2026-01-01T02:00:00Z", Status::Queued, Trigger::Schedule));
+        assert_eq!(view.summary("j").last_status, Some(Status::Failed));
     }
 
     #[test]
     fn late_means_a_fire_without_a_run_or_a_run_left_queued() {
-        let view = RunsView::new(at("2026-01-01T00:30:00Z"));
         let job = hourly(false);
         let none = RunsSummary::default();
-        let cases = [
-            // (now, runs, late)
-            ("2026-01-01T00:59:00Z", none.clone(), false),
-            ("2026-01-01T01:00:20Z", none.clone(), false),
-            ("2026-01-01T01:00:31Z", none.clone(), true),
-        ];
-        for (now, runs, late) in cases {
-            assert_eq!(view.is_late(&job, &runs, at(now)), late, "{now}");
+        let revised = at("2026-01-01T00:30:00Z");
+        // (now, late)
+        let cases = [("2026-01-01T00:59:00Z", false), ("2026-01-01T01:00:20Z", false), ("2026-01-01T01:00:31Z", true)];
+        for (now, late) in cases {
+            assert_eq!(RunsView::is_late(&job, &none, revised, at(now)), late, "{now}");
         }
-        assert!(!view.is_late(&hourly(true), &none, at("2026-01-01T05:00:00Z")), "paused");
+        assert!(!RunsView::is_late(&hourly(true), &none, revised, at("2026-01-01T05:00:00Z")), "paused");
+        // Added (or changed, or resumed) at 11:30: the 11:00 fire was not its to miss.
+        assert!(!RunsView::is_late(&job, &none, at("2026-01-01T11:30:00Z"), at("2026-01-01T11:40:00Z")));
 
+        let view = RunsView::default();
         view.apply(&record("j", "a", "2026-01-01T01:00:00Z", Status::Succeeded, Trigger::Schedule));
         let runs = view.summary("j");
-        assert!(!view.is_late(&job, &runs, at("2026-01-01T01:59:00Z")), "the 01:00 fire ran");
-        assert!(view.is_late(&job, &runs, at("2026-01-01T02:01:00Z")), "02:00 has no run");
+        assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T01:59:00Z")), "the 01:00 fire ran");
+        assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:01:00Z")), "02:00 has no run");
         // A manual run is not the fire.
         view.apply(&record("j", "m", "2026-01-01T02:00:30Z", Status::Succeeded, Trigger::Manual));
-        assert!(view.is_late(&job, &view.summary("j"), at("2026-01-01T02:01:00Z")));
+        assert!(RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:01:00Z")));
+        // Its record pruned (history 0), the fire that ran is still known.
+        view.remove("j", "a");
+        assert!(!RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T01:59:00Z")));
 
         view.apply(&record("j", "b", "2026-01-01T02:00:00Z", Status::Queued, Trigger::Schedule));
         let runs = view.summary("j");
-        assert!(!view.is_late(&job, &runs, at("2026-01-01T02:00:20Z")), "queued, not for long");
-        assert!(view.is_late(&job, &runs, at("2026-01-01T02:00:40Z")), "queued 40 s");
+        assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:00:20Z")), "queued, not for long");
+        assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:00:40Z")), "queued 40 s");
+        // A retry waits out its backoff queued: not late for that.
+        view.apply(&record("j", "b", "2026-01-01T02:00:00Z", Status::Queued, Trigger::Retry));
+        assert!(!RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:05:00Z")));
     }
 }

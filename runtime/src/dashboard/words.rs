@@ -1,7 +1,8 @@
 //! A schedule in words for the jobs table: the common shapes ("every 5 minutes", "at
 //! 02:30 on Mon-Fri"); anything else is shown as written, which is never wrong.
 
-const DAYS: [&str; 8] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+// Day 7 (Sunday again) is left out: `0-7` would read "Sun-Sun".
+const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
 pub fn describe(expr: &str) -> String {
@@ -34,11 +35,11 @@ fn cron(sec: &str, min: &str, hour: &str, dom: &str, month: &str, dow: &str) -> 
     // The time, and whether it is a time of day (then "every day" goes before it).
     let (time, of_day) = match (number(sec), number(min), number(hour)) {
         (_, _, _) if any(sec) && any(min) && any(hour) => ("every second".to_string(), false),
-        (None, _, _) if any(min) && any(hour) => (format!("every {} seconds", step(sec)?), false),
+        (None, _, _) if any(min) && any(hour) => (format!("every {} seconds", step(sec, 60)?), false),
         (Some(0), None, _) if any(min) && any(hour) => ("every minute".to_string(), false),
-        (Some(0), None, _) if any(hour) => (format!("every {} minutes", step(min)?), false),
+        (Some(0), None, _) if any(hour) => (format!("every {} minutes", step(min, 60)?), false),
         (Some(0), Some(m), None) if any(hour) => (format!("every hour at minute {m}"), false),
-        (Some(0), Some(m), None) => (format!("at minute {m} of every {} hours", step(hour)?), false),
+        (Some(0), Some(m), None) => (format!("at minute {m} of every {} hours", step(hour, 24)?), false),
         (Some(s), Some(m), Some(h)) if h < 24 && m < 60 && s < 60 => match s {
             0 => (format!("at {h:02}:{m:02}"), true),
             _ => (format!("at {h:02}:{m:02}:{s:02}"), true),
@@ -73,9 +74,10 @@ fn number(field: &str) -> Option<u32> {
     field.parse().ok()
 }
 
-/// `*/n` as n.
-fn step(field: &str) -> Option<u32> {
-    field.strip_prefix("*/").and_then(number)
+/// `*/n` as n, when n divides the field's `range` evenly: `*/45` minutes fires at :00
+/// and :45, which "every 45 minutes" would misstate.
+fn step(field: &str, range: u32) -> Option<u32> {
+    field.strip_prefix("*/").and_then(number).filter(|n| *n > 0 && *n < range && range % n == 0)
 }
 
 /// A list of values and ranges of numbers, named from `names` (index = number).
@@ -86,7 +88,11 @@ fn list(field: &str, names: &'static [&'static str]) -> Option<String> {
 fn list_with(field: &str, name: impl Fn(usize) -> Option<&'static str>) -> Option<String> {
     let item = |part: &str| -> Option<String> {
         match part.split_once('-') {
-            Some((a, b)) => Some(format!("{}-{}", name(a.parse().ok()?)?, name(b.parse().ok()?)?)),
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                (a < b).then_some(())?;
+                Some(format!("{}-{}", name(a)?, name(b)?))
+            }
             None => Some(name(part.parse().ok()?)?.to_string()),
         }
     };
@@ -123,6 +129,14 @@ mod tests {
             ("1-5 * * * *", "1-5 * * * *"),
             ("0 0 0 1 1 * 2030", "0 0 0 1 1 * 2030"),
             ("0 0 * 13 *", "0 0 * 13 *"),
+            ("*/45 * * * *", "*/45 * * * *"),
+            ("0 */5 * * *", "0 */5 * * *"),
+            ("*/90 * * * * *", "*/90 * * * * *"),
+            ("*/0 * * * *", "*/0 * * * *"),
+            ("0 9 * * 0-7", "0 9 * * 0-7"),
+            ("0 9 * * 7", "0 9 * * 7"),
+            ("0 9 * * 5-1", "0 9 * * 5-1"),
+            ("0 9 1-3 * *", "0 9 1-3 * *"),
         ];
         for (expr, words) in cases {
             assert_eq!(describe(expr), words, "{expr}");

@@ -132,10 +132,16 @@ function showLogin(msg) {
     msg && el('p', { class: 'muted' }, msg),
     el('label', null, 'Access token', token),
     el('button', { type: 'submit' }, 'Sign in'));
-  // The server checks the token, sets a cookie and redirects to "/".
-  form.addEventListener('submit', ev => {
+  // POSTed, so the token stays out of the address bar and history; the server sets a cookie.
+  form.addEventListener('submit', async ev => {
     ev.preventDefault();
-    location.href = '/login?token=' + enc(token.value);
+    const r = await fetch('/login', {
+      method: 'POST', credentials: 'same-origin',
+      headers: { 'Content-Type': 'application/json', 'X-Cronrun': '1' },
+      body: JSON.stringify({ token: token.value }),
+    });
+    if (r.ok) location.reload();
+    else { app.replaceChildren(); showLogin('Wrong token: use the one in [http] token_file.'); }
   });
   app.replaceChildren(form);
   token.focus();
