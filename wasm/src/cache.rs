@@ -87,7 +87,9 @@ impl ComponentCache {
 
     /// Compiles `bytes` (blocking: call it off the async threads) and keeps the result.
     pub fn compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, String> {
+        let started = std::time::Instant::now();
         let component = Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?;
+        tracing::info!("compiled plugin {digest} ({} bytes) in {:?}", bytes.len(), started.elapsed());
         if let Some(path) = self.file(digest)
             && let Err(e) = write_file(&component, &path)
         {

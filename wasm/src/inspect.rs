@@ -3,6 +3,8 @@
 //! `#[cronrun_sdk::job]` puts in the *core* module that wasm-component-ld nests inside
 //! the component, hence the walk over every nested module (`Parser::parse_all`). Whether
 //! it is a component of the `job` world is checked by linking (`WasmRuntime::link`).
+//! [`with_manifest`] writes the section into a component built without the SDK (e.g.
+//! Python): at the component's top level, where `inspect` finds it as well.
 
 use wasmparser::{Encoding, Parser, Payload};
 
@@ -18,6 +20,38 @@ pub struct Inspected {
 
 /// Checks that `wasm` is a component with exactly one valid manifest; returns it.
 pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
+    let text = manifest_text(wasm)?.ok_or_else(|| {
+        format!(
+            "no {MANIFEST_SECTION} section: mark the job function with #[cronrun_sdk::job(schedule = \"...\")] \
+             (Rust), or add one with `cronrun manifest FILE --schedule EXPR` (other languages)"
+        )
+    })?;
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(Inspected { manifest: map }),
+        Ok(_) => Err(format!("{MANIFEST_SECTION} is not a JSON object: {text}")),
+        Err(e) => Err(format!("{MANIFEST_SECTION} is not JSON ({e}): {text}")),
+    }
+}
+
+/// `wasm`, a component without a manifest, with `manifest` (a JSON object) appended as
+/// its `cronrun-manifest` section.
+pub fn with_manifest(wasm: &[u8], manifest: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<u8>, String> {
+    use wasm_encoder::ComponentSection;
+    if manifest_text(wasm)?.is_some() {
+        return Err(format!(
+            "it has a {MANIFEST_SECTION} section already (from #[cronrun_sdk::job] or an earlier `cronrun manifest`): \
+             start from the component as built"
+        ));
+    }
+    let data = serde_json::to_vec(manifest).map_err(|e| format!("the manifest: {e}"))?;
+    let section = wasm_encoder::CustomSection { name: MANIFEST_SECTION.into(), data: data.into() };
+    let mut out = wasm.to_vec();
+    section.append_to_component(&mut out);
+    Ok(out)
+}
+
+/// The text of the one manifest section of component `wasm`, if it has one.
+fn manifest_text(wasm: &[u8]) -> Result<Option<String>, String> {
     if !wasm.starts_with(b"\0asm") {
         return Err("not a WebAssembly file (no \\0asm header)".into());
     }
@@ -29,7 +63,7 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
                 depth += 1;
                 if depth == 1 && encoding != Encoding::Component {
                     return Err(
-                        "a core wasm module, not a component: build it with --target wasm32-wasip2 and cronrun-sdk"
+                        "a core wasm module, not a component: build it for the job world (wit/job.wit), e.g. with --target wasm32-wasip2 and cronrun-sdk"
                             .into(),
                     );
                 }
@@ -48,14 +82,7 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
             _ => {}
         }
     }
-    let text = manifest.ok_or_else(|| {
-        format!("no {MANIFEST_SECTION} section: mark the job function with #[cronrun_sdk::job(schedule = \"...\")]")
-    })?;
-    match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Object(map)) => Ok(Inspected { manifest: map }),
-        Ok(_) => Err(format!("{MANIFEST_SECTION} is not a JSON object: {text}")),
-        Err(e) => Err(format!("{MANIFEST_SECTION} is not JSON ({e}): {text}")),
-    }
+    Ok(manifest)
 }
 
 #[cfg(test)]
@@ -68,5 +95,18 @@ mod tests {
         // The smallest core module: magic and version 1.
         let core = b"\0asm\x01\0\0\0";
         assert!(inspect(core).unwrap_err().contains("core wasm module"));
+    }
+
+    #[test]
+    fn a_manifest_written_in_is_read_back_and_only_once() {
+        // The smallest component: magic and the component layer's version.
+        let component = b"\0asm\x0d\0\x01\0";
+        assert!(inspect(component).unwrap_err().contains("cronrun manifest FILE --schedule"));
+        let manifest = serde_json::json!({ "schedule": "*/5 * * * * *", "timeout": "10s" });
+        let manifest = manifest.as_object().unwrap();
+        let with = with_manifest(component, manifest).unwrap();
+        assert_eq!(&inspect(&with).unwrap().manifest, manifest);
+        assert!(with_manifest(&with, manifest).unwrap_err().contains("already"));
+        assert!(with_manifest(b"\0asm\x01\0\0\0", manifest).unwrap_err().contains("core wasm module"));
     }
 }

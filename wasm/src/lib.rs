@@ -40,7 +40,7 @@ use cronrun_model::{error, output, record, spec};
 pub use config::{WasmConfig, parse_bytes};
 /// The output line type of [`PreparedWasm::run`], nameable outside the crate.
 pub use cronrun_model::output::{Line, Source};
-pub use inspect::{Inspected, MANIFEST_SECTION, inspect};
+pub use inspect::{Inspected, MANIFEST_SECTION, inspect, with_manifest};
 pub use run::{JobContext, WasmOutcome};
 
 /// Links `component` against the host: every import must be provided and `run`
@@ -94,8 +94,15 @@ struct Inner {
     /// One permit per slot of the pooling allocator: a run waits here for an instance
     /// (within its timeout) rather than failing to instantiate when all are taken.
     instances: Arc<tokio::sync::Semaphore>,
+    /// The load in progress per digest: runs of a component not compiled yet share one
+    /// compile instead of each starting their own (an 18 MB Python component takes
+    /// seconds of every core).
+    loading: std::sync::Mutex<std::collections::HashMap<String, Arc<Loading>>>,
     _ticker: engine::Ticker,
 }
+
+/// One load of a component, its result shared by every run that waited for it.
+type Loading = tokio::sync::OnceCell<Result<Component, Error>>;
 
 /// A component fetched, compiled and linked for one spec, ready to instantiate. Runs in
 /// flight hold theirs, so a redeploy never changes a run that has started.
@@ -121,6 +128,7 @@ impl WasmRuntime {
                 nats: Arc::new(nats::NatsAccess::new(nats, config.kv_quota())),
                 plugins,
                 instances: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
+                loading: std::sync::Mutex::new(std::collections::HashMap::new()),
                 config,
                 _ticker: ticker,
             }),
@@ -145,10 +153,27 @@ impl WasmRuntime {
     }
 
     async fn component(&self, digest: &str) -> Result<Component, Error> {
-        let inner = &self.inner;
-        if let Some(component) = inner.cache.get(digest) {
+        if let Some(component) = self.inner.cache.get(digest) {
             return Ok(component);
         }
+        let once = {
+            let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+            loading.entry(digest.to_string()).or_default().clone()
+        };
+        // Every run waiting shares the one load's result, a failure included.
+        let loaded = once.get_or_init(|| self.load(digest)).await.clone();
+        let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+        // The map's and ours: no one else waits; the next load (after a failure) starts over.
+        if Arc::strong_count(&once) == 2 {
+            loading.remove(digest);
+        }
+        drop(once);
+        loaded
+    }
+
+    /// From the disk cache, else fetched and compiled.
+    async fn load(&self, digest: &str) -> Result<Component, Error> {
+        let inner = &self.inner;
         let other = |e: String| Error::new(ErrorKind::Other, e);
         let rt = self.clone();
         let d = digest.to_string();

@@ -12,6 +12,7 @@ mod import;
 mod kill;
 mod logs;
 mod ls;
+mod manifest;
 mod next;
 mod notifications;
 mod pause;
@@ -81,8 +82,10 @@ pub enum Command {
     /// Jobs from another scheduler's definitions (a crontab); --dry-run shows them
     #[command(subcommand)]
     Import(import::ImportCommand),
-    /// Store a Wasm job (a component built with cronrun-sdk) and point its job spec at it
+    /// Store a Wasm job (a component of the job world with its manifest) and point its job spec at it
     Deploy(deploy::DeployArgs),
+    /// Write the schedule into a component built without the Rust SDK (e.g. Python)
+    Manifest(manifest::ManifestArgs),
     /// List jobs
     Ls,
     /// Show one job's spec
@@ -229,6 +232,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Apply(a) => apply::run(&ctx, a).await,
         Command::Import(a) => import::run(&ctx, a).await,
         Command::Deploy(a) => deploy::run(&ctx, a).await,
+        Command::Manifest(a) => manifest::run(&ctx, a),
         Command::Ls => ls::run(&ctx).await,
         Command::Get(a) => get::run(&ctx, a).await,
         Command::Rm(a) => rm::run(&ctx, a).await,

@@ -114,7 +114,7 @@ async fn run_claimed(
     };
     match early {
         Ok(Some((revision, spec))) => {
-            *made = Some(make(ctx, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
+            *made = Some(make(ctx, msg, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
         }
         Ok(None) => {}
         Err(e) => debug!("spec not available ahead of the instant: {e}"),
@@ -160,9 +160,9 @@ async fn run_claimed(
         // Made ahead but failed (a spawn under load, say): tried once more, alone.
         Some(failed) => {
             failed.discard().await;
-            make(ctx, held, (revision, &spec), &run, None).await
+            make(ctx, msg, held, (revision, &spec), &run, None).await
         }
-        None => make(ctx, held, (revision, &spec), &run, None).await,
+        None => make(ctx, msg, held, (revision, &spec), &run, None).await,
     };
     let in_group = made.ticket.is_some() && made.ready.is_ok();
     if !in_group {
@@ -223,8 +223,12 @@ async fn run_claimed(
 }
 
 /// Makes the run's code ready for `spec` at `revision`, in `ticket`'s group if given.
+/// That may take longer than the run's lease (compiling a large component): meanwhile
+/// the lease is renewed and the message kept in hand every heartbeat, and a lease lost
+/// to another owner ends the making.
 async fn make(
     ctx: &RunnerCtx,
+    msg: &Message,
     held: &mut Held,
     (revision, spec): (u64, &JobSpec),
     run: &RunInfo<'_>,
@@ -233,7 +237,27 @@ async fn make(
     if exec::keeps_alive(spec) {
         held.watch_alive(run.alive.map(|(path, _)| path.to_path_buf()));
     }
-    let ready = exec::prepare(ctx, spec, run, ticket.as_ref()).await;
+    let beat = ctx.config.heartbeat;
+    let next = tokio::time::Instant::from_std(held.renewed) + beat;
+    let mut renew = tokio::time::interval_at(next, beat);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ready = {
+        let prepare = exec::prepare(ctx, spec, run, ticket.as_ref());
+        tokio::pin!(prepare);
+        loop {
+            tokio::select! {
+                ready = &mut prepare => break ready,
+                _ = renew.tick() => {
+                    let _ = msg.ack_with(AckKind::Progress).await;
+                    match held.renew().await {
+                        Err(e) if e.is_conflict() => break Err(format!("the run's lease was taken while it was made ready: {e}")),
+                        Err(e) => warn!("renewing the lease of a run being made ready: {e}"),
+                        Ok(()) => {}
+                    }
+                }
+            }
+        }
+    };
     Made { revision, ready, ticket }
 }
 
