@@ -222,6 +222,28 @@ async fn a_viewer_sees_no_buttons_and_hostile_requests_are_refused() {
     let store = nats.store().await;
     assert!(runs(&store, "ok").await.is_empty(), "a refused trigger ran");
 
+    // An admin identity that cannot connect does not hold up reading; actions wait for it.
+    let bad_port = free_port();
+    let token_file = nats.dir.path().join("v.token");
+    let missing = nats.dir.path().join("no-such-admin.nk");
+    let table = format!(
+        "[http]\nlisten = \"127.0.0.1:{bad_port}\"\ntoken_file = {:?}\nadmin_creds = {:?}\n",
+        token_file.display().to_string(),
+        missing.display().to_string()
+    );
+    let bad_admin = nats.agent_with_tables("b", &table);
+    ready(&bad_admin).await;
+    let bad_session = format!("Cookie: {}", login_cookie(bad_port, &token));
+    eventually(Duration::from_secs(20), "the dashboard to read without its admin", || async {
+        let (code, body) = http_request(bad_port, "GET", "/api/jobs", &[&bad_session], "");
+        (code == 200 && body.contains("\"ok\"")).then_some(())
+    })
+    .await;
+    let headers = [bad_session.as_str(), json, "X-Cronrun: 1"];
+    let (code, body) = http_request(bad_port, "POST", "/api/jobs/ok/trigger", &headers, "{}");
+    assert_eq!((code, body.contains("connecting")), (503, true), "{body}");
+    assert!(bad_admin.log().contains("the dashboard cannot connect yet"), "{}", bad_admin.log());
+
     // Status names a pool that jobs use and no runner serves.
     nats.ok(&["add", "typo", "--schedule", "@yearly", "--pool", "nosuch", "--", "true"]);
     let status = eventually(Duration::from_secs(20), "the unserved pool in status", || async {

@@ -96,53 +96,58 @@ impl Dashboard {
         });
         if dashboard.token.is_some() {
             let names = crate::names::Names::new(&config.namespace)?;
-            let reader = async move {
-                let client = match &config.viewer_creds {
-                    Some(creds) => connect_until(&config.nats, Some(creds), "cronrun-dashboard").await,
-                    None => agent,
-                };
-                let store = open_until(client, names.clone(), "read").await;
-                let admin = match &config.admin_creds {
-                    Some(creds) => {
-                        let client = connect_until(&config.nats, Some(creds), "cronrun-dashboard-admin").await;
-                        let by = format!("{} via the dashboard", crate::auth::actor(Some(creds)));
-                        Some(open_until(client, names, "act").await.acting_as(&by))
-                    }
-                    None => None,
-                };
-                (store, admin)
+            // Reading does not wait for the admin identity: a bad one leaves the dashboard
+            // read-only, saying why in the agent's log.
+            let reader = {
+                let (names, nats, creds) = (names.clone(), config.nats.clone(), config.viewer_creds.clone());
+                async move {
+                    let client = match &creds {
+                        Some(creds) => connect_until(&nats, Some(creds), "cronrun-dashboard").await,
+                        None => agent,
+                    };
+                    open_until(client, names, "read").await
+                }
             };
-            tokio::spawn(dashboard.clone().run(reader, cancel));
+            let admin = config.admin_creds.clone().filter(|_| dashboard.actions).map(|creds| async move {
+                let client = connect_until(&config.nats, Some(&creds), "cronrun-dashboard-admin").await;
+                let by = format!("{} via the dashboard", crate::auth::actor(Some(&creds)));
+                open_until(client, names, "act").await.acting_as(&by)
+            });
+            tokio::spawn(dashboard.clone().run(reader, admin, cancel));
         }
         Ok(dashboard)
     }
 
-    /// Once its stores are open: follows runs, and notes job revisions every few seconds.
+    /// Opens its stores, then follows runs and notes job revisions every few seconds.
     async fn run(
         self: Arc<Self>,
-        stores: impl std::future::Future<Output = (Store, Option<Store>)>,
+        reader: impl std::future::Future<Output = Store>,
+        admin: Option<impl std::future::Future<Output = Store>>,
         cancel: CancellationToken,
     ) {
-        let (reader, admin) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            stores = stores => stores,
-        };
-        let _ = self.reader.set(reader.clone());
-        if let Some(admin) = admin.filter(|_| self.actions) {
-            let _ = self.admin.set(admin);
-        }
-        let revisions = async {
-            loop {
-                if let Some(catalog) = self.health.catalog.get().filter(|c| c.is_loaded()) {
-                    self.view.note_revisions(catalog, chrono::Utc::now());
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
+        let acting = async {
+            if let Some(admin) = admin {
+                let _ = self.admin.set(admin.await);
             }
+            std::future::pending::<()>().await
+        };
+        let reading = async {
+            let reader = reader.await;
+            let _ = self.reader.set(reader.clone());
+            let revisions = async {
+                loop {
+                    if let Some(catalog) = self.health.catalog.get().filter(|c| c.is_loaded()) {
+                        self.view.note_revisions(catalog, chrono::Utc::now());
+                    }
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            };
+            tokio::join!(self.view.follow(&reader, cancel.clone()), revisions);
         };
         tokio::select! {
             _ = cancel.cancelled() => {}
-            _ = self.view.follow(&reader, cancel.clone()) => {}
-            _ = revisions => {}
+            _ = acting => {}
+            _ = reading => {}
         }
     }
 
