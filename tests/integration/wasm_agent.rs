@@ -242,6 +242,12 @@ async fn a_python_job_carries_its_schedule_and_runs_in_the_same_sandbox() {
     std::fs::copy(&built, &component).unwrap();
     let file = component.to_str().unwrap();
     assert!(nats.fails(&["deploy", file]).contains("cronrun manifest FILE --schedule"));
+    // Without a manifest, the flags give the schedule.
+    nats.ok(&["deploy", file, "--name", "py-flags", "--schedule", "@yearly", "--timeout", "9s"]);
+    let flags = nats.ok(&["get", "py-flags", "--output", "json"]);
+    let flags: serde_json::Value = serde_json::from_str(&flags).unwrap();
+    let spec = &flags["spec"];
+    assert_eq!((spec["schedule"].as_str(), spec["timeout"].as_str()), (Some("@yearly"), Some("9s")), "{flags}");
     nats.ok(&["manifest", file, "--schedule", "*/2 * * * * *", "--timeout", "3s"]);
     // A second manifest, or a bad one, is refused, the files left as they were.
     let with_manifest = std::fs::read(&component).unwrap();

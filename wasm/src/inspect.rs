@@ -20,14 +20,19 @@ pub struct Inspected {
 
 /// Checks that `wasm` is a component with exactly one valid manifest; returns it.
 pub fn inspect(wasm: &[u8]) -> Result<Inspected, String> {
-    let text = manifest_text(wasm)?.ok_or_else(|| {
+    inspect_or_none(wasm)?.ok_or_else(|| {
         format!(
             "no {MANIFEST_SECTION} section: mark the job function with #[cronrun_sdk::job(schedule = \"...\")] \
              (Rust), or add one with `cronrun manifest FILE --schedule EXPR` (other languages)"
         )
-    })?;
+    })
+}
+
+/// Checks that `wasm` is a component with at most one valid manifest; returns it if any.
+pub fn inspect_or_none(wasm: &[u8]) -> Result<Option<Inspected>, String> {
+    let Some(text) = manifest_text(wasm)? else { return Ok(None) };
     match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Object(map)) => Ok(Inspected { manifest: map }),
+        Ok(serde_json::Value::Object(map)) => Ok(Some(Inspected { manifest: map })),
         Ok(_) => Err(format!("{MANIFEST_SECTION} is not a JSON object: {text}")),
         Err(e) => Err(format!("{MANIFEST_SECTION} is not JSON ({e}): {text}")),
     }

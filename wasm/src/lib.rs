@@ -40,7 +40,7 @@ use cronrun_model::{error, output, record, spec};
 pub use config::{WasmConfig, parse_bytes};
 /// The output line type of [`PreparedWasm::run`], nameable outside the crate.
 pub use cronrun_model::output::{Line, Source};
-pub use inspect::{Inspected, MANIFEST_SECTION, inspect, with_manifest};
+pub use inspect::{Inspected, MANIFEST_SECTION, inspect, inspect_or_none, with_manifest};
 pub use run::{JobContext, WasmOutcome};
 
 /// Links `component` against the host: every import must be provided and `run`

@@ -1,7 +1,7 @@
 //! `cronrun deploy PLUGIN.wasm`: checks a Wasm job, stores it by digest and points the job
 //! spec at it. Every check comes before any write: a component of the `job` world (it
-//! links against this host), its `cronrun-manifest`, the spec built from the manifest and
-//! the flags. Then the plugin is stored (if new) and the spec written in one KV write, so
+//! links against this host), its `cronrun-manifest` (none needed with `--schedule`), the
+//! spec built from the manifest and the flags. Then the plugin is stored (if new) and the spec written in one KV write, so
 //! a new version switches atomically; runs in flight finish on the version they started.
 
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ pub struct DeployArgs {
     /// Job name [default: the file name without .wasm]
     #[arg(long)]
     pub name: Option<String>,
-    /// Overrides the manifest's schedule
+    /// Overrides the manifest's schedule (or gives one to a component without a manifest)
     #[arg(long)]
     pub schedule: Option<String>,
     /// Overrides the manifest's time zone (IANA)
@@ -112,12 +112,18 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
         bail!("{file} is {} bytes, over the limit of {MAX_PLUGIN_BYTES}", meta.len());
     }
     let bytes = std::fs::read(&a.plugin).with_context(|| format!("cannot read {file}"))?;
-    let inspected = crate::wasm::inspect(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    // A component without a manifest (built without the Rust SDK) takes its schedule from
+    // --schedule.
+    let manifest = match crate::wasm::inspect_or_none(&bytes) {
+        Ok(Some(inspected)) => inspected.manifest,
+        Ok(None) if a.schedule.is_some() => Map::new(),
+        Ok(None) | Err(_) => crate::wasm::inspect(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?.manifest,
+    };
     crate::wasm::check_job_component(bytes.clone())
         .await
         .map_err(|e| anyhow::anyhow!("{file} is not a cronrun job: {e}"))?;
     let digest = plugin_digest(&bytes);
-    let mut spec = spec_from(&a, inspected.manifest, &digest, &file)?;
+    let mut spec = spec_from(&a, manifest, &digest, &file)?;
 
     let store = ctx.store().await?;
     if let Some(current) = store.jobs.get(&spec.name).await? {
