@@ -105,13 +105,19 @@ fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &
     JobSpec::from_json(&serde_json::to_vec(&spec)?).with_context(|| format!("{file}: the job spec is refused"))
 }
 
-pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
-    let file = a.plugin.display().to_string();
-    let meta = std::fs::metadata(&a.plugin).with_context(|| format!("cannot read {file}"))?;
+/// The plugin file's bytes, refused before reading when over `MAX_PLUGIN_BYTES`.
+pub(super) fn read_plugin(path: &std::path::Path) -> Result<Vec<u8>> {
+    let file = path.display();
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {file}"))?;
     if meta.len() > MAX_PLUGIN_BYTES as u64 {
         bail!("{file} is {} bytes, over the limit of {MAX_PLUGIN_BYTES}", meta.len());
     }
-    let bytes = std::fs::read(&a.plugin).with_context(|| format!("cannot read {file}"))?;
+    std::fs::read(path).with_context(|| format!("cannot read {file}"))
+}
+
+pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
+    let file = a.plugin.display().to_string();
+    let bytes = read_plugin(&a.plugin)?;
     // A component without a manifest (built without the Rust SDK) takes its schedule from
     // --schedule.
     let manifest = match crate::wasm::inspect_or_none(&bytes) {

@@ -38,11 +38,8 @@ pub struct ManifestArgs {
 
 pub fn run(ctx: &Ctx, a: ManifestArgs) -> Result<()> {
     let file = a.plugin.display().to_string();
-    let meta = std::fs::metadata(&a.plugin).with_context(|| format!("cannot read {file}"))?;
-    if meta.len() > MAX_PLUGIN_BYTES as u64 {
-        bail!("{file} is {} bytes, over the limit of {MAX_PLUGIN_BYTES}", meta.len());
-    }
-    let bytes = std::fs::read(&a.plugin).with_context(|| format!("cannot read {file}"))?;
+    let bytes = super::deploy::read_plugin(&a.plugin)?;
+    let mode = std::fs::metadata(&a.plugin).with_context(|| format!("cannot read {file}"))?.permissions();
     let mut manifest = Map::new();
     manifest.insert("schedule".into(), json!(a.schedule));
     for (key, value) in [("timezone", &a.tz), ("timeout", &a.timeout), ("pool", &a.pool)] {
@@ -56,7 +53,7 @@ pub fn run(ctx: &Ctx, a: ManifestArgs) -> Result<()> {
         bail!("{file} with its manifest is {} bytes, over the limit of {MAX_PLUGIN_BYTES}", with.len());
     }
     let out = a.out.clone().unwrap_or_else(|| a.plugin.clone());
-    write_whole(&out, &with, meta.permissions())?;
+    write_whole(&out, &with, mode)?;
     let value = json!({ "file": out.display().to_string(), "manifest": manifest });
     ctx.print(&value, || format!("{}: manifest {}", out.display(), Value::Object(manifest.clone())))
 }

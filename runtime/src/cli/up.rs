@@ -147,8 +147,8 @@ fn dashboard_login(
             path
         }
     };
-    let token = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(format!("login?token={}", token.trim()))
+    let token = crate::dashboard::read_token(&path_str(&path))?;
+    Ok(format!("login?token={token}"))
 }
 
 /// The socket `up` serves /livez, /readyz and /metrics on: 127.0.0.1:8642, or a free

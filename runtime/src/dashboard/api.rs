@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -14,7 +13,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, Dashboard, RunsView, STREAM_LIFETIME, Viewer, admin, words};
+use super::{Admin, ApiError, Dashboard, RunsView, STREAM_LIFETIME, Viewer, words};
 use crate::catalog::CatalogJob;
 use crate::names::validate_job_name;
 use crate::schedule::Schedule;
@@ -218,22 +217,19 @@ pub struct TriggerBody {
 }
 
 pub async fn job_action(
-    _: Viewer,
-    State(d): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    Admin(store): Admin,
     Path((name, action)): Path<(String, String)>,
     body: Option<Json<TriggerBody>>,
 ) -> Result<Json<Value>, ApiError> {
-    let store = admin(&d, &headers)?.0;
     validate_job_name(&name)?;
     match action.as_str() {
         "pause" | "resume" => {
-            crate::actions::set_paused(store, &name, action == "pause").await?;
+            crate::actions::set_paused(&store, &name, action == "pause").await?;
             Ok(Json(json!({ "ok": true })))
         }
         "trigger" => {
             let input = body.and_then(|Json(b)| b.input);
-            let (run, _) = crate::actions::trigger(store, &name, input).await?;
+            let (run, _) = crate::actions::trigger(&store, &name, input).await?;
             Ok(Json(json!({ "ok": true, "run": run })))
         }
         other => Err(ApiError::new(
@@ -249,18 +245,15 @@ pub struct KillBody {
 }
 
 pub async fn kill(
-    _: Viewer,
-    State(d): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    Admin(store): Admin,
     Path((job, run_id)): Path<(String, String)>,
     body: Option<Json<KillBody>>,
 ) -> Result<Json<Value>, ApiError> {
-    let store = admin(&d, &headers)?.0;
     validate_run(&job, &run_id)?;
     let name = body.and_then(|Json(b)| b.signal).unwrap_or_else(|| "TERM".into());
     let signal = crate::runner::exec::shell::parse_signal(&name).ok_or_else(|| {
         ApiError::from(crate::Error::invalid("signal", format!("{name:?} is not a signal name; use TERM or KILL")))
     })?;
-    let host = crate::actions::kill(store, &job, &run_id, signal).await?;
+    let host = crate::actions::kill(&store, &job, &run_id, signal).await?;
     Ok(Json(json!({ "ok": true, "host": host })))
 }

@@ -231,7 +231,8 @@ async fn open_until(client: async_nats::Client, names: crate::names::Names, to: 
     }
 }
 
-fn read_token(path: &str) -> Result<String, Error> {
+/// The token in `path`, trimmed; refused when unreadable or shorter than 16 characters.
+pub fn read_token(path: &str) -> Result<String, Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::invalid("http.token_file", format!("{path}: cannot read the dashboard token: {e}")))?;
     let token = text.trim().to_string();
@@ -346,20 +347,25 @@ impl FromRequestParts<Arc<Dashboard>> for Viewer {
 }
 
 /// A request allowed to act: from a session, on a dashboard with an admin identity, sent
-/// as a script sends it (`X-Cronrun` header), which a cross-site form cannot.
-pub struct Admin<'a>(pub &'a Store);
+/// as a script sends it (`X-Cronrun` header), which a cross-site form cannot. Its store
+/// acts as that identity.
+pub struct Admin(pub Store);
 
-pub(crate) fn admin<'a>(d: &'a Dashboard, headers: &HeaderMap) -> Result<Admin<'a>, ApiError> {
-    d.allow(headers)?;
-    if headers.get("x-cronrun").is_none() {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "actions need the X-Cronrun header"));
-    }
-    match d.admin.get() {
-        Some(store) => Ok(Admin(store)),
-        None if d.actions => Err(ApiError::unavailable("the dashboard is still connecting to NATS")),
-        None => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "this dashboard is read-only: actions need [http] admin_creds and [http] token_file",
-        )),
+impl FromRequestParts<Arc<Dashboard>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, d: &Arc<Dashboard>) -> Result<Self, ApiError> {
+        d.allow(&parts.headers)?;
+        if parts.headers.get("x-cronrun").is_none() {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "actions need the X-Cronrun header"));
+        }
+        match d.admin.get() {
+            Some(store) => Ok(Admin(store.clone())),
+            None if d.actions => Err(ApiError::unavailable("the dashboard is still connecting to NATS")),
+            None => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this dashboard is read-only: actions need [http] admin_creds and [http] token_file",
+            )),
+        }
     }
 }
