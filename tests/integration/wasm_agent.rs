@@ -242,6 +242,13 @@ async fn a_python_job_carries_its_schedule_and_runs_in_the_same_sandbox() {
     std::fs::copy(&built, &component).unwrap();
     let file = component.to_str().unwrap();
     assert!(nats.fails(&["deploy", file]).contains("cronrun manifest FILE --schedule"));
+    // A file over the plugin limit is refused before it is read (a sparse file: no disk).
+    let huge = nats.dir.path().join("huge.wasm");
+    std::fs::File::create(&huge).unwrap().set_len(cronrun::store::MAX_PLUGIN_BYTES as u64 + 1).unwrap();
+    let huge = huge.to_str().unwrap();
+    for args in [vec!["manifest", huge, "--schedule", "@daily"], vec!["deploy", huge, "--schedule", "@daily"]] {
+        assert!(nats.fails(&args).contains("over the limit"), "{args:?}");
+    }
     // Without a manifest, the flags give the schedule.
     nats.ok(&["deploy", file, "--name", "py-flags", "--schedule", "@yearly", "--timeout", "9s"]);
     let flags = nats.ok(&["get", "py-flags", "--output", "json"]);
