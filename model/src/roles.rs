@@ -139,6 +139,9 @@ impl Api<'_> {
 /// The durable consumer of the events stream that notifications are delivered from.
 pub const NOTIFY_CONSUMER: &str = "notify";
 
+/// The durable consumer of the runs bucket's stream that chained runs are started from.
+pub const CHAIN_CONSUMER: &str = "chains";
+
 fn kv_stream(bucket: &str) -> String {
     format!("KV_{bucket}")
 }
@@ -216,6 +219,12 @@ impl Names {
                 api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{events}.{NOTIFY_CONSUMER}"));
                 api.add(format!("$JS.ACK.{events}.{NOTIFY_CONSUMER}.>"));
                 api.add(self.wildcard("notify"));
+                // Chains: the one `chains` consumer of the runs bucket (created and
+                // deleted as any consumer of a layout stream), pulled from and acknowledged.
+                let runs = kv_stream(&self.runs_bucket());
+                api.add(format!("$JS.API.CONSUMER.INFO.{runs}.{CHAIN_CONSUMER}"));
+                api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{runs}.{CHAIN_CONSUMER}"));
+                api.add(format!("$JS.ACK.{runs}.{CHAIN_CONSUMER}.>"));
             }
             Role::Runner => {
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.job_kv_bucket()] {
@@ -299,6 +308,10 @@ mod tests {
             (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_EVENTS.other", false),
             (Scheduler, "$JS.ACK.CRONRUN_EVENTS.notify.1.2.3.4.5.6.7", true),
             (Scheduler, "cronrun.notify.ops.alerts", true),
+            (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.KV_cronrun_runs.chains", true),
+            (Scheduler, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.API.CONSUMER.MSG.NEXT.KV_cronrun_runs.chains", false),
+            (Viewer, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", false),
             (Runner, "cronrun.notify.ops", false),
             (Viewer, "cronrun.notify.ops", false),
             (Runner, "$KV.cronrun_jobs.backup", false),

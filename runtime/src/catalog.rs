@@ -14,6 +14,7 @@ use chrono_tz::Tz;
 
 use crate::error::Error;
 use crate::schedule::Schedule;
+use crate::spec::after::{After, AfterOn};
 use crate::spec::{Catchup, History, JobSpec, Retries};
 use crate::store::{Store, StoredJob, kv::Versioned};
 
@@ -42,6 +43,8 @@ pub struct JobSummary {
     pub notify: Vec<crate::spec::notify::Notify>,
     /// A Wasm job (a shell job otherwise).
     pub wasm: bool,
+    /// The jobs whose runs start this one.
+    pub after: Vec<After>,
 }
 
 impl JobSummary {
@@ -60,6 +63,7 @@ impl JobSummary {
             history: spec.history.clone(),
             notify: spec.notify.clone(),
             wasm: spec.wasm.is_some(),
+            after: spec.after.clone(),
         })
     }
 }
@@ -80,17 +84,54 @@ pub struct CatalogEvent {
 #[derive(Clone, Debug)]
 pub struct Catalog {
     jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
+    chains: Arc<RwLock<Chains>>,
     loaded: watch::Receiver<bool>,
+}
+
+/// The `after` edges of the catalog, by upstream job: who a run's end starts.
+#[derive(Debug, Default)]
+struct Chains(HashMap<String, Vec<(String, AfterOn)>>);
+
+impl Chains {
+    fn edges(job: Option<&CatalogJob>) -> &[After] {
+        job.and_then(|j| j.summary.as_ref().ok()).map(|s| s.after.as_slice()).unwrap_or_default()
+    }
+
+    /// Replaces the edges of `name` (its old version `old`) by those of `new`.
+    fn update(&mut self, name: &str, old: Option<&CatalogJob>, new: Option<&CatalogJob>) {
+        for a in Self::edges(old) {
+            if let Some(downstream) = self.0.get_mut(&a.job) {
+                downstream.retain(|(d, _)| d != name);
+                if downstream.is_empty() {
+                    self.0.remove(&a.job);
+                }
+            }
+        }
+        for a in Self::edges(new) {
+            self.0.entry(a.job.clone()).or_default().push((name.to_string(), a.on));
+        }
+    }
 }
 
 impl Catalog {
     /// Starts watching. Changes go to `events` when given (the scheduler's inbox).
     pub fn start(store: Store, events: Option<mpsc::UnboundedSender<CatalogEvent>>, cancel: CancellationToken) -> Self {
         let jobs = Arc::new(RwLock::new(HashMap::new()));
+        let chains = Arc::new(RwLock::new(Chains::default()));
         let (loaded_tx, loaded) = watch::channel(false);
-        let task = Follower { store, jobs: jobs.clone(), events, loaded: loaded_tx };
+        let task = Follower { store, jobs: jobs.clone(), chains: chains.clone(), events, loaded: loaded_tx };
         tokio::spawn(task.run(cancel));
-        Self { jobs, loaded }
+        Self { jobs, chains, loaded }
+    }
+
+    /// The jobs chained after `upstream`, and on which of its endings.
+    pub fn downstream_of(&self, upstream: &str) -> Vec<(String, AfterOn)> {
+        self.chains.read().ok().and_then(|c| c.0.get(upstream).cloned()).unwrap_or_default()
+    }
+
+    /// Whether any job has `after`.
+    pub fn has_chains(&self) -> bool {
+        self.chains.read().is_ok_and(|c| !c.0.is_empty())
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<CatalogJob>> {
@@ -133,6 +174,7 @@ impl Catalog {
 struct Follower {
     store: Store,
     jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
+    chains: Arc<RwLock<Chains>>,
     events: Option<mpsc::UnboundedSender<CatalogEvent>>,
     loaded: watch::Sender<bool>,
 }
@@ -192,13 +234,12 @@ impl Follower {
 
     fn apply(&self, name: String, job: Option<Arc<CatalogJob>>) {
         if let Ok(mut jobs) = self.jobs.write() {
-            match &job {
-                Some(j) => {
-                    jobs.insert(name.clone(), j.clone());
-                }
-                None => {
-                    jobs.remove(&name);
-                }
+            let old = match &job {
+                Some(j) => jobs.insert(name.clone(), j.clone()),
+                None => jobs.remove(&name),
+            };
+            if let Ok(mut chains) = self.chains.write() {
+                chains.update(&name, old.as_deref(), job.as_deref());
             }
         }
         if let Some(events) = &self.events {
@@ -218,5 +259,35 @@ impl Follower {
             info!(jobs = seen.len(), "job catalog loaded");
             let _ = self.loaded.send(true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ShellSpec;
+
+    fn job(name: &str, after: &[(&str, AfterOn)]) -> CatalogJob {
+        let mut spec = JobSpec::shell(name, "", ShellSpec { command: Some("true".into()), ..Default::default() });
+        spec.after = after.iter().map(|(j, on)| After { job: j.to_string(), on: *on }).collect();
+        CatalogJob::from_spec(&spec, 1)
+    }
+
+    #[test]
+    fn the_chain_index_follows_edits_and_removals() {
+        let mut chains = Chains::default();
+        let load = job("load", &[("extract", AfterOn::Succeeded), ("audit", AfterOn::Failed)]);
+        chains.update("load", None, Some(&load));
+        let report = job("report", &[("extract", AfterOn::Finished)]);
+        chains.update("report", None, Some(&report));
+        assert_eq!(chains.0["extract"], [("load".into(), AfterOn::Succeeded), ("report".into(), AfterOn::Finished)]);
+        // An edit drops the old edges of the job and adds its new ones.
+        let edited = job("load", &[("audit", AfterOn::Finished)]);
+        chains.update("load", Some(&load), Some(&edited));
+        assert_eq!(chains.0["extract"], [("report".to_string(), AfterOn::Finished)]);
+        assert_eq!(chains.0["audit"], [("load".to_string(), AfterOn::Finished)]);
+        chains.update("report", Some(&report), None);
+        chains.update("load", Some(&edited), None);
+        assert!(chains.0.is_empty(), "{chains:?}");
     }
 }

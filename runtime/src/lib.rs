@@ -7,6 +7,7 @@
 //! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs.
 //! - `catalog`: the live set of job specs, watched from KV.
 //! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
+//! - `chain`: the end of a run starts the runs of the jobs chained `after` its job.
 //! - `dispatch`: create-if-absent record + deduplicated publish of one run; `input`: what
 //!   a manual run is given (`trigger --input`), checked against the job's schema.
 //! - `runner`: pulls runs and takes each through one lifecycle; executors for shell and Wasm.
@@ -27,6 +28,7 @@ pub mod actions;
 pub mod agent;
 pub mod auth;
 pub mod catalog;
+pub mod chain;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -28,6 +28,7 @@ mod support;
 mod procs;
 
 mod catchup;
+mod chains;
 mod dashboard;
 mod failure;
 mod import;

@@ -99,6 +99,8 @@ enum Kind {
     /// Period in milliseconds (>= 1000).
     Every(u64),
     At(DateTime<Utc>),
+    /// No fires: a job started only by other jobs (`after`).
+    Never,
 }
 
 /// Why an expression or time zone was refused. `field` names the part
@@ -158,6 +160,17 @@ impl Schedule {
         Ok(Schedule { expr: expr.into(), kind })
     }
 
+    /// A schedule that never fires (its expression is empty): for jobs that only other
+    /// jobs' runs start. `parse` refuses the empty expression; this is asked for by name.
+    pub fn never() -> Schedule {
+        Schedule { expr: "".into(), kind: Kind::Never }
+    }
+
+    /// Whether the schedule ever fires (false only for `never`).
+    pub fn fires(&self) -> bool {
+        !matches!(self.kind, Kind::Never)
+    }
+
     /// First fire strictly after `after`, evaluated in `tz` (ignored by
     /// `@every` and `@at`). Cron fires are whole seconds, `@every` fires
     /// whole milliseconds. `None` when it never fires again.
@@ -170,6 +183,7 @@ impl Schedule {
                 DateTime::from_timestamp_millis(k.checked_mul(period)?)
             }
             Kind::At(at) => (*at > after).then_some(*at),
+            Kind::Never => None,
         }
     }
 

@@ -325,3 +325,13 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn never_fires_and_the_empty_expression_is_still_refused() {
+    let never = Schedule::never();
+    let t = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 11, 22, 12, 0, 0).unwrap();
+    assert_eq!(never.next_after(t, chrono_tz::UTC), None);
+    assert!(!never.fires() && Schedule::parse("* * * * *").unwrap().fires());
+    assert_eq!(never.expr(), "");
+    assert!(Schedule::parse("").is_err());
+}

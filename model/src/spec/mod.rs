@@ -5,7 +5,9 @@
 //! - `validate.rs`: checks serde cannot express; every error names its field.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
 //! - `notify.rs`: notification rules; `http_grant.rs`: a Wasm job's `allow_http` entries.
+//! - `after.rs`: chains, a job started by the end of another's run.
 
+pub mod after;
 pub mod codec;
 mod file;
 pub mod http_grant;
@@ -27,7 +29,9 @@ pub use file::toml_error;
 pub struct JobSpec {
     /// 1 to 128 of `A-Z a-z 0-9 _ -`; also the KV key.
     pub name: String,
-    /// A cron expression, macro, `@every` or `@at` (see `schedule`).
+    /// A cron expression, macro, `@every` or `@at` (see `schedule`). May be left out
+    /// (empty) by a job that has `after`: it then runs only when started.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub schedule: String,
     /// IANA zone the schedule is read in. Default `UTC`.
     #[serde(default = "defaults::timezone")]
@@ -90,6 +94,9 @@ pub struct JobSpec {
     /// input, or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_schema: Option<serde_json::Value>,
+    /// Jobs whose runs start this one when they end (see `after`). Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<after::After>,
 }
 
 /// A command for `/bin/sh -c`, or an argv run directly. In files `shell = "cmd"` is short
@@ -267,6 +274,7 @@ impl JobSpec {
             labels: BTreeMap::new(),
             input_schema: None,
             notify: Vec::new(),
+            after: Vec::new(),
         }
     }
 
@@ -290,10 +298,21 @@ impl JobSpec {
         serde_json::to_vec(self).unwrap_or_default().into()
     }
 
-    /// The parsed schedule and zone; `validate` has checked both.
+    /// The parsed schedule and zone; `validate` has checked both. A job with `after` and
+    /// no schedule gets one that never fires.
     pub fn parsed_schedule(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
-        let schedule = cronrun_time::Schedule::parse(&self.schedule)
-            .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?;
+        let schedule = match self.schedule.trim() {
+            "" if !self.after.is_empty() => cronrun_time::Schedule::never(),
+            "" => {
+                return Err(Error::invalid(
+                    "schedule",
+                    "schedule is missing: give a cron expression like \"*/5 * * * *\", or `after` for a job \
+                     that runs when another's run ends",
+                ));
+            }
+            _ => cronrun_time::Schedule::parse(&self.schedule)
+                .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?,
+        };
         let tz = cronrun_time::parse_timezone(&self.timezone)
             .map_err(|e| Error::invalid("timezone", format!("timezone: {e}")))?;
         Ok((schedule, tz))

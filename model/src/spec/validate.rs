@@ -36,6 +36,7 @@ impl JobSpec {
     pub fn validate(&self) -> Result<(), Error> {
         validate_job_name(&self.name)?;
         self.parsed_schedule()?;
+        super::after::validate(&self.name, &self.after)?;
         match (&self.shell, &self.wasm) {
             (Some(shell), None) => {
                 match (&shell.command, &shell.argv) {

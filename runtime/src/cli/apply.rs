@@ -27,6 +27,9 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     for spec in &jobs {
         store.names.check_grants(spec)?;
     }
+    for upstream in store.check_chains(&jobs).await.with_context(|| origin.clone())? {
+        eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
+    }
     let pools: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.pool.as_str()).collect();
     for pool in pools {
         ctx.warn_if_unserved(&store, pool).await;

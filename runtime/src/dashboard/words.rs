@@ -5,6 +5,16 @@
 const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
+/// A job's start in words: its schedule, its `after`, or both.
+pub fn describe_job(expr: &str, after: &[crate::spec::after::After]) -> String {
+    let chained = crate::spec::after::describe(after);
+    match (expr.trim().is_empty(), chained.is_empty()) {
+        (true, _) => chained,
+        (false, true) => describe(expr),
+        (false, false) => format!("{}; and {chained}", describe(expr)),
+    }
+}
+
 pub fn describe(expr: &str) -> String {
     let text = expr.trim();
     if let Some(rest) = text.strip_prefix('@') {
@@ -101,7 +111,24 @@ fn list_with(field: &str, name: impl Fn(usize) -> Option<&'static str>) -> Optio
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
+    use super::{describe, describe_job};
+
+    #[test]
+    fn a_job_started_by_others_says_after_whom() {
+        use crate::spec::after::{After, AfterOn};
+        let after = [
+            After { job: "extract".into(), on: AfterOn::Succeeded },
+            After { job: "audit".into(), on: AfterOn::Finished },
+        ];
+        let cases = [
+            ("", &after[..], "after extract succeeded, audit finished"),
+            ("@hourly", &after[..1], "every hour; and after extract succeeded"),
+            ("@hourly", &[][..], "every hour"),
+        ];
+        for (expr, after, words) in cases {
+            assert_eq!(describe_job(expr, after), words, "{expr:?}");
+        }
+    }
 
     #[test]
     fn common_schedules_in_words_and_the_rest_as_written() {

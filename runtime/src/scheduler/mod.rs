@@ -146,7 +146,11 @@ impl Scheduler {
         tasks.spawn("the reaper", reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
         let (store, catalog, clock) = (self.ctx.store.clone(), self.ctx.catalog.clone(), self.ctx.clock.clone());
         let notify = std::mem::take(&mut self.notify);
-        tasks.spawn("the notifier", crate::notify::run(store, catalog, notify, clock, cancel.clone()));
+        tasks.spawn(
+            "the notifier",
+            crate::notify::run(store.clone(), catalog.clone(), notify, clock.clone(), cancel.clone()),
+        );
+        tasks.spawn("the chains", crate::chain::run(store, catalog, clock, cancel.clone()));
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();

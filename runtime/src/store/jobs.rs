@@ -5,7 +5,10 @@ use super::Store;
 use super::kv::Versioned;
 use crate::error::{Error, ErrorKind};
 use crate::names::validate_job_name;
+use std::collections::BTreeMap;
+
 use crate::spec::JobSpec;
+use crate::spec::after::find_cycle;
 
 /// A job as stored: its revision and its spec, or why the stored JSON is refused.
 #[derive(Debug, Clone)]
@@ -86,6 +89,37 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Refuses `specs` if writing them would close a cycle of `after` edges with the jobs
+    /// stored now (a cycle would start runs for ever). Returns the upstream jobs named that
+    /// do not exist, for a warning: they may be added later.
+    pub async fn check_chains(&self, specs: &[JobSpec]) -> Result<Vec<String>, Error> {
+        if specs.iter().all(|s| s.after.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for job in self.list_jobs().await? {
+            let after = job.spec.map(|s| s.after).unwrap_or_default();
+            graph.insert(job.name, after.into_iter().map(|a| a.job).collect());
+        }
+        for spec in specs {
+            graph.insert(spec.name.clone(), spec.after.iter().map(|a| a.job.clone()).collect());
+        }
+        if let Some(cycle) = find_cycle(&graph) {
+            let steps: Vec<String> = cycle.windows(2).map(|w| format!("{} runs after {}", w[0], w[1])).collect();
+            return Err(Error::invalid(
+                "after",
+                format!(
+                    "after: a cycle would start runs for ever ({}); remove one of these `after` entries",
+                    steps.join(", ")
+                ),
+            ));
+        }
+        let mut missing: Vec<String> =
+            specs.iter().flat_map(|s| &s.after).map(|a| a.job.clone()).filter(|j| !graph.contains_key(j)).collect();
+        missing.dedup();
+        Ok(missing)
     }
 
     pub async fn delete_job(&self, name: &str) -> Result<(), Error> {
