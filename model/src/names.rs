@@ -68,6 +68,18 @@ impl Names {
     pub fn events_stream(&self) -> String {
         format!("{}_EVENTS", self.ns.to_uppercase())
     }
+    /// Messages on the subjects of jobs' `on`, kept until every job listening has run them.
+    pub fn messages_stream(&self) -> String {
+        format!("{}_MESSAGES", self.ns.to_uppercase())
+    }
+    /// The durable consumer of `messages_stream` whose messages start runs of `job`.
+    pub fn message_consumer(&self, job: &str) -> String {
+        format!("on-{job}")
+    }
+    /// `cronrun.dead.<job>`: where a message whose run did not succeed is published.
+    pub fn dead_letter_subject(&self, job: &str) -> String {
+        format!("{}.dead.{job}", self.ns)
+    }
     /// `cronrun.dispatch.<pool>`
     pub fn dispatch_subject(&self, pool: &str) -> String {
         format!("{}.dispatch.{pool}", self.ns)
@@ -104,7 +116,8 @@ impl Names {
         self.reserved_subjects().into_iter().find(|reserved| patterns_intersect(grant, reserved))
     }
 
-    /// Refuses a spec whose Wasm grants could reach a reserved subject, naming the grant.
+    /// Refuses a spec whose Wasm grants, or whose trigger subject, could reach a reserved
+    /// subject, naming it.
     pub fn check_grants(&self, spec: &crate::spec::JobSpec) -> Result<(), Error> {
         let grants = spec.wasm.iter().flat_map(|w| &w.allow_publish);
         for grant in grants {
@@ -117,6 +130,18 @@ impl Names {
                     ),
                 ));
             }
+        }
+        if let Some(on) = &spec.on
+            && let Some(reserved) = self.grant_reaches_reserved(&on.subject)
+        {
+            return Err(Error::invalid(
+                "on.subject",
+                format!(
+                    "on.subject: job {}: {:?} could take messages of {reserved}, which are cronrun's or the server's own; \
+                     listen on your own subjects, e.g. \"orders.created\"",
+                    spec.name, on.subject
+                ),
+            ));
         }
         Ok(())
     }
@@ -180,6 +205,18 @@ pub mod lease_keys {
     /// stream, so that a redelivery of the event does not repeat it (a day's TTL).
     pub fn notified(seq: u64, rule: usize) -> String {
         format!("notified.{seq}.{rule}")
+    }
+
+    /// Written once the chained run `run_id` of `job` was dispatched, so that a later look
+    /// at its upstream run starts nothing even if the run's record is pruned (a day's TTL).
+    pub fn chained(job: &str, run_id: &str) -> String {
+        format!("chained.{job}.{run_id}")
+    }
+
+    /// Written when the run `run_id` of `job` was dispatched for a message, so that the
+    /// message seen again after its run's record was pruned starts nothing.
+    pub fn message(job: &str, run_id: &str) -> String {
+        format!("message.{job}.{run_id}")
     }
 }
 

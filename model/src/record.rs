@@ -18,6 +18,8 @@ pub enum Trigger {
     Catchup,
     /// Started by the end of a run of a job named in the spec's `after`.
     Chain,
+    /// Started by a message on the spec's `on.subject`.
+    Message,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,6 +244,17 @@ pub fn chain_run_id(upstream_fire: DateTime<Utc>, upstream_job: &str, upstream_r
     format!("{}-c{digest:016x}", fire_run_id(upstream_fire))
 }
 
+/// The run id of the run a message starts: the message's time in its stream and `-s` with
+/// its stream sequence, which no other message of the stream has.
+pub fn message_run_id(published: DateTime<Utc>, stream_sequence: u64) -> String {
+    format!("{}-s{stream_sequence}", fire_run_id(published))
+}
+
+/// Whether `run_id` is that of a message's run (`message_run_id`), whatever its attempt.
+pub fn is_message_run(run_id: &str) -> bool {
+    run_id.rsplit_once("-s").is_some_and(|(_, seq)| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +331,15 @@ mod tests {
         let ids: std::collections::HashSet<String> =
             ["a", "b"].iter().flat_map(|j| ["r1", "r2"].map(|r| chain_run_id(t, j, r))).collect();
         assert_eq!(ids.len(), 4);
+    }
+
+    #[test]
+    fn message_runs_are_known_by_their_id() {
+        let t = Utc.with_ymd_and_hms(2026, 11, 21, 19, 30, 0).unwrap();
+        assert!(is_message_run(&message_run_id(t, 42)));
+        for other in [fire_run_id(t), manual_run_id(t), chain_run_id(t, "a", "b"), format!("{}-s", fire_run_id(t))] {
+            assert!(!is_message_run(&other), "{other}");
+        }
     }
 
     #[test]

@@ -185,6 +185,11 @@ impl Names {
                     api.add(kv_write(bucket, ">"));
                 }
                 api.add(format!("$O.{}.>", self.plugins_store()));
+                // The stream of jobs' trigger subjects, kept up to date by `apply`.
+                let messages = self.messages_stream();
+                for action in ["INFO", "CREATE", "UPDATE"] {
+                    api.add(format!("$JS.API.STREAM.{action}.{messages}"));
+                }
                 // trigger, kill, and the audit events of CLI writes.
                 api.add(self.wildcard("dispatch"));
                 api.add(self.wildcard("ctl"));
@@ -206,6 +211,8 @@ impl Names {
                     lease_keys::scheduler(">"),
                     lease_keys::SHARD_COUNT.to_string(),
                     "notified.>".to_string(),
+                    "chained.>".to_string(),
+                    "message.>".to_string(),
                 ] {
                     api.add(kv_write(self.leases_bucket(), &key));
                 }
@@ -225,6 +232,17 @@ impl Names {
                 api.add(format!("$JS.API.CONSUMER.INFO.{runs}.{CHAIN_CONSUMER}"));
                 api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{runs}.{CHAIN_CONSUMER}"));
                 api.add(format!("$JS.ACK.{runs}.{CHAIN_CONSUMER}.>"));
+                // Message triggers: a consumer per listening job, created, pulled from,
+                // acknowledged and deleted; messages whose run failed go to `dead.`.
+                let messages = self.messages_stream();
+                api.add(format!("$JS.API.STREAM.INFO.{messages}"));
+                for action in ["CREATE", "DELETE", "INFO", "MSG.NEXT"] {
+                    api.add(format!("$JS.API.CONSUMER.{action}.{messages}.>"));
+                }
+                // Consumers left by jobs removed while no scheduler ran are found and deleted.
+                api.add(format!("$JS.API.CONSUMER.NAMES.{messages}"));
+                api.add(format!("$JS.ACK.{messages}.>"));
+                api.add(self.wildcard("dead"));
             }
             Role::Runner => {
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.job_kv_bucket()] {
@@ -311,6 +329,13 @@ mod tests {
             (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.KV_cronrun_runs.chains", true),
             (Scheduler, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", true),
             (Runner, "$JS.API.CONSUMER.MSG.NEXT.KV_cronrun_runs.chains", false),
+            (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_MESSAGES.on-orders", true),
+            (Scheduler, "cronrun.dead.orders", true),
+            (Scheduler, "$JS.API.STREAM.UPDATE.CRONRUN_MESSAGES", false),
+            (Admin, "$JS.API.STREAM.UPDATE.CRONRUN_MESSAGES", true),
+            (Admin, "$JS.API.STREAM.DELETE.CRONRUN_MESSAGES", false),
+            (Runner, "$JS.ACK.CRONRUN_MESSAGES.on-orders.1.2.3.4.5.6.7", false),
+            (Viewer, "cronrun.dead.orders", false),
             (Viewer, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", false),
             (Runner, "cronrun.notify.ops", false),
             (Viewer, "cronrun.notify.ops", false),

@@ -15,6 +15,7 @@ use chrono_tz::Tz;
 use crate::error::Error;
 use crate::schedule::Schedule;
 use crate::spec::after::{After, AfterOn};
+use crate::spec::on::OnMessage;
 use crate::spec::{Catchup, History, JobSpec, Retries};
 use crate::store::{Store, StoredJob, kv::Versioned};
 
@@ -45,6 +46,8 @@ pub struct JobSummary {
     pub wasm: bool,
     /// The jobs whose runs start this one.
     pub after: Vec<After>,
+    /// The subject whose messages start runs of this one.
+    pub on: Option<OnMessage>,
 }
 
 impl JobSummary {
@@ -64,6 +67,7 @@ impl JobSummary {
             notify: spec.notify.clone(),
             wasm: spec.wasm.is_some(),
             after: spec.after.clone(),
+            on: spec.on.clone(),
         })
     }
 }
@@ -84,32 +88,42 @@ pub struct CatalogEvent {
 #[derive(Clone, Debug)]
 pub struct Catalog {
     jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
-    chains: Arc<RwLock<Chains>>,
+    triggers: Arc<RwLock<Triggers>>,
     loaded: watch::Receiver<bool>,
 }
 
-/// The `after` edges of the catalog, by upstream job: who a run's end starts.
+/// What starts jobs besides their schedules, indexed so that no lookup scans the catalog.
 #[derive(Debug, Default)]
-struct Chains(HashMap<String, Vec<(String, AfterOn)>>);
+struct Triggers {
+    /// The `after` edges by upstream job: who a run's end starts.
+    after: HashMap<String, Vec<(String, AfterOn)>>,
+    /// The jobs with `on` and their trigger.
+    on: HashMap<String, OnMessage>,
+}
 
-impl Chains {
-    fn edges(job: Option<&CatalogJob>) -> &[After] {
-        job.and_then(|j| j.summary.as_ref().ok()).map(|s| s.after.as_slice()).unwrap_or_default()
+impl Triggers {
+    fn summary(job: Option<&CatalogJob>) -> Option<&JobSummary> {
+        job.and_then(|j| j.summary.as_ref().ok())
     }
 
-    /// Replaces the edges of `name` (its old version `old`) by those of `new`.
+    /// Replaces what `name` had (its old version `old`) by what `new` has.
     fn update(&mut self, name: &str, old: Option<&CatalogJob>, new: Option<&CatalogJob>) {
-        for a in Self::edges(old) {
-            if let Some(downstream) = self.0.get_mut(&a.job) {
+        for a in Self::summary(old).map(|s| s.after.as_slice()).unwrap_or_default() {
+            if let Some(downstream) = self.after.get_mut(&a.job) {
                 downstream.retain(|(d, _)| d != name);
                 if downstream.is_empty() {
-                    self.0.remove(&a.job);
+                    self.after.remove(&a.job);
                 }
             }
         }
-        for a in Self::edges(new) {
-            self.0.entry(a.job.clone()).or_default().push((name.to_string(), a.on));
+        let new = Self::summary(new);
+        for a in new.map(|s| s.after.as_slice()).unwrap_or_default() {
+            self.after.entry(a.job.clone()).or_default().push((name.to_string(), a.on));
         }
+        match new.and_then(|s| s.on.clone()) {
+            Some(on) => self.on.insert(name.to_string(), on),
+            None => self.on.remove(name),
+        };
     }
 }
 
@@ -117,21 +131,26 @@ impl Catalog {
     /// Starts watching. Changes go to `events` when given (the scheduler's inbox).
     pub fn start(store: Store, events: Option<mpsc::UnboundedSender<CatalogEvent>>, cancel: CancellationToken) -> Self {
         let jobs = Arc::new(RwLock::new(HashMap::new()));
-        let chains = Arc::new(RwLock::new(Chains::default()));
+        let triggers = Arc::new(RwLock::new(Triggers::default()));
         let (loaded_tx, loaded) = watch::channel(false);
-        let task = Follower { store, jobs: jobs.clone(), chains: chains.clone(), events, loaded: loaded_tx };
+        let task = Follower { store, jobs: jobs.clone(), triggers: triggers.clone(), events, loaded: loaded_tx };
         tokio::spawn(task.run(cancel));
-        Self { jobs, chains, loaded }
+        Self { jobs, triggers, loaded }
     }
 
     /// The jobs chained after `upstream`, and on which of its endings.
     pub fn downstream_of(&self, upstream: &str) -> Vec<(String, AfterOn)> {
-        self.chains.read().ok().and_then(|c| c.0.get(upstream).cloned()).unwrap_or_default()
+        self.triggers.read().ok().and_then(|t| t.after.get(upstream).cloned()).unwrap_or_default()
     }
 
     /// Whether any job has `after`.
     pub fn has_chains(&self) -> bool {
-        self.chains.read().is_ok_and(|c| !c.0.is_empty())
+        self.triggers.read().is_ok_and(|t| !t.after.is_empty())
+    }
+
+    /// Every job with `on`, and its trigger.
+    pub fn listeners(&self) -> HashMap<String, OnMessage> {
+        self.triggers.read().map(|t| t.on.clone()).unwrap_or_default()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<CatalogJob>> {
@@ -174,7 +193,7 @@ impl Catalog {
 struct Follower {
     store: Store,
     jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
-    chains: Arc<RwLock<Chains>>,
+    triggers: Arc<RwLock<Triggers>>,
     events: Option<mpsc::UnboundedSender<CatalogEvent>>,
     loaded: watch::Sender<bool>,
 }
@@ -238,8 +257,8 @@ impl Follower {
                 Some(j) => jobs.insert(name.clone(), j.clone()),
                 None => jobs.remove(&name),
             };
-            if let Ok(mut chains) = self.chains.write() {
-                chains.update(&name, old.as_deref(), job.as_deref());
+            if let Ok(mut triggers) = self.triggers.write() {
+                triggers.update(&name, old.as_deref(), job.as_deref());
             }
         }
         if let Some(events) = &self.events {
@@ -267,27 +286,42 @@ mod tests {
     use super::*;
     use crate::spec::ShellSpec;
 
-    fn job(name: &str, after: &[(&str, AfterOn)]) -> CatalogJob {
+    fn job_on(name: &str, after: &[(&str, AfterOn)], on: Option<OnMessage>) -> CatalogJob {
         let mut spec = JobSpec::shell(name, "", ShellSpec { command: Some("true".into()), ..Default::default() });
         spec.after = after.iter().map(|(j, on)| After { job: j.to_string(), on: *on }).collect();
+        spec.on = on;
         CatalogJob::from_spec(&spec, 1)
     }
 
+    fn job(name: &str, after: &[(&str, AfterOn)]) -> CatalogJob {
+        job_on(name, after, None)
+    }
+
     #[test]
-    fn the_chain_index_follows_edits_and_removals() {
-        let mut chains = Chains::default();
+    fn the_trigger_index_follows_edits_and_removals() {
+        let mut chains = Triggers::default();
         let load = job("load", &[("extract", AfterOn::Succeeded), ("audit", AfterOn::Failed)]);
         chains.update("load", None, Some(&load));
         let report = job("report", &[("extract", AfterOn::Finished)]);
         chains.update("report", None, Some(&report));
-        assert_eq!(chains.0["extract"], [("load".into(), AfterOn::Succeeded), ("report".into(), AfterOn::Finished)]);
+        assert_eq!(
+            chains.after["extract"],
+            [("load".into(), AfterOn::Succeeded), ("report".into(), AfterOn::Finished)]
+        );
         // An edit drops the old edges of the job and adds its new ones.
         let edited = job("load", &[("audit", AfterOn::Finished)]);
         chains.update("load", Some(&load), Some(&edited));
-        assert_eq!(chains.0["extract"], [("report".to_string(), AfterOn::Finished)]);
-        assert_eq!(chains.0["audit"], [("load".to_string(), AfterOn::Finished)]);
+        assert_eq!(chains.after["extract"], [("report".to_string(), AfterOn::Finished)]);
+        assert_eq!(chains.after["audit"], [("load".to_string(), AfterOn::Finished)]);
         chains.update("report", Some(&report), None);
         chains.update("load", Some(&edited), None);
-        assert!(chains.0.is_empty(), "{chains:?}");
+        assert!(chains.after.is_empty(), "{chains:?}");
+        // A listener comes and goes with its `on`.
+        let on = OnMessage { subject: "orders.created".into(), concurrency: 1, redeliver: 3 };
+        let listening = job_on("orders", &[], Some(on.clone()));
+        chains.update("orders", None, Some(&listening));
+        assert_eq!(chains.on.get("orders"), Some(&on));
+        chains.update("orders", Some(&listening), Some(&job("orders", &[("extract", AfterOn::Succeeded)])));
+        assert!(chains.on.is_empty());
     }
 }

@@ -7,20 +7,27 @@
 //! by one agent, whichever are up. A record in a final state whose job has downstream jobs
 //! (the catalog's `after` index) dispatches one run of each downstream whose `on` matches,
 //! under a run id derived from the upstream run (`record::chain_run_id`). Dispatch is
-//! create-if-absent with `Nats-Msg-Id`, as for fires, so a redelivery, or an agent that
-//! dies between the dispatch and the ack, starts nothing twice. A write whose dispatches
-//! fail is handed back and tried again a second later, for as long as it takes.
+//! create-if-absent with `Nats-Msg-Id`, as for fires, and leaves a `chained.<job>.<run>`
+//! marker (a day) in the leases bucket, so a redelivery, or an agent that dies between the
+//! dispatch and the ack, starts nothing twice, even once the chained run's record is
+//! pruned. A write whose dispatches fail is handed back and tried again a second later.
 //!
 //! The consumer exists only while some job has `after`: created for new writes when the
-//! first such job appears, deleted when the last goes. A deployment without chains pays
-//! nothing, and a consumer left behind cannot replay old runs into a chain added later.
-//! A chain added (or removed) applies to the runs that end after the agents have seen it.
+//! first such job appears, deleted when the last goes (and at start, should one be left
+//! from before), so a deployment without chains pays nothing, and a consumer left behind
+//! cannot replay old runs into a chain added later. One deleted by someone else is made
+//! again. A chain added (or removed) applies to the runs that end after the agents have
+//! seen it. A chained run carries its depth; past `MAX_DEPTH` nothing more is started,
+//! which ends any cycle written around `apply`'s check (straight into KV, two applies at
+//! once).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::stream::ConsumerErrorKind;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -30,16 +37,23 @@ use tracing::{debug, info, warn};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::dispatch::{DispatchMsg, Outcome, dispatch_with_input};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::model::roles::CHAIN_CONSUMER;
+use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger, chain_run_id};
 use crate::store::Store;
-use crate::store::pull::{PullLimits, pull_into_slots};
+use crate::store::pull::{PullLimits, pull_into_slots, until_gone};
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
 /// How often the catalog is looked at for the first or last `after`.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often the consumer is checked to still exist.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// Runs in one chain at most, counting from the first upstream run.
+pub const MAX_DEPTH: u64 = 100;
+/// How long a `chained` marker is kept.
+const MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
 
 struct Chainer {
     store: Store,
@@ -49,26 +63,38 @@ struct Chainer {
 
 /// Starts chained runs until `cancel`.
 pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: CancellationToken) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = catalog.wait_loaded() => {}
+    }
     let chainer = Arc::new(Chainer { store, catalog, clock });
     let slots = Arc::new(Semaphore::new(CONCURRENCY));
+    // One may be left from before this agent started.
+    let mut may_exist = true;
     loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = until(|| chainer.catalog.has_chains()) => {}
+        if !chainer.catalog.has_chains() {
+            if may_exist {
+                may_exist = !chainer.delete_consumer().await;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+            continue;
         }
+        may_exist = true;
         match consumer(&chainer.store).await {
             Ok(consumer) => {
                 info!("chains: following run records");
-                let pulled = tokio::select! {
+                tokio::select! {
                     _ = cancel.cancelled() => return,
-                    pulled = chainer.clone().pull(consumer, slots.clone(), &cancel) => pulled,
-                    _ = until(|| !chainer.catalog.has_chains()) => {
-                        chainer.delete_consumer().await;
-                        Ok(())
+                    pulled = chainer.clone().pull(consumer.clone(), slots.clone(), &cancel) => {
+                        if let Err(e) = pulled {
+                            warn!("chains: pulling run records: {e}");
+                        }
                     }
-                };
-                if let Err(e) = pulled {
-                    warn!("chains: pulling run records: {e}");
+                    _ = until(|| !chainer.catalog.has_chains()) => {}
+                    _ = until_gone(&consumer, CHECK_EVERY) => warn!("chains: the consumer was deleted; making it again"),
                 }
             }
             Err(e) => warn!("chains: {e}; trying again"),
@@ -130,23 +156,47 @@ impl Chainer {
         .await
     }
 
-    async fn delete_consumer(&self) {
-        let deleted = match self.store.js.get_stream(runs_stream(&self.store)).await {
-            Ok(stream) => stream.delete_consumer(CHAIN_CONSUMER).await.map(|_| ()).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+    /// True once the consumer is gone (deleted now, or not there).
+    async fn delete_consumer(&self) -> bool {
+        let stream = match self.store.js.get_stream(runs_stream(&self.store)).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                warn!("chains: opening the runs stream to delete the consumer: {e}");
+                return false;
+            }
         };
-        match deleted {
-            Ok(()) => info!("chains: no job has `after` any more; consumer deleted"),
-            Err(e) => debug!("chains: deleting the consumer: {e}"),
+        match stream.delete_consumer(CHAIN_CONSUMER).await {
+            Ok(_) => {
+                info!("chains: no job has `after`; consumer deleted");
+                true
+            }
+            Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
+                true
+            }
+            Err(e) => {
+                warn!("chains: deleting the consumer: {e}; trying again");
+                false
+            }
         }
     }
 
     async fn handle(&self, msg: async_nats::jetstream::Message) {
         // Deletes and purges (history pruning) carry a KV-Operation header and no record.
-        let removal = msg.headers.as_ref().is_some_and(|h| h.get("KV-Operation").is_some());
+        if msg.headers.as_ref().is_some_and(|h| h.get("KV-Operation").is_some()) {
+            return ack(&msg, AckKind::Ack).await;
+        }
         let record = match RunRecord::from_json(&msg.payload) {
-            Ok(record) if !removal => record,
-            _ => return ack(&msg, AckKind::Ack).await,
+            // A record is written under its own key: one under another (a forgery) is not
+            // followed.
+            Ok(record) if msg.subject.ends_with(&format!(".{}", record.key())) => record,
+            Ok(record) => {
+                warn!(subject = %msg.subject, "chains: the record of {} under another key: ignored", record.key());
+                return ack(&msg, AckKind::Ack).await;
+            }
+            Err(e) => {
+                warn!(subject = %msg.subject, "chains: a run record this agent cannot read ({e}): no runs started after it");
+                return ack(&msg, AckKind::Ack).await;
+            }
         };
         let kind = match self.start_downstream(&record).await {
             Ok(()) => AckKind::Ack,
@@ -173,37 +223,56 @@ impl Chainer {
 
     async fn start(&self, upstream: &RunRecord, job: &str) -> Result<(), Error> {
         let Some(entry) = self.catalog.get(job) else { return Ok(()) };
-        let Ok(summary) = &entry.summary else {
-            warn!(job, upstream = %upstream.job, "chains: the job's spec is invalid; no run started");
+        let Ok(summary) = &entry.summary else { return Ok(()) };
+        let depth = depth_of(upstream) + 1;
+        if depth > MAX_DEPTH {
+            warn!(job, upstream = %upstream.key(), "chains: {MAX_DEPTH} runs in one chain (a cycle?): no run started");
             return Ok(());
-        };
+        }
         let now = self.clock.now();
         let msg = chained_run(upstream, job, entry.revision, now);
-        let outcome = dispatch_with_input(&self.store, &summary.pool, &msg, Some(input_of(upstream)), now).await?;
-        if outcome == Outcome::Dispatched {
-            info!(job, run = %msg.run_id, upstream = %upstream.job, upstream_run = %upstream.run_id, "chained run dispatched");
+        let marker = lease_keys::chained(job, &msg.run_id);
+        if self.store.leases.get(&marker).await?.is_some() {
+            return Ok(());
         }
-        Ok(())
+        let input = input_of(upstream, depth);
+        let outcome = dispatch_with_input(&self.store, &summary.pool, &msg, Some(input), now).await?;
+        if outcome == Outcome::Dispatched {
+            info!(job, run = %msg.run_id, upstream = %upstream.key(), "chained run dispatched");
+        }
+        match self.store.leases.create(&marker, "".into(), Some(MARKER_TTL)).await {
+            Err(e) if !e.is_conflict() && *e.kind() != ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 
 /// The run of `job` that the end of `upstream` starts: its id fixed by the upstream run,
-/// due at once (`scheduled_at` is the upstream's end, so its lateness counts the hop).
+/// due at once (`scheduled_at` is the upstream's end, so its lateness counts the hop; not
+/// later than now, should the upstream's host clock run ahead).
 fn chained_run(upstream: &RunRecord, job: &str, revision: u64, now: DateTime<Utc>) -> DispatchMsg {
-    let fire = upstream.scheduled_at.unwrap_or(now);
+    let ended = upstream.finished_at.map_or(now, |t| t.min(now));
+    let fire = upstream.scheduled_at.or(upstream.finished_at).unwrap_or(ended);
     DispatchMsg {
         job: job.to_string(),
         run_id: chain_run_id(fire, &upstream.job, &upstream.run_id),
         attempt: 1,
         trigger: Trigger::Chain,
-        scheduled_at: upstream.finished_at.unwrap_or(now),
+        scheduled_at: ended,
         spec_revision: revision,
         queued: None,
     }
 }
 
-/// What a chained run is given (its `input`): the upstream run and how it ended.
-fn input_of(upstream: &RunRecord) -> serde_json::Value {
+/// How many chained runs led to `record`: 0 for a run not started by a chain.
+fn depth_of(record: &RunRecord) -> u64 {
+    let chained = matches!(record.trigger, Trigger::Chain | Trigger::Retry);
+    record.input.as_ref().filter(|_| chained).and_then(|i| i["after"]["depth"].as_u64()).unwrap_or(0)
+}
+
+/// What a chained run is given (its `input`): the upstream run, how it ended, and how
+/// deep in its chain the new run is.
+fn input_of(upstream: &RunRecord, depth: u64) -> serde_json::Value {
     json!({ "after": {
         "job": upstream.job,
         "run_id": upstream.run_id,
@@ -211,11 +280,17 @@ fn input_of(upstream: &RunRecord) -> serde_json::Value {
         "exit_code": upstream.exit_code,
         "error": upstream.error,
         "finished_at": upstream.finished_at,
+        "depth": depth,
     }})
 }
 
 async fn ack(msg: &async_nats::jetstream::Message, kind: AckKind) {
-    if let Err(e) = msg.ack_with(kind).await {
+    // An ack the server confirms: one lost would hand the write to another agent.
+    let acked = match kind {
+        AckKind::Ack => msg.double_ack().await,
+        kind => msg.ack_with(kind).await,
+    };
+    if let Err(e) = acked {
         debug!("chains: ack: {e}");
     }
 }
@@ -234,15 +309,35 @@ mod tests {
         upstream.finished_at = Some(fire + chrono::TimeDelta::seconds(5));
         let (t1, t2) = (fire + chrono::TimeDelta::seconds(6), fire + chrono::TimeDelta::seconds(90));
         let (first, again) = (chained_run(&upstream, "load", 7, t1), chained_run(&upstream, "load", 7, t2));
-        assert_eq!(first, again, "a redelivery an hour later is the same run");
+        assert_eq!(first, again, "a redelivery later is the same run");
         assert_eq!((first.trigger, first.attempt, first.spec_revision), (Trigger::Chain, 1, 7));
         assert_eq!(first.scheduled_at, fire + chrono::TimeDelta::seconds(5));
         assert_eq!(first.run_id, chain_run_id(fire, "extract", "20261123T080000Z"));
         let other = RunRecord { run_id: "20261123T080000Z-m0001".into(), ..upstream.clone() };
         assert_ne!(chained_run(&other, "load", 7, t1).run_id, first.run_id);
-        let input = input_of(&upstream);
+        let input = input_of(&upstream, 1);
+        assert_eq!(input["after"]["depth"], 1);
         assert_eq!(input["after"]["status"], "failed");
         assert_eq!(input["after"]["exit_code"], 2);
         assert_eq!(input["after"]["run_id"], "20261123T080000Z");
+        // An upstream host whose clock runs ahead does not make the run due later.
+        upstream.finished_at = Some(t2 + chrono::TimeDelta::seconds(60));
+        assert_eq!(chained_run(&upstream, "load", 7, t2).scheduled_at, t2);
+    }
+
+    #[test]
+    fn the_depth_of_a_chain_counts_chained_runs_and_their_retries_only() {
+        let t = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
+        let run = |trigger, input: Option<serde_json::Value>| {
+            let mut r = RunRecord::queued("b", "r", trigger, t, 1);
+            r.input = input;
+            r
+        };
+        let chained = Some(json!({ "after": { "depth": 7 } }));
+        assert_eq!(depth_of(&run(Trigger::Chain, chained.clone())), 7);
+        assert_eq!(depth_of(&run(Trigger::Retry, chained.clone())), 7);
+        // A manual run given the same input is the start of a chain.
+        assert_eq!(depth_of(&run(Trigger::Manual, chained)), 0);
+        assert_eq!(depth_of(&run(Trigger::Schedule, None)), 0);
     }
 }

@@ -7,7 +7,8 @@
 //! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs.
 //! - `catalog`: the live set of job specs, watched from KV.
 //! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
-//! - `chain`: the end of a run starts the runs of the jobs chained `after` its job.
+//! - `chain`: the end of a run starts the runs of the jobs chained `after` its job;
+//!   `messages`: a message on a job's `on` subject starts one run of it.
 //! - `dispatch`: create-if-absent record + deduplicated publish of one run; `input`: what
 //!   a manual run is given (`trigger --input`), checked against the job's schema.
 //! - `runner`: pulls runs and takes each through one lifecycle; executors for shell and Wasm.
@@ -40,6 +41,7 @@ pub mod events;
 pub mod http;
 pub mod input;
 pub mod logs;
+pub mod messages;
 pub mod metrics;
 pub mod notify;
 pub mod output;

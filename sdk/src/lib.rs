@@ -108,7 +108,7 @@ pub mod __private {
     #[allow(missing_docs, unsafe_code, clippy::all)]
     pub mod bindings {
         wit_bindgen::generate!({
-            path: "../wit",
+            path: "wit",
             world: "cronrun:job/job",
             pub_export_macro: true,
             export_macro_name: "__cronrun_export_job",

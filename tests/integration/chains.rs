@@ -7,10 +7,10 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// A shell job that appends `<job> <run id> <its input, one line>` to `log`, then exits
-/// with `exit`.
-fn logging_job(name: &str, log: &std::path::Path, extra: &str, exit: i32) -> String {
+/// with `exit` (shell text: `$in` is the input).
+fn logging_job(name: &str, log: &std::path::Path, extra: &str, exit: &str) -> String {
     format!(
-        "[[job]]\nname = \"{name}\"\nshell = 'echo \"$CRONRUN_JOB $CRONRUN_RUN_ID $(cat)\" >> {}; exit {exit}'\n{extra}\n",
+        "[[job]]\nname = \"{name}\"\nshell = 'in=$(cat); echo \"$CRONRUN_JOB $CRONRUN_RUN_ID $in\" >> {}; exit {exit}'\n{extra}\n",
         log.display()
     )
 }
@@ -28,20 +28,22 @@ fn lines(log: &std::path::Path) -> Vec<(String, String, Value)> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_even_when_an_agent_dies() {
+async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_through_an_agent_death_and_a_deleted_consumer() {
     let nats = Nats::start().await;
     let (mut a, b) = (nats.agent("a", ""), nats.agent("b", ""));
     ready(&a).await;
     ready(&b).await;
     let log = nats.dir.path().join("chain.log");
     let jobs = [
-        logging_job("extract", &log, "schedule = \"@yearly\"", 0),
-        logging_job("transform", &log, "after = [{ job = \"extract\" }]", 0),
-        logging_job("load", &log, "after = [{ job = \"transform\", on = \"succeeded\" }]", 0),
-        logging_job("cleanup", &log, "after = [{ job = \"extract\", on = \"failed\" }]", 0),
+        // Exits with its input, if given one.
+        logging_job("extract", &log, "schedule = \"@yearly\"", "${in:-0}"),
+        // Chained runs obey `overlap` as fires do: the two chains started at once run side by side.
+        logging_job("transform", &log, "after = [{ job = \"extract\" }]\noverlap = \"allow\"", "0"),
+        logging_job("load", &log, "after = [{ job = \"transform\", on = \"succeeded\" }]\noverlap = \"allow\"", "0"),
+        logging_job("cleanup", &log, "after = [{ job = \"extract\", on = \"failed\" }]", "0"),
         // Fails twice (a retry): only its last attempt's end starts `report`.
-        logging_job("flaky", &log, "schedule = \"@yearly\"\nretries = { max = 1, backoff = \"1s\" }", 3),
-        logging_job("report", &log, "after = [{ job = \"flaky\", on = \"finished\" }]", 0),
+        logging_job("flaky", &log, "schedule = \"@yearly\"\nretries = { max = 1, backoff = \"1s\" }", "3"),
+        logging_job("report", &log, "after = [{ job = \"flaky\", on = \"finished\" }]", "0"),
     ];
     apply(&nats, &jobs.concat());
     let listed = nats.ok(&["ls"]);
@@ -58,19 +60,32 @@ async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_even_when_an_
     let extracts = [nats.trigger("extract"), nats.trigger("extract")];
     eventually(Duration::from_secs(30), "both chains to reach load", || async { (count("load") == 2).then_some(()) })
         .await;
-    // A scheduler dies; the other one follows the chains alone.
+    // A scheduler dies; the other one follows the chains alone. Someone deletes the
+    // shared consumer: it is made again.
     a.kill9();
+    runs_stream.delete_consumer("chains").await.unwrap();
+    eventually(Duration::from_secs(15), "the chains consumer to be made again", || async {
+        runs_stream.consumer_info("chains").await.ok().map(drop)
+    })
+    .await;
     let third = nats.trigger("extract");
     nats.trigger("flaky");
-    eventually(Duration::from_secs(60), "the third chain and the report", || async {
-        (count("load") == 3 && count("report") == 1).then_some(())
+    let failed = nats.ok(&["trigger", "extract", "--input", "1", "--output", "json"]);
+    let failed: Value = serde_json::from_str(&failed).unwrap();
+    let failed = failed["run"].as_str().unwrap().split_once('.').unwrap().1.to_string();
+    eventually(Duration::from_secs(60), "the third chain, the report and the cleanup", || async {
+        (count("load") == 3 && count("report") == 1 && count("cleanup") == 1).then_some(())
     })
     .await;
     // Anything started twice would have had time to run by now.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let seen = lines(&log);
-    let position = |job: &str, run: &str| seen.iter().position(|(j, r, _)| j == job && r == run);
+    let position = |job: &str, run: &str| {
+        seen.iter()
+            .position(|(j, r, _)| j == job && r == run)
+            .unwrap_or_else(|| panic!("{job} {run} did not run: {seen:?}"))
+    };
     let extract_runs: Vec<&str> = extracts.iter().chain([&third]).map(|key| key.split_once('.').unwrap().1).collect();
     for (job, upstream_job, upstream_runs) in [
         ("transform", "extract", extract_runs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
@@ -94,16 +109,23 @@ async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_even_when_an_
         upstreams.dedup();
         assert_eq!(upstreams.len(), 3, "{job}: one run per upstream run");
     }
-    assert_eq!(count("cleanup"), 0, "nothing failed, so the job after extract's failures never ran: {seen:?}");
-    assert_eq!(count("flaky"), 2, "flaky ran its two attempts");
+    // The failed extract started cleanup, and nothing after extract's successes.
+    let (_, cleanup, input) = seen.iter().find(|(j, _, _)| j == "cleanup").unwrap();
+    assert_eq!((input["after"]["run_id"].as_str(), input["after"]["exit_code"].as_i64()), (Some(&failed[..]), Some(1)));
+    assert!(position("extract", &failed) < position("cleanup", cleanup));
+    assert_eq!((count("cleanup"), count("transform"), count("extract")), (1, 3, 4), "{seen:?}");
+    assert_eq!((count("flaky"), count("report")), (2, 1), "flaky ran its two attempts, report once after them");
     let (_, _, report) = seen.iter().find(|(j, _, _)| j == "report").unwrap();
     assert_eq!((report["after"]["status"].as_str(), report["after"]["exit_code"].as_i64()), (Some("failed"), Some(3)));
+    let last_flaky = seen.iter().rposition(|(j, _, _)| j == "flaky").unwrap();
     assert!(
-        seen.iter().rposition(|(j, _, _)| j == "flaky") < seen.iter().position(|(j, _, _)| j == "report"),
+        last_flaky < seen.iter().position(|(j, _, _)| j == "report").unwrap(),
         "report ran after flaky's last attempt"
     );
 
-    for record in runs(&store, "load").await {
+    let loads = runs(&store, "load").await;
+    assert_eq!(loads.len(), 3);
+    for record in loads {
         assert_eq!((record.trigger, record.status), (Trigger::Chain, Status::Succeeded), "{record:?}");
     }
     // Without chains, nothing follows the run records any more.
@@ -137,7 +159,12 @@ async fn cycles_and_bad_after_lists_are_refused_at_apply_in_one_line_and_nothing
         (job("s", "after = [{ job = \"s\" }]"), "cannot run after itself"),
         (job("w", "after = [{ job = \"orders.*\" }]"), "orders.*"),
         (job("o", "after = [{ job = \"b\", on = \"sometimes\" }]"), "unknown variant `sometimes`"),
-        (job("t", "after = [{ job = \"b\", when = \"now\" }]"), "when"),
+        (job("t", "after = [{ job = \"b\", when = \"now\" }]"), "unknown field `when`"),
+        (
+            [job("h", "schedule = \"@daily\"\nhistory = { succeeded = 0 }"), job("k", "after = [{ job = \"h\" }]")]
+                .concat(),
+            "k runs after h, which keeps no succeeded runs (history.succeeded = 0)",
+        ),
         (job("n", ""), "schedule is missing"),
     ];
     for (toml, needle) in cases {

@@ -168,9 +168,9 @@ impl PreparedWasm {
                 Trigger::Manual => WitTrigger::Manual,
                 Trigger::Retry => WitTrigger::Retry,
                 Trigger::Catchup => WitTrigger::Catchup,
-                // `cronrun:job@0.1.0` predates chains; a guest sees a chained run as
-                // started on demand, and finds its upstream in `input`.
-                Trigger::Chain => WitTrigger::Manual,
+                // `cronrun:job@0.1.0` predates chains and messages; a guest sees such a
+                // run as started on demand, and finds its upstream or message in `input`.
+                Trigger::Chain | Trigger::Message => WitTrigger::Manual,
             },
             config: self.spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         }

@@ -5,13 +5,15 @@
 //! - `validate.rs`: checks serde cannot express; every error names its field.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
 //! - `notify.rs`: notification rules; `http_grant.rs`: a Wasm job's `allow_http` entries.
-//! - `after.rs`: chains, a job started by the end of another's run.
+//! - `after.rs`: chains, a job started by the end of another's run; `on.rs`: message
+//!   triggers, a run per message on a subject.
 
 pub mod after;
 pub mod codec;
 mod file;
 pub mod http_grant;
 pub mod notify;
+pub mod on;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -30,7 +32,7 @@ pub struct JobSpec {
     /// 1 to 128 of `A-Z a-z 0-9 _ -`; also the KV key.
     pub name: String,
     /// A cron expression, macro, `@every` or `@at` (see `schedule`). May be left out
-    /// (empty) by a job that has `after`: it then runs only when started.
+    /// (empty) by a job that has `after` or `on`: it then runs only when started.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub schedule: String,
     /// IANA zone the schedule is read in. Default `UTC`.
@@ -97,6 +99,9 @@ pub struct JobSpec {
     /// Jobs whose runs start this one when they end (see `after`). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<after::After>,
+    /// A run per message on a subject (see `on`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<on::OnMessage>,
 }
 
 /// A command for `/bin/sh -c`, or an argv run directly. In files `shell = "cmd"` is short
@@ -275,6 +280,7 @@ impl JobSpec {
             input_schema: None,
             notify: Vec::new(),
             after: Vec::new(),
+            on: None,
         }
     }
 
@@ -298,16 +304,16 @@ impl JobSpec {
         serde_json::to_vec(self).unwrap_or_default().into()
     }
 
-    /// The parsed schedule and zone; `validate` has checked both. A job with `after` and
-    /// no schedule gets one that never fires.
+    /// The parsed schedule and zone; `validate` has checked both. A job with `after` or
+    /// `on` and no schedule gets one that never fires.
     pub fn parsed_schedule(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
         let schedule = match self.schedule.trim() {
-            "" if !self.after.is_empty() => cronrun_time::Schedule::never(),
+            "" if !self.after.is_empty() || self.on.is_some() => cronrun_time::Schedule::never(),
             "" => {
                 return Err(Error::invalid(
                     "schedule",
-                    "schedule is missing: give a cron expression like \"*/5 * * * *\", or `after` for a job \
-                     that runs when another's run ends",
+                    "schedule is missing: give a cron expression like \"*/5 * * * *\", or `after` or `on` \
+                     for a job that runs when another's run ends or per message",
                 ));
             }
             _ => cronrun_time::Schedule::parse(&self.schedule)

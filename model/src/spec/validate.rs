@@ -37,6 +37,24 @@ impl JobSpec {
         validate_job_name(&self.name)?;
         self.parsed_schedule()?;
         super::after::validate(&self.name, &self.after)?;
+        if let Some(on) = &self.on {
+            on.validate()?;
+            if on.concurrency > 1 && self.overlap != super::Overlap::Allow {
+                return Err(invalid(
+                    "on.concurrency",
+                    "on.concurrency over 1 runs a job beside itself: set overlap = \"allow\" too",
+                ));
+            }
+            if on.concurrency > 1 && self.lock.is_some() {
+                return Err(invalid("on.concurrency", "on.concurrency over 1 with a lock would skip all runs but one"));
+            }
+            if self.history.succeeded == 0 || self.history.failed == 0 {
+                return Err(invalid(
+                    "history",
+                    "history: a job with `on` keeps at least 1 run of each kind (a message's run is found by its record)",
+                ));
+            }
+        }
         match (&self.shell, &self.wasm) {
             (Some(shell), None) => {
                 match (&shell.command, &shell.argv) {

@@ -30,6 +30,7 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     for upstream in store.check_chains(&jobs).await.with_context(|| origin.clone())? {
         eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
     }
+    store.ensure_message_subjects(&jobs).await.with_context(|| origin.clone())?;
     let pools: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.pool.as_str()).collect();
     for pool in pools {
         ctx.warn_if_unserved(&store, pool).await;

@@ -53,7 +53,8 @@ pub struct DeployArgs {
 }
 
 /// Spec fields a manifest may not set: they belong to the deployment, not the plugin.
-const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels", "history", "output_lines"];
+const NOT_FROM_MANIFEST: &[&str] =
+    &["name", "shell", "wasm", "paused", "labels", "history", "output_lines", "after", "on"];
 
 fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
     let signature = match &a.sign {
@@ -145,6 +146,7 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
                 spec.labels = old.labels;
                 spec.history = old.history;
                 spec.output_lines = old.output_lines;
+                (spec.after, spec.on) = (old.after, old.on);
             }
             Err(_) => {}
         }

@@ -20,7 +20,7 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                     .and_then(|(s, tz)| if spec.paused { None } else { s.next_after(now, tz) });
                 json!({
                     "name": job.name, "revision": job.revision, "schedule": spec.schedule,
-                    "after": crate::spec::after::describe(&spec.after),
+                    "triggers": crate::spec::on::describe_triggers(&spec.after, spec.on.as_ref()),
                     "timezone": spec.timezone, "kind": if spec.wasm.is_some() { "wasm" } else { "shell" },
                     "pool": spec.pool, "paused": spec.paused, "next": next.map(|t| fmt_time(&t)),
                 })
@@ -37,7 +37,7 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                     Some(e) => vec![s("name"), format!("INVALID: {}", e.as_str().unwrap_or(""))],
                     None => vec![
                         s("name"),
-                        if s("schedule").is_empty() { s("after") } else { s("schedule") },
+                        if s("schedule").is_empty() { s("triggers") } else { s("schedule") },
                         s("timezone"),
                         s("kind"),
                         s("pool"),

@@ -13,6 +13,7 @@ mod kill;
 mod logs;
 mod ls;
 mod manifest;
+mod new;
 mod next;
 mod notifications;
 mod pause;
@@ -86,6 +87,8 @@ pub enum Command {
     Deploy(deploy::DeployArgs),
     /// Write the schedule into a component built without the Rust SDK (e.g. Python)
     Manifest(manifest::ManifestArgs),
+    /// Create a job project (Rust or Python) that builds outside this repository
+    New(new::NewArgs),
     /// List jobs
     Ls,
     /// Show one job's spec
@@ -233,6 +236,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Import(a) => import::run(&ctx, a).await,
         Command::Deploy(a) => deploy::run(&ctx, a).await,
         Command::Manifest(a) => manifest::run(&ctx, a),
+        Command::New(a) => new::run(&ctx, a),
         Command::Ls => ls::run(&ctx).await,
         Command::Get(a) => get::run(&ctx, a).await,
         Command::Rm(a) => rm::run(&ctx, a).await,

@@ -91,7 +91,7 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
                 "kind": if s.wasm { "wasm" } else { "shell" },
                 "schedule": s.schedule.expr(),
                 "timezone": s.tz.name(),
-                "schedule_words": words::describe_job(s.schedule.expr(), &s.after),
+                "schedule_words": words::describe_job(s.schedule.expr(), &s.after, s.on.as_ref()),
                 "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
                 "pool": &*s.pool,
                 "paused": s.paused,
@@ -131,7 +131,7 @@ pub async fn job(
                 Ok((s, tz)) if !spec.paused => next_fires(&s, tz, Utc::now(), 5),
                 _ => Vec::new(),
             };
-            (json!(spec), words::describe_job(&spec.schedule, &spec.after), next, None)
+            (json!(spec), words::describe_job(&spec.schedule, &spec.after, spec.on.as_ref()), next, None)
         }
         Err(e) => (Value::Null, String::new(), Vec::new(), Some(e.to_string())),
     };

@@ -209,7 +209,14 @@ fn apply(jobs: &mut Jobs, record: &RunRecord) {
         duration_ms: record.duration_ms,
         queued_since: queued.then_some(record.dispatched_at).flatten(),
     };
-    if record.trigger != Trigger::Manual {
+    // Fires only, their retries included: a retry keeps its run's id, which for a fire is
+    // its instant, where manual, chained and message runs add a `-` suffix.
+    let fire = match record.trigger {
+        Trigger::Schedule | Trigger::Catchup => true,
+        Trigger::Retry => !record.run_id.contains('-'),
+        Trigger::Manual | Trigger::Chain | Trigger::Message => false,
+    };
+    if fire {
         runs.last_fire = runs.last_fire.max(record.scheduled_at);
     }
     match runs.recent.iter_mut().find(|b| b.run_id == brief.run_id) {
@@ -300,8 +307,12 @@ mod tests {
         let runs = view.summary("j");
         assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T01:59:00Z")), "the 01:00 fire ran");
         assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:01:00Z")), "02:00 has no run");
-        // A manual run is not the fire.
-        view.apply(&record("j", "m", "2026-01-01T02:00:30Z", Status::Succeeded, Trigger::Manual));
+        // A manual, chained or message run is not the fire, nor is its retry.
+        for (run, trigger) in
+            [("m", Trigger::Manual), ("c", Trigger::Chain), ("s", Trigger::Message), ("x-m1234", Trigger::Retry)]
+        {
+            view.apply(&record("j", run, "2026-01-01T02:00:30Z", Status::Succeeded, trigger));
+        }
         assert!(RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:01:00Z")));
         // Its record pruned (history 0), the fire that ran is still known.
         view.remove("j", "a");

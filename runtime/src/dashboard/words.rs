@@ -1,17 +1,19 @@
 //! A schedule in words for the jobs table: the common shapes ("every 5 minutes", "at
 //! 02:30 on Mon-Fri"); anything else is shown as written, which is never wrong.
 
+use crate::spec::on::{OnMessage, describe_triggers};
+
 // Day 7 (Sunday again) is left out: `0-7` would read "Sun-Sun".
 const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
-/// A job's start in words: its schedule, its `after`, or both.
-pub fn describe_job(expr: &str, after: &[crate::spec::after::After]) -> String {
-    let chained = crate::spec::after::describe(after);
-    match (expr.trim().is_empty(), chained.is_empty()) {
-        (true, _) => chained,
+/// What starts a job in words: its schedule, its `after` and its `on`.
+pub fn describe_job(expr: &str, after: &[crate::spec::after::After], on: Option<&OnMessage>) -> String {
+    let triggers = describe_triggers(after, on);
+    match (expr.trim().is_empty(), triggers.is_empty()) {
+        (true, _) => triggers,
         (false, true) => describe(expr),
-        (false, false) => format!("{}; and {chained}", describe(expr)),
+        (false, false) => format!("{}; and {triggers}", describe(expr)),
     }
 }
 
@@ -116,17 +118,26 @@ mod tests {
     #[test]
     fn a_job_started_by_others_says_after_whom() {
         use crate::spec::after::{After, AfterOn};
+        use crate::spec::on::OnMessage;
         let after = [
             After { job: "extract".into(), on: AfterOn::Succeeded },
             After { job: "audit".into(), on: AfterOn::Finished },
         ];
+        let on = OnMessage { subject: "orders.*".into(), concurrency: 1, redeliver: 3 };
         let cases = [
-            ("", &after[..], "after extract succeeded, audit finished"),
-            ("@hourly", &after[..1], "every hour; and after extract succeeded"),
-            ("@hourly", &[][..], "every hour"),
+            ("", &after[..], None, "after extract succeeded, audit finished"),
+            ("@hourly", &after[..1], None, "every hour; and after extract succeeded"),
+            ("@hourly", &[][..], None, "every hour"),
+            ("", &[][..], Some(&on), "per message on orders.*"),
+            (
+                "@daily",
+                &after[..1],
+                Some(&on),
+                "every day at 00:00; and after extract succeeded; per message on orders.*",
+            ),
         ];
-        for (expr, after, words) in cases {
-            assert_eq!(describe_job(expr, after), words, "{expr:?}");
+        for (expr, after, on, words) in cases {
+            assert_eq!(describe_job(expr, after, on), words, "{expr:?}");
         }
     }
 

@@ -13,10 +13,12 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use crate::catalog::Catalog;
-use crate::dispatch::{Queued, publish_queued, retry};
+use crate::dispatch::{Queued, publish_queued, queue_retry};
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
-use crate::record::{RunRecord, Status, Trigger, parse_run_key};
+use crate::record::{RunRecord, Status, Trigger, is_message_run, parse_run_key};
+use crate::spec::Retries;
+use crate::spec::on::OnMessage;
 use crate::store::Store;
 
 /// What the expiry of a run's lease calls for, given the run's record.
@@ -85,27 +87,35 @@ pub(super) async fn run_lease_expired(
     record.status = Status::Lost;
     record.error = Some(format!("runner {host} stopped renewing the run's lease"));
     record.finished_at = Some(now);
-    let revision = store.update_run(&record, stored.revision).await?;
     let lost = Event::new(job, run_id, EventKind::Lost, record.attempt, now)
         .with_detail(record.error.clone().unwrap_or_default());
-    let policy = catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone())));
-    // The retry is queued before `lost` is published, as a runner does with a failed
-    // attempt: whoever reads the event (the notifier) finds the next attempt recorded.
-    let retrying = match policy {
-        Some((retries, pool)) if retries.allow_after(record.attempt) => {
+    let policy = catalog
+        .get(job)
+        .and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone(), s.on.clone())));
+    // A retried attempt goes from its last record straight to the next attempt in one
+    // compare-and-set, as a runner's failed attempt does: a `lost` record is final, and
+    // what follows final records (chains, message triggers) must not see one that is not.
+    // A message's run lost is run again while its attempts are within `on.redeliver`.
+    // The retry is queued before `lost` is published: whoever reads the event (the
+    // notifier) finds the next attempt recorded.
+    let again = |retries: &Retries, on: &Option<OnMessage>| {
+        retries.allow_after(record.attempt)
+            || (is_message_run(run_id) && on.as_ref().is_some_and(|on| record.attempt <= on.redeliver))
+    };
+    match policy {
+        Some((retries, pool, on)) if again(&retries, &on) => {
             let start_at = retries.retry_at(record.attempt, now);
             info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
-            let queued = retry(store, &pool, record, revision, start_at, now).await;
-            if queued.is_err() {
-                publish_event(store, &lost).await;
-            }
-            Some(queued?)
+            let (queued, retrying) = queue_retry(store, record, stored.revision, now).await?;
+            publish_event(store, &lost).await;
+            publish_event(store, &retrying).await;
+            // Should this publish fail, the sweep publishes the queued attempt again.
+            publish_queued(store, &pool, queued, start_at).await?;
         }
-        _ => None,
-    };
-    publish_event(store, &lost).await;
-    if let Some(retrying) = retrying {
-        publish_event(store, &retrying).await;
+        _ => {
+            store.update_run(&record, stored.revision).await?;
+            publish_event(store, &lost).await;
+        }
     }
     Ok(())
 }

@@ -150,7 +150,8 @@ impl Scheduler {
             "the notifier",
             crate::notify::run(store.clone(), catalog.clone(), notify, clock.clone(), cancel.clone()),
         );
-        tasks.spawn("the chains", crate::chain::run(store, catalog, clock, cancel.clone()));
+        tasks.spawn("the chains", crate::chain::run(store.clone(), catalog.clone(), clock.clone(), cancel.clone()));
+        tasks.spawn("the message triggers", crate::messages::run(store, catalog, clock, cancel.clone()));
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();

@@ -7,8 +7,8 @@ use crate::error::{Error, ErrorKind};
 use crate::names::validate_job_name;
 use std::collections::BTreeMap;
 
-use crate::spec::JobSpec;
-use crate::spec::after::find_cycle;
+use crate::spec::after::{After, AfterOn, find_cycle};
+use crate::spec::{History, JobSpec};
 
 /// A job as stored: its revision and its spec, or why the stored JSON is refused.
 #[derive(Debug, Clone)]
@@ -92,21 +92,26 @@ impl Store {
     }
 
     /// Refuses `specs` if writing them would close a cycle of `after` edges with the jobs
-    /// stored now (a cycle would start runs for ever). Returns the upstream jobs named that
-    /// do not exist, for a warning: they may be added later.
+    /// stored now (a cycle would start runs for ever), or leave a job after one that keeps
+    /// no record of the endings it follows (chains follow run records: a record pruned as
+    /// soon as it is written may never be seen). Returns the upstream jobs named that do
+    /// not exist, for a warning: they may be added later.
     pub async fn check_chains(&self, specs: &[JobSpec]) -> Result<Vec<String>, Error> {
-        if specs.iter().all(|s| s.after.is_empty()) {
+        let keeps_none = |h: &History| h.succeeded == 0 || h.failed == 0;
+        if specs.iter().all(|s| s.after.is_empty() && !keeps_none(&s.history)) {
             return Ok(Vec::new());
         }
-        let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut jobs: BTreeMap<String, (Vec<After>, History)> = BTreeMap::new();
         for job in self.list_jobs().await? {
-            let after = job.spec.map(|s| s.after).unwrap_or_default();
-            graph.insert(job.name, after.into_iter().map(|a| a.job).collect());
+            if let Ok(spec) = job.spec {
+                jobs.insert(job.name, (spec.after, spec.history));
+            }
         }
         for spec in specs {
-            graph.insert(spec.name.clone(), spec.after.iter().map(|a| a.job.clone()).collect());
+            jobs.insert(spec.name.clone(), (spec.after.clone(), spec.history.clone()));
         }
-        if let Some(cycle) = find_cycle(&graph) {
+        let graph = jobs.iter().map(|(name, (after, _))| (name.clone(), after.iter().map(|a| a.job.clone()).collect()));
+        if let Some(cycle) = find_cycle(&graph.collect()) {
             let steps: Vec<String> = cycle.windows(2).map(|w| format!("{} runs after {}", w[0], w[1])).collect();
             return Err(Error::invalid(
                 "after",
@@ -116,8 +121,31 @@ impl Store {
                 ),
             ));
         }
+        for (name, (after, _)) in &jobs {
+            for a in after {
+                let Some((_, history)) = jobs.get(&a.job) else { continue };
+                let unkept = match a.on {
+                    AfterOn::Succeeded => (history.succeeded == 0).then_some("succeeded"),
+                    AfterOn::Failed => (history.failed == 0).then_some("failed"),
+                    AfterOn::Finished => [(history.succeeded, "succeeded"), (history.failed, "failed")]
+                        .into_iter()
+                        .find_map(|(kept, kind)| (kept == 0).then_some(kind)),
+                };
+                if let Some(kind) = unkept {
+                    return Err(Error::invalid(
+                        "after",
+                        format!(
+                            "after: {name} runs after {}, which keeps no {kind} runs (history.{kind} = 0); \
+                             chains follow run records: keep at least 1",
+                            a.job
+                        ),
+                    ));
+                }
+            }
+        }
         let mut missing: Vec<String> =
-            specs.iter().flat_map(|s| &s.after).map(|a| a.job.clone()).filter(|j| !graph.contains_key(j)).collect();
+            specs.iter().flat_map(|s| &s.after).map(|a| a.job.clone()).filter(|j| !jobs.contains_key(j)).collect();
+        missing.sort();
         missing.dedup();
         Ok(missing)
     }

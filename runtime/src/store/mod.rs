@@ -11,6 +11,7 @@ mod jobs;
 pub mod kv;
 mod layout;
 pub mod lease;
+mod messages;
 mod plugins;
 pub mod pull;
 mod runs;
@@ -23,6 +24,7 @@ use crate::names::Names;
 pub use jobs::StoredJob;
 pub use kv::{Bucket, Revision};
 pub use layout::{LEASE_MARKER_TTL, LayoutOptions, Missing};
+pub use messages::MESSAGES_MAX_AGE;
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
 

@@ -9,10 +9,27 @@ use std::time::Duration;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::BatchError;
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
+
+/// The pause after a pull that failed.
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Returns once `consumer` no longer exists (deleted by someone), looking every
+/// `every`: a shared consumer's followers then create it again.
+pub async fn until_gone(consumer: &PullConsumer, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if let Err(e) = consumer.get_info().await
+            && matches!(e.kind(), ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound)
+        {
+            return;
+        }
+    }
+}
 
 /// How much one pull asks for, and how long it waits for it.
 pub struct PullLimits {
@@ -50,9 +67,11 @@ pub async fn pull_into_slots(
             };
             let msg = match next {
                 Some(Ok(msg)) => msg,
-                // The batch ends; the next pull asks again.
+                // The batch ends; the next pull asks again, after a pause: an error that
+                // repeats (the consumer deleted) must not spin.
                 Some(Err(e)) => {
                     debug!("pulling from {}: {e}", consumer.cached_info().name);
+                    tokio::time::sleep(ERROR_PAUSE).await;
                     break;
                 }
                 None => break,

@@ -1,0 +1,211 @@
+//! Message triggers (`spec::on`): one run per message on a job's subject.
+//!
+//! Messages are kept by the `<NS>_MESSAGES` stream (`store::messages`). Each job with `on`
+//! has a durable consumer, `on-<job>`, filtered on its subject and shared by the agents
+//! with the scheduler role: the server hands each message to one of them, and holds at
+//! most `on.concurrency` unacknowledged (`max_ack_pending`): the job's concurrency across
+//! all runners.
+//!
+//! The agent that got a message holds it (progress acks) until its run ends:
+//! - the run's id is fixed by the message (`record::message_run_id`), created if absent
+//!   and dispatched with `Nats-Msg-Id` as fires are, so a redelivered message finds its
+//!   run instead of starting another;
+//! - succeeded: the message is acked;
+//! - lost (its runner died): run again as the next attempt by the reaper
+//!   (`scheduler::expiry`), while the run has had at most `on.redeliver` attempts; skipped
+//!   (a held lock, the previous run still ending): the same, after 2 s, 4 s, ... a minute;
+//! - otherwise (failed or timed out with its `retries` spent, cancelled, run again too
+//!   often, or too big to be an input): published to `<ns>.dead.<job>` with headers saying
+//!   why, then acked.
+//!
+//! An agent that dies holding a message: the server hands it to another after `ACK_WAIT`,
+//! which finds the run and goes on from where it is. A paused job's consumer is not pulled
+//! from (its messages wait in the stream); a job that loses its `on` or is removed has its
+//! consumer deleted.
+//!
+//! - `mod.rs`: which jobs are followed, their consumers, pulling into `concurrency` slots;
+//! - `handle.rs`: one message, from its run's dispatch to its ack or dead letter.
+
+mod handle;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::stream::ConsumerErrorKind;
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::catalog::Catalog;
+use crate::clock::SharedClock;
+use crate::error::Error;
+use crate::spec::on::OnMessage;
+use crate::store::Store;
+use crate::store::pull::{PullLimits, pull_into_slots, until_gone};
+
+/// How long a message held by an agent that stopped answering waits for another.
+const ACK_WAIT: Duration = Duration::from_secs(30);
+/// How often a held message is said to be in progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// How often the catalog is looked at for jobs that gained, changed or lost their `on`.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often a job's consumer is checked to still exist.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Ctx {
+    store: Store,
+    catalog: Catalog,
+    clock: SharedClock,
+}
+
+/// One job followed: its trigger and the task pulling its messages.
+struct Following {
+    on: OnMessage,
+    task: JoinHandle<()>,
+}
+
+/// Follows every job with `on` until `cancel`.
+pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: CancellationToken) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = catalog.wait_loaded() => {}
+    }
+    let ctx = Ctx { store, catalog, clock };
+    let mut following: HashMap<String, Following> = HashMap::new();
+    // Consumers whose job may have lost its `on`: at start, every one there is.
+    let mut to_check: Vec<String> = existing_consumers(&ctx.store).await;
+    loop {
+        let now = ctx.catalog.listeners();
+        let paused = |job: &str| ctx.catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| s.paused));
+        following.retain(|job, f| {
+            let keep = now.get(job) == Some(&f.on) && paused(job) == Some(false) && !f.task.is_finished();
+            if f.task.is_finished() && !cancel.is_cancelled() {
+                warn!(job, "messages: the task following the job ended; starting it again");
+            }
+            if !keep {
+                // Aborted, not only told: a consumer creation in flight must not land
+                // after a deletion or a newer one. Messages in hand are seen through.
+                f.task.abort();
+                if !now.contains_key(job) {
+                    to_check.push(job.clone());
+                }
+            }
+            keep
+        });
+        // A job gone, or whose valid spec has no `on`, loses its consumer; one whose spec
+        // is unreadable (a newer version's?) keeps it, and its messages.
+        let mut still = Vec::new();
+        for job in to_check.drain(..) {
+            let unheard = match ctx.catalog.get(&job) {
+                None => true,
+                Some(entry) => entry.summary.as_ref().is_ok_and(|s| s.on.is_none()),
+            };
+            if unheard && !delete_consumer(&ctx.store, &job).await {
+                still.push(job);
+            }
+        }
+        to_check = still;
+        for (job, on) in &now {
+            if !following.contains_key(job) && paused(job) == Some(false) {
+                let task = tokio::spawn(follow(ctx.clone(), job.clone(), on.clone(), cancel.clone()));
+                following.insert(job.clone(), Following { on: on.clone(), task });
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+    }
+}
+
+/// The jobs that have a consumer on the messages stream now.
+async fn existing_consumers(store: &Store) -> Vec<String> {
+    let Ok(stream) = store.js.get_stream(store.names.messages_stream()).await else { return Vec::new() };
+    let names: Vec<String> = stream.consumer_names().filter_map(|n| async move { n.ok() }).collect().await;
+    names.iter().filter_map(|n| n.strip_prefix("on-").map(str::to_string)).collect()
+}
+
+/// True once the job's consumer is gone (deleted now, or not there).
+async fn delete_consumer(store: &Store, job: &str) -> bool {
+    let name = store.names.message_consumer(job);
+    let stream = match store.js.get_stream(store.names.messages_stream()).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            debug!(job, "messages: no stream to delete {name} from: {e}");
+            return true;
+        }
+    };
+    match stream.delete_consumer(&name).await {
+        Ok(_) => {
+            info!(job, "messages: the job no longer has `on`; its consumer is deleted");
+            true
+        }
+        Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
+            true
+        }
+        Err(e) => {
+            warn!(job, "messages: deleting consumer {name}: {e}; trying again");
+            false
+        }
+    }
+}
+
+/// Pulls the messages of `job` into its concurrency's slots until aborted or `stop`. Each
+/// message in hand is seen through to its run's end, unless the agent stops (`stop`).
+async fn follow(ctx: Ctx, job: String, on: OnMessage, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(on.concurrency as usize));
+    let limits = PullLimits { max_batch: on.concurrency as usize, expires: Duration::from_secs(5) };
+    loop {
+        match consumer(&ctx.store, &job, &on).await {
+            Ok(consumer) => {
+                info!(job, subject = %on.subject, "messages: following the job's subject");
+                let pulled = pull_into_slots(&consumer, &slots, &limits, &stop, |msg, permit| {
+                    let (ctx, job, on, stop) = (ctx.clone(), job.clone(), on.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        handle::handle(&ctx, &job, &on, msg, &stop).await;
+                        drop(permit);
+                    });
+                });
+                tokio::select! {
+                    pulled = pulled => if let Err(e) = pulled {
+                        warn!(job, "messages: pulling: {e}");
+                    },
+                    _ = until_gone(&consumer, CHECK_EVERY) => warn!(job, "messages: the consumer was deleted; making it again"),
+                }
+            }
+            Err(e) => warn!(job, "messages: {e}; trying again"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+    }
+}
+
+/// The job's consumer, created for messages from now on, its settings brought up to `on`.
+async fn consumer(store: &Store, job: &str, on: &OnMessage) -> Result<PullConsumer, Error> {
+    let stream = store
+        .js
+        .get_stream(store.names.messages_stream())
+        .await
+        .map_err(|e| Error::nats("opening the messages stream (made by `cronrun apply`)", e))?;
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(store.names.message_consumer(job)),
+            description: Some(format!("cronrun: runs of {job} per message")),
+            filter_subject: on.subject.clone(),
+            deliver_policy: DeliverPolicy::New,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: ACK_WAIT,
+            max_ack_pending: i64::from(on.concurrency),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::nats("opening the job's message consumer", e))
+}

@@ -1,0 +1,202 @@
+//! Message triggers (`on`): a message published once runs once, judged by what the jobs
+//! wrote, even when its runner is killed mid-run; at most `on.concurrency` at once; a
+//! message whose run fails goes to `cronrun.dead.<job>`; bad triggers refused at apply.
+
+use std::time::Duration;
+
+use crate::support::*;
+use cronrun::record::{Status, Trigger};
+use futures::StreamExt;
+use serde_json::Value;
+
+/// Waits until the agents follow `job`'s subject (its consumer exists): messages published
+/// before are not for it (the stream keeps a message only for the consumers that exist).
+async fn following(nats: &Nats, job: &str) {
+    let store = nats.store().await;
+    eventually(Duration::from_secs(15), "the agents to follow the job's subject", || async {
+        let stream = store.js.get_stream("CRONRUN_MESSAGES").await.ok()?;
+        stream.consumer_info(format!("on-{job}")).await.ok().map(drop)
+    })
+    .await;
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_published_once_runs_once_even_when_its_runner_is_killed_mid_run() {
+    let nats = Nats::start().await;
+    let scheduler = nats.scheduler_with("s", "");
+    let mut runners = [nats.runner_with("r1", ""), nats.runner_with("r2", "")];
+    for agent in runners.iter().chain([&scheduler]) {
+        ready(agent).await;
+    }
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"orders\"\non = {{ subject = \"orders.created\" }}\n\
+             shell = 'cat > {dir}/input.$CRONRUN_RUN_ID.$CRONRUN_ATTEMPT; echo \"start $CRONRUN_RUN_ID\" >> {dir}/orders.log; \
+             sleep 3; echo \"done $CRONRUN_RUN_ID\" >> {dir}/orders.log'\n"
+        ),
+    );
+    following(&nats, "orders").await;
+    let client = nats.client().await;
+    let js = async_nats::jetstream::new(client.clone());
+    js.publish("orders.created", "first".into()).await.unwrap().await.unwrap();
+
+    // The first run starts; its runner dies mid-run.
+    let store = nats.store().await;
+    let log = nats.dir.path().join("orders.log");
+    let started = eventually(Duration::from_secs(20), "the first run to start", || async {
+        lines(&log).first().map(|l| l.trim_start_matches("start ").to_string())
+    })
+    .await;
+    let record = store.get_run("orders", &started).await.unwrap().record;
+    assert_eq!(record.trigger, Trigger::Message);
+    let victim = runners.iter().position(|r| record.host.as_deref() == Some(r.name.as_str())).unwrap();
+    runners[victim].kill9();
+    let record = final_record(&store, &format!("orders.{started}")).await;
+    assert_eq!((record.status, record.attempt), (Status::Succeeded, 2), "run again once its run was lost: {record:?}");
+
+    // A second message, with a header and a payload JSON escapes badly, and a third right
+    // behind it: with concurrency 1 and overlap "skip", the third waits its turn.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("X-Order", "42");
+    js.publish_with_headers("orders.created", headers, "quote \" nul \0 é".into()).await.unwrap().await.unwrap();
+    js.publish("orders.created", "third".into()).await.unwrap().await.unwrap();
+    eventually(Duration::from_secs(40), "the second and third messages' runs", || async {
+        (lines(&log).iter().filter(|l| l.starts_with("done")).count() == 3).then_some(())
+    })
+    .await;
+    // Anything run twice would have had time to start by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = lines(&log);
+    let done: Vec<&String> = seen.iter().filter(|l| l.starts_with("done")).collect();
+    assert_eq!(done.len(), 3, "each message ran to its end once: {seen:?}");
+    let mut ids: Vec<&str> = done.iter().map(|l| l.trim_start_matches("done ")).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "three messages, three runs: {seen:?}");
+    assert_eq!(seen.iter().filter(|l| l.starts_with("start")).count(), 4, "four starts, one cut by the kill: {seen:?}");
+    let second = done[1].trim_start_matches("done ");
+    assert_ne!(second, started);
+    let input: Value =
+        serde_json::from_str(&std::fs::read_to_string(nats.dir.path().join(format!("input.{second}.1"))).unwrap())
+            .unwrap();
+    assert_eq!(input["subject"], "orders.created");
+    assert_eq!(input["headers"]["X-Order"], serde_json::json!(["42"]));
+    assert_eq!(input["payload"], "quote \" nul \0 é");
+    let first_input = std::fs::read_to_string(nats.dir.path().join(format!("input.{started}.2"))).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&first_input).unwrap()["payload"],
+        "first",
+        "the retry got the message too"
+    );
+
+    // Acked messages are not kept: the stream does not grow with the messages run.
+    eventually(Duration::from_secs(10), "the stream to be empty", || async {
+        let mut stream = store.js.get_stream("CRONRUN_MESSAGES").await.ok()?;
+        (stream.info().await.ok()?.state.messages == 0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_most_concurrency_runs_at_once_and_a_failed_run_dead_letters_its_message() {
+    let nats = Nats::start().await;
+    let (a, b) = (nats.agent("a", ""), nats.agent("b", ""));
+    ready(&a).await;
+    ready(&b).await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"pair\"\non = {{ subject = \"work.*\", concurrency = 2 }}\noverlap = \"allow\"\n\
+             shell = 'echo \"+ $CRONRUN_RUN_ID\" >> {dir}/pair.log; sleep 1; echo \"- $CRONRUN_RUN_ID\" >> {dir}/pair.log'\n\
+             [[job]]\nname = \"fails\"\non = {{ subject = \"work.bad\" }}\nshell = 'echo no; exit 2'\n"
+        ),
+    );
+    following(&nats, "pair").await;
+    following(&nats, "fails").await;
+    let client = nats.client().await;
+    let mut dead = client.subscribe("cronrun.dead.fails").await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    // A header the server acts on is not carried into the dead letter.
+    headers.insert("Nats-Msg-Id", "bad-1");
+    client.flush().await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    for i in 0..6 {
+        js.publish(format!("work.{i}"), "go".into()).await.unwrap().await.unwrap();
+    }
+    js.publish_with_headers("work.bad", headers, "payload kept".into()).await.unwrap().await.unwrap();
+
+    let log = nats.dir.path().join("pair.log");
+    eventually(Duration::from_secs(60), "the six runs of pair to end", || async {
+        (lines(&log).iter().filter(|l| l.starts_with('-')).count() == 6).then_some(())
+    })
+    .await;
+    let (mut now, mut most) = (0i32, 0i32);
+    for line in lines(&log) {
+        now += if line.starts_with('+') { 1 } else { -1 };
+        most = most.max(now);
+    }
+    assert_eq!(most, 2, "two at once, never more: {:?}", lines(&log));
+
+    // `work.bad` is on both subjects: pair ran it (7 in all), and fails sent it to the dead letters.
+    let letter = tokio::time::timeout(Duration::from_secs(30), dead.next()).await.expect("a dead letter").unwrap();
+    assert_eq!(&letter.payload[..], b"payload kept");
+    let headers = letter.headers.unwrap();
+    assert_eq!(headers.get("Cronrun-Subject").map(|v| v.as_str()), Some("work.bad"));
+    assert!(headers.get("Nats-Msg-Id").is_none());
+    let error = headers.get("Cronrun-Error").unwrap().as_str().to_string();
+    assert!(error.starts_with("failed after 1 attempts"), "{error}");
+    assert!(headers.get("Cronrun-Run").unwrap().as_str().starts_with("fails."));
+    eventually(Duration::from_secs(10), "pair's run of work.bad", || async {
+        (lines(&log).iter().filter(|l| l.starts_with('-')).count() == 7).then_some(())
+    })
+    .await;
+    let mut ids: Vec<String> = lines(&log).iter().filter_map(|l| l.strip_prefix("- ").map(str::to_string)).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 7, "seven messages, seven runs of pair: {:?}", lines(&log));
+    assert!(tokio::time::timeout(Duration::from_secs(2), dead.next()).await.is_err(), "one dead letter only");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_triggers_are_refused_at_apply_in_one_line_and_nothing_is_written() {
+    let nats = Nats::start().await;
+    // A stream of the user's own keeps `shop.>`: its subjects cannot be triggers.
+    let js = async_nats::jetstream::new(nats.client().await);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "SHOP".into(),
+        subjects: vec!["shop.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let file = nats.dir.path().join("jobs.toml");
+    let job = |on: &str, rest: &str| format!("[[job]]\nname = \"listener\"\nshell = \"true\"\non = {on}\n{rest}\n");
+    let cases = [
+        (job("{ subject = \"cronrun.dispatch.default\" }", ""), "cronrun's or the server's own"),
+        (job("{ subject = \"_INBOX.x\" }", ""), "cronrun's or the server's own"),
+        (job("{ subject = \"$JS.API.>\" }", ""), "on.subject \"$JS.API.>\" must be"),
+        (job("{ subject = \"orders..created\" }", ""), "on.subject"),
+        (job("{ subject = \"orders.>.x\" }", ""), "on.subject"),
+        (job("{ subject = \"orders\", concurrency = 2 }", ""), "overlap = \"allow\""),
+        (job("{ subject = \"orders\", concurrency = 0 }", ""), "on.concurrency must be 1 to 1000"),
+        (job("{ subject = \"orders\", redeliver = 1000000 }", ""), "on.redeliver"),
+        (job("{ subject = \"orders\", when = 1 }", ""), "unknown field `when`"),
+        (job("{ subject = \"orders\" }", "history = { succeeded = 0 }"), "keeps at least 1 run of each kind"),
+        (job("{ subject = \"orders\", concurrency = 2 }", "overlap = \"allow\"\nlock = true"), "with a lock"),
+        (job("{ subject = \"shop.paid\" }", ""), "a subject another stream keeps cannot be a trigger"),
+    ];
+    for (toml, needle) in cases {
+        std::fs::write(&file, &toml).unwrap();
+        let err = nats.fails(&["apply", "-f", file.to_str().unwrap()]);
+        assert!(err.contains(needle), "{toml}: {err}");
+    }
+    let jobs: Vec<Value> = serde_json::from_str(&nats.ok(&["ls", "--output", "json"])).unwrap();
+    assert!(jobs.is_empty(), "nothing written: {jobs:?}");
+}

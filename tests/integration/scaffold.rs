@@ -1,0 +1,89 @@
+//! `cronrun new`: a job project made in a directory outside the repository builds, deploys
+//! and runs, in Rust and in Python; a bad name or a directory that exists writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+use cronrun::record::Status;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
+}
+
+/// Builds a Rust project made by `new` for wasm32-wasip2, this checkout's SDK standing in
+/// for the crates.io one the project names (`[patch.crates-io]`), with the versions and
+/// the target directory the example plugins use, so nothing is built twice.
+fn build_rust(project: &Path) -> PathBuf {
+    std::fs::copy(repo().join("plugins/Cargo.lock"), project.join("Cargo.lock")).unwrap();
+    let sdk = repo().join("sdk");
+    let target = repo().join("target");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(project)
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--release", "--config", &format!("patch.crates-io.cronrun-sdk.path={:?}", sdk.display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo build: {}", String::from_utf8_lossy(&out.stderr));
+    target.join("wasm32-wasip2/release/greeter.wasm")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn projects_made_by_new_outside_the_repository_build_deploy_and_run() {
+    let nats = Nats::start().await;
+    assert!(!nats.dir.path().starts_with(repo()), "the test directory is outside the repository");
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let store = nats.store().await;
+
+    // Rust, on the SDK crate, with the schedule it was made with.
+    let project = nats.dir.path().join("greeter");
+    let dir = project.to_str().unwrap();
+    let said = nats.ok(&["new", "greeter", "--dir", dir, "--schedule", "*/2 * * * * *"]);
+    assert!(said.contains("cargo build --release"), "{said}");
+    let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("cronrun-sdk = \"0.1\""), "{manifest}");
+    let wasm = build_rust(&project);
+    nats.ok(&["deploy", wasm.to_str().unwrap()]);
+    let done = eventually(Duration::from_secs(30), "two scheduled runs of greeter", || async {
+        let ok: Vec<_> = runs(&store, "greeter").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();
+        (ok.len() >= 2).then_some(ok)
+    })
+    .await;
+    assert!(done[0].output.iter().any(|l| l.contains("hello from greeter")), "{:?}", done[0].output);
+    assert_eq!(done[0].output.last().map(String::as_str), Some("hello, world"));
+
+    // Nothing is written over a directory that exists, or for a name that is no job's.
+    let before = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
+    let err = nats.fails(&["new", "greeter", "--dir", dir]);
+    assert!(err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(project.join("src/lib.rs")).unwrap(), before);
+    for (name, needle) in [("orders.*", "orders.*"), ("9lives", "must start with a letter")] {
+        let err = nats.fails(&["new", name, "--dir", nats.dir.path().join("bad").to_str().unwrap()]);
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+    let err = nats.fails(&["new", "x", "--dir", nats.dir.path().join("x").to_str().unwrap(), "--schedule", "often"]);
+    assert!(err.contains("--schedule"), "{err}");
+    assert!(!nats.dir.path().join("bad").exists() && !nats.dir.path().join("x").exists());
+
+    // Python: app.py and the job world's WIT, built by its build.sh (componentize-py, then
+    // `cronrun manifest` for the schedule), run under the same sandbox.
+    let project = nats.dir.path().join("pyjob");
+    nats.ok(&["new", "pyjob", "--lang", "python", "--dir", project.to_str().unwrap(), "--schedule", "@yearly"]);
+    assert_eq!(
+        std::fs::read_to_string(project.join("wit/job.wit")).unwrap(),
+        std::fs::read_to_string(repo().join("wit/job.wit")).unwrap(),
+        "the project carries the job world as this version has it"
+    );
+    let out = Command::new(project.join("build.sh")).env("CRONRUN", BIN).output().unwrap();
+    assert!(out.status.success(), "build.sh: {}", String::from_utf8_lossy(&out.stderr));
+    nats.ok(&["deploy", project.join("pyjob.wasm").to_str().unwrap()]);
+    assert!(nats.ok(&["get", "pyjob"]).contains("@yearly"), "the schedule came from the component");
+    let out = nats.ok(&["trigger", "pyjob", "--input", "{\"n\": 1}", "--wait", "--timeout", "90s", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    let output: Vec<&str> = record["output"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert!(output.iter().any(|l| l.contains("hello from pyjob")), "{output:?}");
+    assert!(output.iter().any(|l| l.contains("input: {\"n\":1}")), "{output:?}");
+}
