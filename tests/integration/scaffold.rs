@@ -1,5 +1,6 @@
 //! `cronrun new`: a job project made in a directory outside the repository builds, deploys
-//! and runs, in Rust and in Python; a bad name or a directory that exists writes nothing.
+//! and runs, in Rust, Python and JavaScript; a bad name or a directory that exists writes
+//! nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,23 +68,29 @@ async fn projects_made_by_new_outside_the_repository_build_deploy_and_run() {
     assert!(err.contains("--schedule"), "{err}");
     assert!(!nats.dir.path().join("bad").exists() && !nats.dir.path().join("x").exists());
 
-    // Python: app.py and the job world's WIT, built by its build.sh (componentize-py, then
-    // `cronrun manifest` for the schedule), run under the same sandbox.
-    let project = nats.dir.path().join("pyjob");
-    nats.ok(&["new", "pyjob", "--lang", "python", "--dir", project.to_str().unwrap(), "--schedule", "@yearly"]);
-    assert_eq!(
-        std::fs::read_to_string(project.join("wit/job.wit")).unwrap(),
-        std::fs::read_to_string(repo().join("wit/job.wit")).unwrap(),
-        "the project carries the job world as this version has it"
-    );
-    let out = Command::new(project.join("build.sh")).env("CRONRUN", BIN).output().unwrap();
-    assert!(out.status.success(), "build.sh: {}", String::from_utf8_lossy(&out.stderr));
-    nats.ok(&["deploy", project.join("pyjob.wasm").to_str().unwrap()]);
-    assert!(nats.ok(&["get", "pyjob"]).contains("@yearly"), "the schedule came from the component");
-    let out = nats.ok(&["trigger", "pyjob", "--input", "{\"n\": 1}", "--wait", "--timeout", "90s", "--output", "json"]);
-    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(record["status"], "succeeded", "{record}");
-    let output: Vec<&str> = record["output"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
-    assert!(output.iter().any(|l| l.contains("hello from pyjob")), "{output:?}");
-    assert!(output.iter().any(|l| l.contains("input: {\"n\":1}")), "{output:?}");
+    // Python and JavaScript: the app and the job world's WIT, built by the project's
+    // build.sh (componentize-py or componentize-js, then `cronrun manifest` for the
+    // schedule), run under the same sandbox.
+    for (lang, name, app) in [("python", "pyjob", "app.py"), ("js", "jsjob", "app.js")] {
+        let project = nats.dir.path().join(name);
+        nats.ok(&["new", name, "--lang", lang, "--dir", project.to_str().unwrap(), "--schedule", "@yearly"]);
+        assert!(project.join(app).is_file(), "{lang}: {app}");
+        assert_eq!(
+            std::fs::read_to_string(project.join("wit/job.wit")).unwrap(),
+            std::fs::read_to_string(repo().join("wit/job.wit")).unwrap(),
+            "the project carries the job world as this version has it"
+        );
+        let out = Command::new(project.join("build.sh")).env("CRONRUN", BIN).output().unwrap();
+        assert!(out.status.success(), "{lang} build.sh: {}", String::from_utf8_lossy(&out.stderr));
+        nats.ok(&["deploy", project.join(format!("{name}.wasm")).to_str().unwrap()]);
+        assert!(nats.ok(&["get", name]).contains("@yearly"), "{lang}: the schedule came from the component");
+        let out =
+            nats.ok(&["trigger", name, "--input", "{\"n\": 1}", "--wait", "--timeout", "120s", "--output", "json"]);
+        let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(record["status"], "succeeded", "{lang}: {record}");
+        let output: Vec<&str> = record["output"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+        assert!(output.iter().any(|l| l.contains(&format!("hello from {name}"))), "{lang}: {output:?}");
+        assert!(output.iter().any(|l| l.contains("input: {\"n\":1}")), "{lang}: {output:?}");
+        assert_eq!(output.last(), Some(&"hello, world"), "{lang}");
+    }
 }

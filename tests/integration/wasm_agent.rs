@@ -274,34 +274,53 @@ async fn a_python_job_carries_its_schedule_and_runs_in_the_same_sandbox() {
     assert!(!other.exists());
     assert_eq!(std::fs::read(&built).unwrap(), as_built);
 
-    // A cache of its own: the first runs wait for the compile, and no run is lost to it.
+    runs_in_the_same_sandbox(&nats, file, "py", "python").await;
+}
+
+/// Deploys `file` (a component whose manifest says every 2 s, a 3 s timeout) as
+/// `<prefix>-hello`, `-spin` and `-grow` on an agent with a cache of its own, and checks
+/// each run by its schedule as a Rust job's would: the greeting in the output, the endless
+/// loop stopped at its timeout, the growing heap at the 64 MiB limit; the first runs wait
+/// for the one compile, and no run is lost to it.
+async fn runs_in_the_same_sandbox(nats: &Nats, file: &str, prefix: &str, language: &str) {
     let cache = nats.dir.path().join("wasm-cache");
     let agent = nats.agent_with_tables("a", &format!("[wasm]\ncache_dir = {:?}\n", cache.display().to_string()));
     ready(&agent).await;
     let store = nats.store().await;
-    nats.ok(&["deploy", file, "--name", "py-hello", "--config", "greeting=hi"]);
-    assert!(nats.ok(&["get", "py-hello"]).contains("*/2 * * * * *"), "the schedule came with the component");
-    nats.ok(&["deploy", file, "--name", "py-spin", "--config", "mode=spin"]);
-    nats.ok(&["deploy", file, "--name", "py-grow", "--config", "mode=grow"]);
+    let [hello, spin, grow] = ["hello", "spin", "grow"].map(|mode| format!("{prefix}-{mode}"));
+    nats.ok(&["deploy", file, "--name", &hello, "--config", "greeting=hi"]);
+    assert!(nats.ok(&["get", &hello]).contains("*/2 * * * * *"), "the schedule came with the component");
+    nats.ok(&["deploy", file, "--name", &spin, "--config", "mode=spin"]);
+    nats.ok(&["deploy", file, "--name", &grow, "--config", "mode=grow"]);
 
-    let hello = a_run_where(&store, "py-hello", "py-hello to succeed", |r| r.status == Status::Succeeded).await;
-    assert_eq!(hello.trigger, cronrun::record::Trigger::Schedule);
-    assert_eq!(chrono::Timelike::second(&hello.scheduled_at.unwrap()) % 2, 0);
-    let said = format!("hi from python: py-hello run {} (schedule)", hello.run_id);
-    assert_eq!(hello.output, [said.as_str(), "python ran attempt 1"]);
-    let spin =
-        a_run_where(&store, "py-spin", "py-spin to time out", |r| r.status.is_final() && r.status != Status::Skipped)
+    let said = a_run_where(&store, &hello, "the greeting to succeed", |r| r.status == Status::Succeeded).await;
+    assert_eq!(said.trigger, cronrun::record::Trigger::Schedule);
+    assert_eq!(chrono::Timelike::second(&said.scheduled_at.unwrap()) % 2, 0);
+    let line = format!("hi from {language}: {hello} run {} (schedule)", said.run_id);
+    assert_eq!(said.output, [line, format!("{language} ran attempt 1")]);
+    let spun =
+        a_run_where(&store, &spin, "the loop to time out", |r| r.status.is_final() && r.status != Status::Skipped)
             .await;
-    assert_eq!((spin.status, spin.error.as_deref()), (Status::TimedOut, Some("timed out after 3s")));
-    let grow = a_run_where(&store, "py-grow", "py-grow to fail", |r| r.status.is_final()).await;
-    assert_eq!(grow.status, Status::Failed);
-    assert!(grow.error.as_deref().unwrap_or("").starts_with("memory limit exceeded"), "{grow:?}");
+    assert_eq!((spun.status, spun.error.as_deref()), (Status::TimedOut, Some("timed out after 3s")));
+    let grown = a_run_where(&store, &grow, "the heap to fail", |r| r.status.is_final()).await;
+    assert_eq!(grown.status, Status::Failed);
+    assert!(grown.error.as_deref().unwrap_or("").starts_with("memory limit exceeded"), "{grown:?}");
     // The runs that came while it compiled waited for that one compile, none lost.
     let log = agent.log();
     assert_eq!(log.matches("compiled plugin").count(), 1, "{log}");
-    for job in ["py-hello", "py-spin", "py-grow"] {
+    for job in [&hello, &spin, &grow] {
         let lost: Vec<_> = runs(&store, job).await.into_iter().filter(|r| r.status == Status::Lost).collect();
         assert!(lost.is_empty(), "{lost:?}");
     }
     assert!(!log.contains("run lost") && !log.contains("taken over"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_job_carries_its_schedule_and_runs_in_the_same_sandbox() {
+    let nats = Nats::start().await;
+    let component = nats.dir.path().join("hello-js.wasm");
+    std::fs::copy(js_plugin("hello"), &component).unwrap();
+    let file = component.to_str().unwrap();
+    nats.ok(&["manifest", file, "--schedule", "*/2 * * * * *", "--timeout", "3s"]);
+    runs_in_the_same_sandbox(&nats, file, "js", "javascript").await;
 }

@@ -1,31 +1,38 @@
-//! The example Wasm plugins, built once per test binary by `plugins/build.sh`.
+//! The example Wasm plugins, each kind built once per test binary by its build script.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
-/// Builds every plugin once per test binary (plugins/build.sh); returns their folder.
-pub fn plugins() -> &'static PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/build.sh");
-        let out = std::process::Command::new("bash").arg(script).output().unwrap();
-        assert!(out.status.success(), "plugins/build.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+/// Runs `script` (relative to the repository) once per test binary and returns the folder
+/// of the components it prints, one path per line.
+fn built_by(script: &str, dir: &'static OnceLock<PathBuf>) -> &'static PathBuf {
+    dir.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(script);
+        let out = std::process::Command::new("bash").arg(&script).output().unwrap();
+        assert!(out.status.success(), "{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
         let first = String::from_utf8(out.stdout).unwrap().lines().next().map(PathBuf::from).unwrap();
         first.parent().unwrap().to_path_buf()
     })
 }
 
-/// The Python example job (`plugins/python/NAME/app.py`), built once per test binary by
+/// Builds every Rust plugin once per test binary (plugins/build.sh); returns their folder.
+pub fn plugins() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    built_by("plugins/build.sh", &DIR)
+}
+
+/// The Python example job (`plugins/python/NAME/app.py`), built by
 /// `plugins/python/build.sh` with componentize-py: a component without a manifest.
 pub fn python_plugin(name: &str) -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/python/build.sh");
-        let out = std::process::Command::new("bash").arg(script).output().unwrap();
-        assert!(out.status.success(), "plugins/python/build.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        let first = String::from_utf8(out.stdout).unwrap().lines().next().map(PathBuf::from).unwrap();
-        first.parent().unwrap().to_path_buf()
-    });
-    dir.join(format!("{name}.wasm"))
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    built_by("plugins/python/build.sh", &DIR).join(format!("{name}.wasm"))
+}
+
+/// The JavaScript example job (`plugins/js/NAME/app.js`), built by `plugins/js/build.sh`
+/// with componentize-js: a component without a manifest.
+pub fn js_plugin(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    built_by("plugins/js/build.sh", &DIR).join(format!("{name}.wasm"))
 }
 
 /// A built example plugin.

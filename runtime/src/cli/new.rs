@@ -1,8 +1,9 @@
-//! `cronrun new NAME [--lang rust|python]`: a job project that builds anywhere, like
+//! `cronrun new NAME [--lang rust|python|js]`: a job project that builds anywhere, like
 //! `spin new`. Rust: a crate on the SDK (`cronrun-sdk = "0.1"`, or `--sdk-path` to a
-//! checkout's `sdk/`) whose `#[job]` attribute carries the schedule. Python: `app.py`, the
-//! job world's WIT (this binary's own copy of `wit/job.wit`) and a `build.sh` running
-//! componentize-py and `cronrun manifest`. Nothing is written into a directory that exists.
+//! checkout's `sdk/`) whose `#[job]` attribute carries the schedule. Python and JavaScript:
+//! `app.py` or `app.js`, the job world's WIT (this binary's own copy of `wit/job.wit`) and
+//! a `build.sh` running componentize-py or componentize-js (pinned as `plugins/js` pins it)
+//! and `cronrun manifest`. Nothing is written into a directory that exists.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ use super::Ctx;
 pub enum Lang {
     Rust,
     Python,
+    Js,
 }
 
 #[derive(Args)]
@@ -35,6 +37,18 @@ pub struct NewArgs {
 }
 
 const JOB_WIT: &str = include_str!("../../../wit/job.wit");
+/// componentize-js as `plugins/js` pins it: the same versions, the same dependency tree.
+/// preview2-shim is one componentize-js 0.23.0 imports without depending on it.
+const JS_PACKAGE: &str = r#"{
+  "name": "cronrun-job",
+  "private": true,
+  "devDependencies": {
+    "@bytecodealliance/componentize-js": "0.23.0",
+    "@bytecodealliance/preview2-shim": "0.25.0"
+  }
+}
+"#;
+const JS_LOCK: &str = include_str!("../../../plugins/js/package-lock.json");
 
 pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
     crate::names::validate_job_name(&a.name)?;
@@ -82,6 +96,15 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
             ("README.md", fill(include_str!("templates/python_readme.md.txt"))),
             (".gitignore", "*.wasm\n*.wasm.tmp\n__pycache__/\n".into()),
         ],
+        Lang::Js => vec![
+            ("app.js", fill(include_str!("templates/js_app.js.txt"))),
+            ("package.json", JS_PACKAGE.into()),
+            ("package-lock.json", JS_LOCK.replace("\"name\": \"cronrun-js-jobs\"", "\"name\": \"cronrun-job\"")),
+            ("build.sh", fill(include_str!("templates/js_build.sh.txt"))),
+            ("wit/job.wit", JOB_WIT.into()),
+            ("README.md", fill(include_str!("templates/js_readme.md.txt"))),
+            (".gitignore", "*.wasm\n*.wasm.tmp\nnode_modules/\n".into()),
+        ],
     };
     write_project(&dir, &files)?;
     let next = match a.lang {
@@ -89,7 +112,7 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
             "cd {} && cargo build --release && cronrun deploy target/wasm32-wasip2/release/{file}.wasm",
             dir.display()
         ),
-        Lang::Python => format!("cd {} && ./build.sh && cronrun deploy {file}.wasm", dir.display()),
+        Lang::Python | Lang::Js => format!("cd {} && ./build.sh && cronrun deploy {file}.wasm", dir.display()),
     };
     let value = serde_json::json!({ "name": a.name, "dir": dir, "next": next });
     ctx.print(&value, || format!("created {} in {}\nnext: {next}", a.name, dir.display()))
@@ -117,4 +140,19 @@ fn write_project(dir: &Path, files: &[(&str, String)]) -> Result<()> {
     // Moved away, the staging directory is no longer there for its drop to remove.
     std::fs::rename(staging.path(), dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_js_project_pins_what_the_js_example_pins() {
+        let ours: serde_json::Value = serde_json::from_str(JS_PACKAGE).unwrap();
+        let example: serde_json::Value =
+            serde_json::from_str(include_str!("../../../plugins/js/package.json")).unwrap();
+        assert_eq!(ours["devDependencies"], example["devDependencies"]);
+        let lock: serde_json::Value = serde_json::from_str(JS_LOCK).unwrap();
+        assert_eq!(lock["packages"][""]["devDependencies"], example["devDependencies"], "the lock is the example's");
+    }
 }
