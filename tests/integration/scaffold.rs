@@ -27,7 +27,8 @@ fn build_rust(project: &Path) -> PathBuf {
         .output()
         .unwrap();
     assert!(out.status.success(), "cargo build: {}", String::from_utf8_lossy(&out.stderr));
-    target.join("wasm32-wasip2/release/greeter.wasm")
+    // cargo writes `-` in a crate's name as `_`.
+    target.join("wasm32-wasip2/release/greet_er.wasm")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -38,40 +39,48 @@ async fn projects_made_by_new_outside_the_repository_build_deploy_and_run() {
     ready(&agent).await;
     let store = nats.store().await;
 
-    // Rust, on the SDK crate, with the schedule it was made with.
-    let project = nats.dir.path().join("greeter");
+    // Rust, on the SDK crate, with the schedule it was made with; deployed as `new` says.
+    let project = nats.dir.path().join("greet-er");
     let dir = project.to_str().unwrap();
-    let said = nats.ok(&["new", "greeter", "--dir", dir, "--schedule", "*/2 * * * * *"]);
+    let said = nats.ok(&["new", "greet-er", "--dir", dir, "--schedule", "*/2 * * * * *"]);
     assert!(said.contains("cargo build --release"), "{said}");
+    assert!(said.contains("greet_er.wasm --name greet-er"), "{said}");
     let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
     assert!(manifest.contains("cronrun-sdk = \"0.1\""), "{manifest}");
     let wasm = build_rust(&project);
-    nats.ok(&["deploy", wasm.to_str().unwrap()]);
-    let done = eventually(Duration::from_secs(30), "two scheduled runs of greeter", || async {
-        let ok: Vec<_> = runs(&store, "greeter").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();
+    nats.ok(&["deploy", wasm.to_str().unwrap(), "--name", "greet-er"]);
+    let done = eventually(Duration::from_secs(30), "two scheduled runs of greet-er", || async {
+        let ok: Vec<_> = runs(&store, "greet-er").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();
         (ok.len() >= 2).then_some(ok)
     })
     .await;
-    assert!(done[0].output.iter().any(|l| l.contains("hello from greeter")), "{:?}", done[0].output);
+    assert!(done[0].output.iter().any(|l| l.contains("hello from greet-er")), "{:?}", done[0].output);
     assert_eq!(done[0].output.last().map(String::as_str), Some("hello, world"));
 
     // Nothing is written over a directory that exists, or for a name that is no job's.
     let before = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
-    let err = nats.fails(&["new", "greeter", "--dir", dir]);
+    let err = nats.fails(&["new", "greet-er", "--dir", dir]);
     assert!(err.contains("exists"), "{err}");
     assert_eq!(std::fs::read_to_string(project.join("src/lib.rs")).unwrap(), before);
-    for (name, needle) in [("orders.*", "orders.*"), ("9lives", "must start with a letter")] {
+    for (name, needle) in [("orders.*", "must be 1 to 128"), ("9lives", "must start with a letter")] {
         let err = nats.fails(&["new", name, "--dir", nats.dir.path().join("bad").to_str().unwrap()]);
         assert!(err.contains(needle), "{name}: {err}");
     }
     let err = nats.fails(&["new", "x", "--dir", nats.dir.path().join("x").to_str().unwrap(), "--schedule", "often"]);
     assert!(err.contains("--schedule"), "{err}");
-    assert!(!nats.dir.path().join("bad").exists() && !nats.dir.path().join("x").exists());
+    let err = nats.fails(&["new", "x", "--dir", nats.dir.path().join("x").to_str().unwrap(), "--schedule", "@daily\r"]);
+    assert!(err.contains("control characters"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(nats.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n == "bad" || n == "x" || n.starts_with(".cronrun-new-"))
+        .collect();
+    assert!(left.is_empty(), "nothing written for a refused project: {left:?}");
 
     // Python and JavaScript: the app and the job world's WIT, built by the project's
     // build.sh (componentize-py or componentize-js, then `cronrun manifest` for the
     // schedule), run under the same sandbox.
-    for (lang, name, app) in [("python", "pyjob", "app.py"), ("js", "jsjob", "app.js")] {
+    for (lang, name, app) in [("python", "py-job", "app.py"), ("js", "js-job", "app.js")] {
         let project = nats.dir.path().join(name);
         nats.ok(&["new", name, "--lang", lang, "--dir", project.to_str().unwrap(), "--schedule", "@yearly"]);
         assert!(project.join(app).is_file(), "{lang}: {app}");

@@ -87,7 +87,7 @@ pub enum Command {
     Deploy(deploy::DeployArgs),
     /// Write the schedule into a component built without the Rust SDK (e.g. Python)
     Manifest(manifest::ManifestArgs),
-    /// Create a job project (Rust or Python) that builds outside this repository
+    /// Create a job project (Rust, Python or JavaScript) that builds outside this repository
     New(new::NewArgs),
     /// List jobs
     Ls,

@@ -56,8 +56,8 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
         bail!("{:?}: a project's name must start with a letter (it names the crate too)", a.name);
     }
     crate::schedule::Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
-    if a.schedule.contains(['"', '\'', '\\']) {
-        bail!("--schedule {:?}: quotes and backslashes are no part of a schedule", a.schedule);
+    if a.schedule.contains(|c: char| c.is_control() || matches!(c, '"' | '\'' | '\\')) {
+        bail!("--schedule {:?}: quotes, backslashes and control characters are no part of a schedule", a.schedule);
     }
     let dir = a.dir.clone().unwrap_or_else(|| PathBuf::from(&a.name));
     if dir.exists() {
@@ -73,6 +73,7 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
         }
         None => "\"0.1\"".to_string(),
     };
+    // cargo names a crate's output with `_` for `-`; the job keeps the name given.
     let file = a.name.replace('-', "_");
     let fill = |template: &str| {
         template
@@ -109,10 +110,11 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
     write_project(&dir, &files)?;
     let next = match a.lang {
         Lang::Rust => format!(
-            "cd {} && cargo build --release && cronrun deploy target/wasm32-wasip2/release/{file}.wasm",
-            dir.display()
+            "cd {} && cargo build --release && cronrun deploy target/wasm32-wasip2/release/{file}.wasm --name {}",
+            dir.display(),
+            a.name
         ),
-        Lang::Python | Lang::Js => format!("cd {} && ./build.sh && cronrun deploy {file}.wasm", dir.display()),
+        Lang::Python | Lang::Js => format!("cd {} && ./build.sh && cronrun deploy {}.wasm", dir.display(), a.name),
     };
     let value = serde_json::json!({ "name": a.name, "dir": dir, "next": next });
     ctx.print(&value, || format!("created {} in {}\nnext: {next}", a.name, dir.display()))
