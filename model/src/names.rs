@@ -164,6 +164,20 @@ pub fn patterns_intersect(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether pattern `wide` matches every subject that pattern `narrow` matches.
+pub fn pattern_covers(wide: &str, narrow: &str) -> bool {
+    let (mut x, mut y) = (wide.split('.'), narrow.split('.'));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+    }
+}
+
 /// Lease and lock keys in the leases bucket.
 pub mod lease_keys {
     /// The deployment's shard count, written once by the first scheduler.

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::names::{Names, lease_keys};
+use crate::names::{Names, lease_keys, pattern_covers};
 
 /// What an identity is for. An agent holds the roles it runs (`scheduler`, `runner`);
 /// guests (Wasm jobs) hold none: they reach NATS only through their runner's host checks.
@@ -70,26 +70,12 @@ impl Permissions {
 
     /// Whether a publish to `subject` is allowed.
     pub fn may_publish(&self, subject: &str) -> bool {
-        self.publish.iter().any(|p| covers(p, subject))
+        self.publish.iter().any(|p| pattern_covers(p, subject))
     }
 
     /// Whether subscribing to `subject` is allowed.
     pub fn may_subscribe(&self, subject: &str) -> bool {
-        self.subscribe.iter().any(|p| covers(p, subject))
-    }
-}
-
-/// Whether pattern `p` covers every subject that pattern `s` matches.
-fn covers(p: &str, s: &str) -> bool {
-    let (mut x, mut y) = (p.split('.'), s.split('.'));
-    loop {
-        match (x.next(), y.next()) {
-            (None, None) => return true,
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(t)) if t != ">" => {}
-            (Some(a), Some(b)) if a == b => {}
-            _ => return false,
-        }
+        self.subscribe.iter().any(|p| pattern_covers(p, subject))
     }
 }
 

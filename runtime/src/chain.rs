@@ -25,9 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
-use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::stream::ConsumerErrorKind;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -42,7 +40,7 @@ use crate::model::roles::CHAIN_CONSUMER;
 use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger, chain_run_id};
 use crate::store::Store;
-use crate::store::pull::{PullLimits, pull_into_slots, until_gone};
+use crate::store::pull::{PullLimits, consumer_missing, pull_into_slots, until_gone};
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
@@ -170,9 +168,7 @@ impl Chainer {
                 info!("chains: no job has `after`; consumer deleted");
                 true
             }
-            Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
-                true
-            }
+            Err(e) if consumer_missing(&e) => true,
             Err(e) => {
                 warn!("chains: deleting the consumer: {e}; trying again");
                 false

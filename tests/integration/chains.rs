@@ -168,8 +168,7 @@ async fn cycles_and_bad_after_lists_are_refused_at_apply_in_one_line_and_nothing
         (job("n", ""), "schedule is missing"),
     ];
     for (toml, needle) in cases {
-        std::fs::write(&file, &toml).unwrap();
-        let err = nats.fails(&["apply", "-f", file.to_str().unwrap()]);
+        let err = refused_at_apply(&nats, &toml);
         assert!(err.contains(needle), "{toml}: {err}");
     }
     let names: Vec<Value> = serde_json::from_str(&nats.ok(&["ls", "--output", "json"])).unwrap();

@@ -176,7 +176,6 @@ async fn bad_triggers_are_refused_at_apply_in_one_line_and_nothing_is_written() 
     })
     .await
     .unwrap();
-    let file = nats.dir.path().join("jobs.toml");
     let job = |on: &str, rest: &str| format!("[[job]]\nname = \"listener\"\nshell = \"true\"\non = {on}\n{rest}\n");
     let cases = [
         (job("{ subject = \"cronrun.dispatch.default\" }", ""), "cronrun's or the server's own"),
@@ -193,8 +192,7 @@ async fn bad_triggers_are_refused_at_apply_in_one_line_and_nothing_is_written() 
         (job("{ subject = \"shop.paid\" }", ""), "a subject another stream keeps cannot be a trigger"),
     ];
     for (toml, needle) in cases {
-        std::fs::write(&file, &toml).unwrap();
-        let err = nats.fails(&["apply", "-f", file.to_str().unwrap()]);
+        let err = refused_at_apply(&nats, &toml);
         assert!(err.contains(needle), "{toml}: {err}");
     }
     let jobs: Vec<Value> = serde_json::from_str(&nats.ok(&["ls", "--output", "json"])).unwrap();

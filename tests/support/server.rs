@@ -192,6 +192,13 @@ pub fn apply(nats: &Nats, toml: &str) {
     nats.ok(&["apply", "-f", path.to_str().unwrap()]);
 }
 
+/// Applies `toml` expecting a refusal; returns its one line.
+pub fn refused_at_apply(nats: &Nats, toml: &str) -> String {
+    let path = nats.dir.path().join(format!("jobs-{}.toml", rand_suffix()));
+    std::fs::write(&path, toml).unwrap();
+    nats.fails(&["apply", "-f", path.to_str().unwrap()])
+}
+
 fn rand_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);

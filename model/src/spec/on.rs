@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::names::pattern_covers;
 
 /// The longest trigger subject.
 pub const MAX_SUBJECT_LEN: usize = 256;
@@ -81,20 +82,6 @@ pub fn describe_triggers(after: &[super::after::After], on: Option<&OnMessage>) 
     parts.join("; ")
 }
 
-/// Whether every subject `narrow` matches, `wide` matches too.
-pub fn covers(wide: &str, narrow: &str) -> bool {
-    let (mut w, mut n) = (wide.split('.'), narrow.split('.'));
-    loop {
-        match (w.next(), n.next()) {
-            (None, None) => return true,
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(t)) if t != ">" => {}
-            (Some(a), Some(b)) if a == b => {}
-            _ => return false,
-        }
-    }
-}
-
 /// The subjects a stream must hold to capture every one of `subjects`: sorted, without
 /// repeats, without those another one covers, and with any two that overlap in part
 /// (`a.*.c`, `a.b.*`) replaced by one covering both (`a.*.*`): a stream refuses subjects
@@ -105,7 +92,8 @@ pub fn stream_subjects<'a>(subjects: impl IntoIterator<Item = &'a str>) -> Vec<S
     loop {
         all.sort_unstable();
         all.dedup();
-        let kept: Vec<String> = all.iter().filter(|s| !all.iter().any(|w| w != *s && covers(w, s))).cloned().collect();
+        let kept: Vec<String> =
+            all.iter().filter(|s| !all.iter().any(|w| w != *s && pattern_covers(w, s))).cloned().collect();
         all = kept;
         let overlapping = (0..all.len())
             .flat_map(|i| (i + 1..all.len()).map(move |j| (i, j)))
@@ -183,9 +171,14 @@ mod tests {
             let subjects = stream_subjects(given.iter().copied());
             assert_eq!(subjects, expected, "{given:?}");
             for s in given {
-                assert!(subjects.iter().any(|w| covers(w, s)), "{s} is captured");
+                assert!(subjects.iter().any(|w| pattern_covers(w, s)), "{s} is captured");
             }
         }
-        assert!(covers("a.*", "a.b") && !covers("a.*", "a.>") && covers("a.>", "a.*.c") && !covers("a.b", "a.*"));
+        assert!(
+            pattern_covers("a.*", "a.b")
+                && !pattern_covers("a.*", "a.>")
+                && pattern_covers("a.>", "a.*.c")
+                && !pattern_covers("a.b", "a.*")
+        );
     }
 }

@@ -32,9 +32,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::stream::ConsumerErrorKind;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -46,7 +44,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::spec::on::OnMessage;
 use crate::store::Store;
-use crate::store::pull::{PullLimits, pull_into_slots, until_gone};
+use crate::store::pull::{PullLimits, consumer_missing, pull_into_slots, until_gone};
 
 /// How long a message held by an agent that stopped answering waits for another.
 const ACK_WAIT: Duration = Duration::from_secs(30);
@@ -146,9 +144,7 @@ async fn delete_consumer(store: &Store, job: &str) -> bool {
             info!(job, "messages: the job no longer has `on`; its consumer is deleted");
             true
         }
-        Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
-            true
-        }
+        Err(e) if consumer_missing(&e) => true,
         Err(e) => {
             warn!(job, "messages: deleting consumer {name}: {e}; trying again");
             false

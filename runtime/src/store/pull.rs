@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::BatchError;
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +31,12 @@ pub async fn until_gone(consumer: &PullConsumer, every: Duration) {
             return;
         }
     }
+}
+
+/// Whether a consumer deletion failed because there was no such consumer (it is gone
+/// either way).
+pub fn consumer_missing(e: &ConsumerError) -> bool {
+    matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND)
 }
 
 /// How much one pull asks for, and how long it waits for it.
