@@ -26,6 +26,10 @@ pub const IDENTITIES: [(&str, &[Role]); 5] = [
     ("agent", &[Role::Scheduler, Role::Runner]),
 ];
 
+/// The identity that publishes the subjects given to `auth init --publish` (the messages
+/// that start jobs with `on`): no cronrun role, only those subjects and its own inbox.
+pub const PUBLISHER: &str = "publisher";
+
 /// The route user of a cluster's `cluster { authorization { } }`.
 pub const ROUTE_USER: &str = "cronrun-route";
 
@@ -46,7 +50,7 @@ impl Identities {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(io(format!("restricting {} to its owner", dir.display())))?;
         let ids = Identities { dir: dir.to_path_buf() };
-        for (name, _) in IDENTITIES {
+        for name in IDENTITIES.iter().map(|(name, _)| *name).chain([PUBLISHER]) {
             let path = ids.path(name);
             if path.exists() {
                 continue;
@@ -70,18 +74,30 @@ impl Identities {
         Ok(keypair(&seed, &self.path(name))?.public_key())
     }
 
-    /// nats-server's `authorization` block for every identity, plus `extra_users` (already
-    /// JSON objects, e.g. a test's unrestricted user). JSON is valid nats-server config.
+    /// nats-server's `authorization` block for every identity, the publisher with
+    /// `publish` (left out when there is none: an empty allow list would allow all), plus
+    /// `extra_users` (already JSON objects, e.g. a test's unrestricted user). JSON is valid
+    /// nats-server config.
     pub fn authorization(
         &self,
         names: &Names,
         guest_publish: &[String],
+        publish: &[String],
         extra_users: &[serde_json::Value],
     ) -> Result<String, Error> {
         let mut users = Vec::new();
         for (name, roles) in IDENTITIES {
             let public_key = self.public_key(name)?;
             let p = identity_permissions(names, roles, &inbox_prefix(&public_key), guest_publish);
+            users.push(json!({ "nkey": public_key, "permissions": server_permissions(&p) }));
+        }
+        if !publish.is_empty() {
+            let public_key = self.public_key(PUBLISHER)?;
+            let p = Permissions {
+                publish: publish.to_vec(),
+                subscribe: vec![format!("{}.>", inbox_prefix(&public_key))],
+                allow_responses: false,
+            };
             users.push(json!({ "nkey": public_key, "permissions": server_permissions(&p) }));
         }
         users.extend(extra_users.iter().cloned());

@@ -70,7 +70,8 @@ pub use export::IntoOutput;
 /// `String` or `Option<String>` (see [`IntoOutput`]) and `E` implements `Display`.
 /// Use it once per crate.
 ///
-/// Keys (`schedule` is required; unknown keys are a compile error):
+/// Keys (`schedule` is required unless `on` or `after` is given; unknown keys are a
+/// compile error):
 ///
 /// | key | example | meaning (as in the job spec) |
 /// |---|---|---|
@@ -87,12 +88,18 @@ pub use export::IntoOutput;
 /// | `jitter` | `"5s"` | random delay in `[0, jitter)` |
 /// | `pool` | `"default"` | which runners may take the job |
 /// | `description` | `"..."` | free text |
+/// | `on` | `"orders.*"`, `on(subject = "orders.*", redeliver = 5)` (`concurrency = 4` needs `overlap = "allow"`) | a run per message on the subject, the message as `ctx.input()` |
+/// | `after` | `"extract"`, `after(job = "extract", on = "failed")` | a run per run of that job ending so (`succeeded` by default); repeat for more upstreams |
 ///
 /// Durations are written like `500ms`, `30s`, `5m`, `1h30m`. Values are checked at
 /// compile time by the validation `cronrun deploy` runs (the `cronrun-model` crate), so a
-/// bad schedule, zone, duration or name is a compile error with deploy's message. The
-/// embedded JSON holds exactly the keys given (`backoff` goes into `retries.backoff`); the
-/// host applies its defaults to the rest.
+/// bad schedule, zone, duration or name is a compile error with deploy's message; what
+/// depends on the deployment (cycles of `after`, a subject reaching cronrun's own) is
+/// checked at deploy. The
+/// embedded JSON holds exactly the keys given (`backoff` goes into `retries.backoff`,
+/// `on = "S"` is `on: {subject: "S"}`, each `after` one entry of `after: [...]`); the host
+/// applies its defaults to the rest. `cronrun deploy` takes `on` and `after` from the
+/// component when it carries them, and otherwise keeps those the stored job has.
 pub use cronrun_sdk_macros::job;
 
 /// Re-export of the `wasip2` crate (WASI 0.2.12 bindings) for WASI APIs beyond

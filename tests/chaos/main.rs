@@ -3,7 +3,8 @@
 //! running jobs, and ten agents start at once on an empty server. cronrun keeps running
 //! every fire exactly once throughout. Select with `cargo test -p cronrun --test chaos`.
 //!
-//! - `nats.rs`: a cluster node dies under load; a single server restarts.
+//! - `nats.rs`: a cluster node dies under load; a single server restarts (also in the
+//!   middle of a message run and a chain).
 //! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
 //! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
 //! - `soak.rs`: many runs and restarts; state in NATS and the agent stay flat.

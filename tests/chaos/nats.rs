@@ -317,3 +317,83 @@ async fn a_job_with_a_longer_run_ttl_rides_out_a_nats_outage() {
     assert_eq!(done.output, ["done"]);
     println!("patient: {:?} after a 6 s outage; plain was stopped by its supervisor", done.status);
 }
+
+/// NATS is killed while a message's run and a chained job's upstream run are in flight;
+/// both end while it is away. Once it is back, the message has run once and is acked,
+/// the chained job has run once after its upstream, and a message published after the
+/// restart runs once too: judged by the lines the jobs wrote themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_once() {
+    let mut nats = Nats::start().await;
+    let agent = nats.agent_with_heartbeat("a", "", "5s");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    let wait_go = format!("until [ -e {dir}/go ]; do sleep 0.1; done");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"upstream\"\nschedule = \"@yearly\"\n\
+             shell = 'echo \"u $CRONRUN_RUN_ID\" >> {dir}/jobs.log; {wait_go}'\n\
+             [[job]]\nname = \"downstream\"\nafter = [{{ job = \"upstream\" }}]\n\
+             shell = 'echo \"d $CRONRUN_RUN_ID\" >> {dir}/jobs.log'\n\
+             [[job]]\nname = \"listener\"\non = {{ subject = \"chaos.in\" }}\n\
+             shell = 'echo \"m $CRONRUN_RUN_ID $(cat)\" >> {dir}/jobs.log; {wait_go}'\n"
+        ),
+    );
+    let store = nats.store().await;
+    eventually(Duration::from_secs(15), "the agent to follow listener's subject", || async {
+        let stream = store.js.get_stream("CRONRUN_MESSAGES").await.ok()?;
+        stream.consumer_info("on-listener").await.ok().map(drop)
+    })
+    .await;
+    let client = nats.client().await;
+    let js = async_nats::jetstream::new(client.clone());
+    js.publish("chaos.in", "before".into()).await.unwrap().await.unwrap();
+    let upstream = nats.trigger("upstream");
+    let log = nats.dir.path().join("jobs.log");
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>();
+    eventually(Duration::from_secs(20), "the upstream and message runs to start", || async {
+        let seen = lines();
+        (seen.iter().any(|l| l.starts_with("u ")) && seen.iter().any(|l| l.starts_with("m "))).then_some(())
+    })
+    .await;
+
+    nats.kill_server().await;
+    std::fs::write(nats.dir.path().join("go"), "").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nats.restart_server().await;
+
+    let done = final_record(&store, &upstream).await;
+    assert_eq!(done.status, Status::Succeeded, "{done:?}");
+    eventually(Duration::from_secs(30), "the chained run", || async {
+        lines().iter().any(|l| l.starts_with("d ")).then_some(())
+    })
+    .await;
+    js.publish("chaos.in", "after".into()).await.unwrap().await.unwrap();
+    eventually(Duration::from_secs(30), "the message published after the restart to run", || async {
+        lines().iter().any(|l| l.contains(r#""payload":"after""#)).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(40), "both messages acked", || async {
+        let mut stream = store.js.get_stream("CRONRUN_MESSAGES").await.ok()?;
+        (stream.info().await.ok()?.state.messages == 0).then_some(())
+    })
+    .await;
+    // Anything run twice would have had time to start by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = lines();
+    let count = |prefix: &str| seen.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!((count("u "), count("d ")), (1, 1), "the upstream and its chained run once each: {seen:?}");
+    let message = |payload: &str| {
+        let needle = format!(r#""payload":"{payload}""#);
+        seen.iter().filter(|l| l.starts_with("m ") && l.contains(&needle)).count()
+    };
+    let (before, after) = (message("before"), message("after"));
+    assert_eq!((before, after), (1, 1), "each message ran once: {seen:?}");
+    let message_runs: Vec<RunRecord> = runs(&store, "listener").await;
+    assert_eq!(message_runs.len(), 2, "{message_runs:?}");
+    assert!(message_runs.iter().all(|r| r.status == Status::Succeeded && r.attempt == 1), "{message_runs:?}");
+    let chained = runs(&store, "downstream").await;
+    assert_eq!(chained.len(), 1, "{chained:?}");
+    assert_eq!((chained[0].trigger, chained[0].status), (Trigger::Chain, Status::Succeeded), "{chained:?}");
+}

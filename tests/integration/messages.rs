@@ -20,6 +20,13 @@ async fn following(nats: &Nats, job: &str) {
     .await;
 }
 
+/// The stored spec of `job`, as `cronrun get --output json` prints it.
+fn spec_of(nats: &Nats, job: &str) -> Value {
+    let got: Value = serde_json::from_str(&nats.ok(&["get", job, "--output", "json"])).unwrap();
+    assert!(got["spec"].is_object(), "{got}");
+    got["spec"].clone()
+}
+
 fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
 }
@@ -197,4 +204,72 @@ async fn bad_triggers_are_refused_at_apply_in_one_line_and_nothing_is_written() 
     }
     let jobs: Vec<Value> = serde_json::from_str(&nats.ok(&["ls", "--output", "json"])).unwrap();
     assert!(jobs.is_empty(), "nothing written: {jobs:?}");
+}
+
+/// `on` and `after` set in a Rust component's `#[job]` attribute (`plugins/tests/echo`):
+/// `deploy` follows them as `apply` would, a binary payload arrives base64, a message too
+/// big for an input is dead-lettered, and a redeploy keeps what the component carries.
+#[tokio::test(flavor = "multi_thread")]
+async fn triggers_carried_by_a_component_run_it_per_message_and_after_its_upstream() {
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    apply(&nats, "[[job]]\nname = \"echo-upstream\"\nschedule = \"@yearly\"\nshell = 'exit 3'\n");
+    let echo = plugin("test_echo").display().to_string();
+    nats.ok(&["deploy", &echo, "--name", "echo"]);
+    let spec = spec_of(&nats, "echo");
+    assert_eq!(spec["on"], serde_json::json!({ "subject": "echo.in", "concurrency": 1, "redeliver": 1 }), "{spec}");
+    assert_eq!(spec["after"], serde_json::json!([{ "job": "echo-upstream", "on": "finished" }]), "{spec}");
+    following(&nats, "echo").await;
+
+    let client = nats.client().await;
+    let mut dead = client.subscribe("cronrun.dead.echo").await.unwrap();
+    client.flush().await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    js.publish("echo.in", vec![0xff, 0x00, 0x80].into()).await.unwrap().await.unwrap();
+    js.publish("echo.in", vec![b'x'; cronrun::record::MAX_INPUT_BYTES + 1].into()).await.unwrap().await.unwrap();
+    nats.ok(&["trigger", "echo-upstream"]);
+
+    let store = nats.store().await;
+    let ended = eventually(Duration::from_secs(30), "a message run and a chained run of echo", || async {
+        let ended: Vec<_> = runs(&store, "echo").await.into_iter().filter(|r| r.status.is_final()).collect();
+        (ended.len() == 2).then_some(ended)
+    })
+    .await;
+    let by = |trigger: Trigger| ended.iter().find(|r| r.trigger == trigger).unwrap_or_else(|| panic!("{ended:?}"));
+    let message = by(Trigger::Message);
+    assert_eq!(message.status, Status::Succeeded, "{message:?}");
+    let input = message.input.clone().unwrap();
+    assert_eq!((input["subject"].as_str(), input["payload_base64"].as_str()), (Some("echo.in"), Some("/wCA")));
+    assert!(message.output.join("\n").contains("/wCA"), "the guest read its input: {message:?}");
+    let chained = by(Trigger::Chain);
+    assert_eq!(chained.status, Status::Succeeded, "{chained:?}");
+    assert_eq!(chained.input.as_ref().unwrap()["after"]["status"], "failed", "{chained:?}");
+
+    let letter = tokio::time::timeout(Duration::from_secs(30), dead.next()).await.expect("a dead letter").unwrap();
+    assert_eq!(letter.payload.len(), cronrun::record::MAX_INPUT_BYTES + 1);
+    let error = letter.headers.unwrap().get("Cronrun-Error").unwrap().as_str().to_string();
+    assert!(error.contains("over the limit of"), "why: {error}");
+
+    // A redeploy of a component without triggers keeps the ones the stored job has.
+    nats.ok(&["deploy", &plugin("hello").display().to_string(), "--name", "echo"]);
+    let spec = spec_of(&nats, "echo");
+    assert_eq!(spec["on"]["subject"], "echo.in", "{spec}");
+    assert_eq!(spec["after"][0]["job"], "echo-upstream", "{spec}");
+    nats.ok(&["deploy", &plugin("hello").display().to_string(), "--name", "echo", "--drop-triggers"]);
+    let spec = spec_of(&nats, "echo");
+    assert!(spec["on"].is_null() && spec["after"].as_array().is_none_or(Vec::is_empty), "{spec}");
+
+    // A component built without the SDK gets its triggers from `cronrun manifest`.
+    let component = nats.dir.path().join("listener.wasm");
+    std::fs::copy(python_plugin("hello"), &component).unwrap();
+    let file = component.display().to_string();
+    let refused = nats.fails(&["manifest", &file, "--on", "py.in", "--after", "echo:sometimes"]);
+    assert!(refused.contains("unknown variant `sometimes`"), "{refused}");
+    nats.ok(&["manifest", &file, "--on", "py.in", "--after", "echo-upstream:failed", "--after", "echo"]);
+    nats.ok(&["deploy", &file]);
+    let spec = spec_of(&nats, "listener");
+    assert_eq!(spec["on"]["subject"], "py.in", "{spec}");
+    let after = serde_json::json!([{ "job": "echo-upstream", "on": "failed" }, { "job": "echo", "on": "succeeded" }]);
+    assert_eq!(spec["after"], after, "{spec}");
 }

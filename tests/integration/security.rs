@@ -252,18 +252,27 @@ async fn auth_init_writes_a_config_the_server_accepts() {
     let out = init(&["--routes", "n1:6222,n2:6222", "--guest-publish", "orders.>"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let admin = std::fs::read_to_string(ids.join("admin.nk")).unwrap();
-    assert!(init(&[]).status.success());
+    let again = init(&["--publish", "orders.>"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("publisher.nk: publishes orders.>"));
     assert_eq!(std::fs::read_to_string(ids.join("admin.nk")).unwrap(), admin, "identities are kept");
     for (args, expected) in [
         (&["--guest-publish", "$KV.>"][..], "could reach $KV.>"),
+        (&["--publish", "cronrun.>"], "could reach cronrun."),
+        (&["--publish", "_INBOX.x"], "could reach _INBOX"),
+        (&["--publish", "$MQTT.>"], "is not a subject pattern"),
+        (&["--publish", "orders..x"], "is not a subject pattern"),
+        (&["--publish", "orders.x", "--routes", "n1:6222,evil@n2:6222"], "give host:port"),
         (&["--guest-publish", ">"], "could reach $JS.>"),
         (&["--routes", "n1:6222,evil@n2:6222"], "give host:port"),
         (&["--routes", "nats://n1:6222"], "give host:port"),
     ] {
+        let conf = std::fs::read(ids.join("auth.conf")).unwrap();
         let refused = init(args);
         let err = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success() && err.contains(expected), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert_eq!(std::fs::read(ids.join("auth.conf")).unwrap(), conf, "{args:?}: nothing written");
     }
     let cluster = std::fs::read_to_string(ids.join("cluster-auth.conf")).unwrap();
     assert!(cluster.contains("nats-route://cronrun-route:") && cluster.contains("@n2:6222"), "{cluster}");
@@ -288,6 +297,35 @@ async fn auth_init_writes_a_config_the_server_accepts() {
     assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
     let listed = cli(&ids.join("viewer.nk"), &["ls"]);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("@daily"));
+
+    // The publisher (`--publish orders.>`) publishes those subjects and nothing of cronrun's.
+    std::fs::write(
+        dir.path().join("on.toml"),
+        "[[job]]\nname = \"o\"\non = { subject = \"orders.new\" }\nshell = \"true\"\n",
+    )
+    .unwrap();
+    let applied = cli(&admin, &["apply", "-f", &dir.path().join("on.toml").display().to_string()]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let publisher = ids.join("publisher.nk").display().to_string();
+    let client = cronrun::connect::connect(&server.url, Some(&publisher), "publisher").await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let publish = |subject: &'static str| {
+        let js = js.clone();
+        async move {
+            let ack =
+                tokio::time::timeout(Duration::from_secs(3), async { js.publish(subject, "x".into()).await?.await });
+            matches!(ack.await, Ok(Ok(_)))
+        }
+    };
+    assert!(publish("orders.new").await, "the publisher may publish orders.>");
+    assert!(!publish("cronrun.dispatch.default").await, "nor a dispatch");
+    let info =
+        tokio::time::timeout(Duration::from_secs(3), client.request("$JS.API.STREAM.INFO.CRONRUN_MESSAGES", "".into()));
+    assert!(!matches!(info.await, Ok(Ok(_))), "nor call the JetStream API");
+    // `up --publish` shapes the server `up` starts; with a server of its own it is refused.
+    let up = cli(&admin, &["up", "--publish", "orders.>"]);
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(!up.status.success() && err.contains("give them to `cronrun auth init` there"), "{err}");
 }
 
 /// The record of a manual run of `job`, once it ended.

@@ -32,7 +32,7 @@ pub fn secure(dir: &Path) -> (String, String) {
     let seed = std::fs::read_to_string(&test_seed).unwrap();
     let test_user = serde_json::json!({ "nkey": nkeys::KeyPair::from_seed(seed.trim()).unwrap().public_key() });
     let guests: Vec<String> = GUEST_SUBJECTS.iter().map(|s| s.to_string()).collect();
-    let block = ids.authorization(&Names::new("cronrun").unwrap(), &guests, &[test_user]).unwrap();
+    let block = ids.authorization(&Names::new("cronrun").unwrap(), &guests, &[], &[test_user]).unwrap();
     (block, test_seed.to_string_lossy().into_owned())
 }
 

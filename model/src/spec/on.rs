@@ -61,7 +61,7 @@ impl OnMessage {
 
 /// A subject a consumer may filter on: tokens of printable ASCII other than space, `*`
 /// and `>` only as whole tokens, `>` last; not starting with `$` (the server's own).
-fn subject_ok(subject: &str) -> bool {
+pub fn subject_ok(subject: &str) -> bool {
     let tokens: Vec<&str> = subject.split('.').collect();
     let last = tokens.len() - 1;
     (1..=MAX_SUBJECT_LEN).contains(&subject.len())

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::Ctx;
-use crate::auth::{IDENTITIES, Identities, route_authorization, route_password, server_permissions, write_private};
+use crate::auth::{
+    IDENTITIES, Identities, PUBLISHER, route_authorization, route_password, server_permissions, write_private,
+};
 use crate::model::roles::Role;
 
 #[derive(Subcommand)]
@@ -37,6 +39,10 @@ pub struct InitArgs {
     /// A subject Wasm jobs may publish to through their runner (repeatable) [default: none]
     #[arg(long = "guest-publish")]
     pub guest_publish: Vec<String>,
+    /// A subject the `publisher` identity may publish to (repeatable), e.g. the subjects
+    /// of jobs' `on` triggers [default: none, and no publisher user]
+    #[arg(long = "publish", value_name = "SUBJECT")]
+    pub publish: Vec<String>,
     /// For a cluster: its nodes' route addresses, comma-separated (nats-1:6222,...); writes
     /// cluster-auth.conf, the route user and password and the routes that carry them
     #[arg(long, value_delimiter = ',')]
@@ -74,12 +80,18 @@ fn keygen(ctx: &Ctx, a: KeygenArgs) -> Result<()> {
     })
 }
 
-fn check_guest_subjects(ctx: &Ctx, subjects: &[String]) -> Result<()> {
-    let names = ctx.names()?;
+/// Refuses a subject given to `flag` (`--guest-publish`, `--publish`) that is no subject
+/// pattern, or could reach cronrun's or the server's own subjects.
+pub(super) fn check_publish_subjects(names: &crate::names::Names, flag: &str, subjects: &[String]) -> Result<()> {
     for subject in subjects {
         if let Some(reserved) = names.grant_reaches_reserved(subject) {
             bail!(
-                "--guest-publish {subject:?} could reach {reserved}, which no job may publish to; give subjects like \"orders.>\""
+                "{flag} {subject:?} could reach {reserved}, which only cronrun may publish to; give subjects like \"orders.>\""
+            );
+        }
+        if !crate::spec::on::subject_ok(subject) {
+            bail!(
+                "{flag} {subject:?} is not a subject pattern: give tokens of printable ASCII joined by dots, * or > as whole tokens, not starting with $"
             );
         }
     }
@@ -87,17 +99,24 @@ fn check_guest_subjects(ctx: &Ctx, subjects: &[String]) -> Result<()> {
 }
 
 fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
-    check_guest_subjects(ctx, &a.guest_publish)?;
+    let names = ctx.names()?;
+    check_publish_subjects(&names, "--guest-publish", &a.guest_publish)?;
+    check_publish_subjects(&names, "--publish", &a.publish)?;
+    let cluster = a.dir.join("cluster-auth.conf");
+    // Everything is checked before anything is written.
+    let cluster_text = match a.routes.is_empty() {
+        true => None,
+        false => Some(cluster_auth(&cluster, &a.routes)?),
+    };
     let ids = Identities::ensure(&a.dir)?;
     let conf = a.dir.join("auth.conf");
-    write_private(&conf, &ids.authorization(&ctx.names()?, &a.guest_publish, &[])?)?;
+    write_private(&conf, &ids.authorization(&names, &a.guest_publish, &a.publish, &[])?)?;
     let mut lines = vec![format!(
         "include {} at the top level of nats-server.conf, by a path relative to that file (nats-server resolves includes so)",
         conf.display()
     )];
-    if !a.routes.is_empty() {
-        let cluster = a.dir.join("cluster-auth.conf");
-        write_private(&cluster, &cluster_auth(&cluster, &a.routes)?)?;
+    if let Some(text) = cluster_text {
+        write_private(&cluster, &text)?;
         lines.push(format!(
             "include {} inside cluster {{ }} on every node, with no routes of its own",
             cluster.display()
@@ -107,8 +126,19 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
         let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         lines.push(format!("{}: {}", ids.path(name).display(), roles.join(" + ")));
     }
-    let files: Vec<String> = IDENTITIES.iter().map(|(n, _)| ids.path(n).to_string_lossy().into_owned()).collect();
-    ctx.print(&json!({ "auth_conf": conf, "identities": files }), || lines.join("\n"))
+    let mut files: Vec<String> = IDENTITIES.iter().map(|(n, _)| ids.path(n).to_string_lossy().into_owned()).collect();
+    let mut publisher = Value::Null;
+    if !a.publish.is_empty() {
+        let key = ids.public_key(PUBLISHER)?;
+        lines.push(format!(
+            "{}: publishes {} (public key {key}; replies to _INBOX.{key}); give --publish again with every later auth init",
+            ids.path(PUBLISHER).display(),
+            a.publish.join(", ")
+        ));
+        files.push(ids.path(PUBLISHER).to_string_lossy().into_owned());
+        publisher = json!({ "file": ids.path(PUBLISHER), "public_key": key, "subjects": a.publish });
+    }
+    ctx.print(&json!({ "auth_conf": conf, "identities": files, "publisher": publisher }), || lines.join("\n"))
 }
 
 /// The route user, its password (kept from an earlier run, so that nodes configured before
@@ -129,7 +159,7 @@ fn cluster_auth(path: &std::path::Path, routes: &[String]) -> Result<String> {
 }
 
 fn permissions(ctx: &Ctx, a: PermissionsArgs) -> Result<()> {
-    check_guest_subjects(ctx, &a.guest_publish)?;
+    check_publish_subjects(&ctx.names()?, "--guest-publish", &a.guest_publish)?;
     let Some(role) = Role::parse(&a.role) else {
         bail!("role {:?} is not one of admin, viewer, scheduler, runner", a.role);
     };

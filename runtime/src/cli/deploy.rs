@@ -46,6 +46,10 @@ pub struct DeployArgs {
     /// Let the job use its private KV store
     #[arg(long)]
     pub allow_kv: bool,
+    /// Clear the job's triggers (`on`, `after`) the component does not carry; without it
+    /// they are kept, as `apply` set them
+    #[arg(long)]
+    pub drop_triggers: bool,
     /// Sign the plugin with this nkey seed file (`cronrun auth keygen`), for runners that
     /// run only plugins signed by their [wasm] trusted_keys
     #[arg(long, value_name = "KEY_FILE")]
@@ -53,8 +57,7 @@ pub struct DeployArgs {
 }
 
 /// Spec fields a manifest may not set: they belong to the deployment, not the plugin.
-const NOT_FROM_MANIFEST: &[&str] =
-    &["name", "shell", "wasm", "paused", "labels", "history", "output_lines", "after", "on"];
+const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels", "history", "output_lines"];
 
 fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
     let signature = match &a.sign {
@@ -130,6 +133,7 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{file} is not a cronrun job: {e}"))?;
     let digest = plugin_digest(&bytes);
+    let (sets_on, sets_after) = (manifest.contains_key("on"), manifest.contains_key("after"));
     let mut spec = spec_from(&a, manifest, &digest, &file)?;
 
     let store = ctx.store().await?;
@@ -140,17 +144,35 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
                 spec.name,
                 spec.name
             ),
-            // What belongs to the deployment, not the plugin, is kept.
+            // What belongs to the deployment, not the plugin, is kept; so are the
+            // triggers (`on`, `after`) the component does not carry, which `apply` may
+            // have set.
             Ok(old) => {
                 spec.paused = old.paused;
                 spec.labels = old.labels;
                 spec.history = old.history;
                 spec.output_lines = old.output_lines;
-                (spec.after, spec.on) = (old.after, old.on);
+                if !sets_on && !a.drop_triggers && old.on.is_some() {
+                    eprintln!("warning: {} keeps its `on` (give --drop-triggers to clear it)", spec.name);
+                    spec.on = old.on;
+                }
+                if !sets_after && !a.drop_triggers && !old.after.is_empty() {
+                    eprintln!("warning: {} keeps its `after` (give --drop-triggers to clear it)", spec.name);
+                    spec.after = old.after;
+                }
+                // Re-checked with the kept fields: a stored history of 0 with a carried `on`.
+                spec.validate().with_context(|| format!("{file}: the job spec is refused"))?;
             }
             Err(_) => {}
         }
     }
+    // As `apply` does: chains without cycles, the messages stream capturing `on`.
+    crate::input::check_schema(&spec).with_context(|| file.clone())?;
+    store.names.check_grants(&spec)?;
+    for upstream in store.check_chains(std::slice::from_ref(&spec)).await.with_context(|| file.clone())? {
+        eprintln!("warning: no job {upstream:?} exists yet: {} starts once it is added and runs", spec.name);
+    }
+    store.ensure_message_subjects(std::slice::from_ref(&spec)).await.with_context(|| file.clone())?;
     let (_, stored) = store.put_plugin(&bytes).await?;
     let (revision, changed) = store.put_job(&spec).await.with_context(|| format!("writing job {}", spec.name))?;
     if changed {

@@ -1,4 +1,4 @@
-//! `cronrun manifest PLUGIN.wasm --schedule EXPR [...]`: writes the `cronrun-manifest`
+//! `cronrun manifest PLUGIN.wasm --schedule EXPR [--on SUBJECT] [--after JOB] [...]`: writes the `cronrun-manifest`
 //! section into a component built without the Rust SDK (componentize-py), so that it
 //! carries its own schedule as `#[cronrun_sdk::job]` components do. The fields are
 //! checked as `deploy` would check them; the file is replaced in one rename (or written
@@ -19,9 +19,15 @@ use crate::store::{MAX_PLUGIN_BYTES, plugin_digest};
 pub struct ManifestArgs {
     /// The component, e.g. hello.wasm from componentize-py
     pub plugin: PathBuf,
-    /// The job's schedule, e.g. "*/10 * * * * *"
-    #[arg(long)]
-    pub schedule: String,
+    /// The job's schedule, e.g. "*/10 * * * * *" (needed unless --on or --after is given)
+    #[arg(long, required_unless_present_any = ["on", "after"])]
+    pub schedule: Option<String>,
+    /// A run per message on this subject (the spec's `on = { subject }`)
+    #[arg(long, value_name = "SUBJECT")]
+    pub on: Option<String>,
+    /// A run after each run of JOB that ends so (`succeeded` by default; repeatable)
+    #[arg(long, value_name = "JOB[:succeeded|failed|finished]")]
+    pub after: Vec<String>,
     /// IANA time zone of the schedule [default: UTC]
     #[arg(long)]
     pub tz: Option<String>,
@@ -41,11 +47,20 @@ pub fn run(ctx: &Ctx, a: ManifestArgs) -> Result<()> {
     let bytes = super::deploy::read_plugin(&a.plugin)?;
     let mode = std::fs::metadata(&a.plugin).with_context(|| format!("cannot read {file}"))?.permissions();
     let mut manifest = Map::new();
-    manifest.insert("schedule".into(), json!(a.schedule));
-    for (key, value) in [("timezone", &a.tz), ("timeout", &a.timeout), ("pool", &a.pool)] {
+    for (key, value) in [("schedule", &a.schedule), ("timezone", &a.tz), ("timeout", &a.timeout), ("pool", &a.pool)] {
         if let Some(v) = value {
             manifest.insert(key.into(), json!(v));
         }
+    }
+    if let Some(subject) = &a.on {
+        manifest.insert("on".into(), json!({ "subject": subject }));
+    }
+    if !a.after.is_empty() {
+        let after = a.after.iter().map(|entry| match entry.rsplit_once(':') {
+            Some((job, on)) => json!({ "job": job, "on": on }),
+            None => json!({ "job": entry }),
+        });
+        manifest.insert("after".into(), Value::Array(after.collect()));
     }
     check(&manifest, &plugin_digest(&bytes)).with_context(|| format!("{file}: the manifest is refused"))?;
     let with = crate::wasm::with_manifest(&bytes, &manifest).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;

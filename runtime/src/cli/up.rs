@@ -37,6 +37,10 @@ pub struct UpArgs {
     /// local server's bound on guests [default: none]
     #[arg(long = "guest-publish")]
     pub guest_publish: Vec<String>,
+    /// A subject the `publisher` identity (beside the others in the data directory) may
+    /// publish to (repeatable), e.g. what jobs' `on` triggers listen to [default: none]
+    #[arg(long = "publish", value_name = "SUBJECT")]
+    pub publish: Vec<String>,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
@@ -65,6 +69,9 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
     // anonymous clients refused, the agent and the examples each with their own role.
     let mut admin_creds = ctx.global.creds.clone();
     let server = match &ctx.global.nats {
+        Some(url) if !a.publish.is_empty() || !a.guest_publish.is_empty() => anyhow::bail!(
+            "--publish and --guest-publish set up the local server's identities; the server at {url} has its own: give them to `cronrun auth init` there"
+        ),
         Some(_) => None,
         None => {
             let dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
@@ -75,11 +82,13 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
                     a.port
                 );
             }
-            let ids = Identities::ensure(&crate::auth::up_identities_dir(&dir))?;
             let names = Names::new(&config.namespace)?;
+            super::auth::check_publish_subjects(&names, "--guest-publish", &a.guest_publish)?;
+            super::auth::check_publish_subjects(&names, "--publish", &a.publish)?;
+            let ids = Identities::ensure(&crate::auth::up_identities_dir(&dir))?;
             let opts = ServerOptions {
                 port: a.port,
-                extra_config: ids.authorization(&names, &a.guest_publish, &[])?,
+                extra_config: ids.authorization(&names, &a.guest_publish, &a.publish, &[])?,
                 probe_creds: Some(path_str(&ids.path("admin"))),
                 ..Default::default()
             };
@@ -209,6 +218,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
         allow_http: Vec::new(),
         allow_kv: false,
         sign: None,
+        drop_triggers: false,
     };
     super::deploy::run(&ctx, args).await
 }

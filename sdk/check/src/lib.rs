@@ -86,8 +86,8 @@ pub fn inspect(wasm: &[u8]) -> Result<Inspection, String> {
 /// Why `found` is not a plugin the host can run, if it is not: a component exporting
 /// only the function `run`, importing only `cronrun:job/*@0.1.0` and `wasi:*@0.2.*`
 /// interfaces (and the `job-context` type), with a manifest whose JSON is an object with
-/// a `schedule` string. Returns that schedule.
-pub fn check(found: &Inspection) -> Result<String, String> {
+/// a `schedule` string, or a trigger (`on`, `after`) instead. Returns that schedule.
+pub fn check(found: &Inspection) -> Result<Option<String>, String> {
     if !found.is_component {
         return Err("a core module, not a component: build with --target wasm32-wasip2".to_string());
     }
@@ -107,8 +107,9 @@ pub fn check(found: &Inspection) -> Result<String, String> {
     let text = found.manifest.as_deref().ok_or_else(|| format!("no {MANIFEST_SECTION} section"))?;
     let json: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("{MANIFEST_SECTION} is not JSON: {e}: {text}"))?;
-    json.get("schedule")
-        .and_then(|s| s.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| format!("{MANIFEST_SECTION} has no schedule: {text}"))
+    match json.get("schedule") {
+        Some(serde_json::Value::String(schedule)) => Ok(Some(schedule.clone())),
+        None if json.get("on").is_some() || json.get("after").is_some() => Ok(None),
+        _ => Err(format!("{MANIFEST_SECTION} has no schedule string, nor a trigger (on, after): {text}")),
+    }
 }

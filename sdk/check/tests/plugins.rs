@@ -3,7 +3,7 @@
 //! cronrun:job and wasi 0.2 interfaces, and carrying a `cronrun-manifest` section whose
 //! schedule is the one written in the plugin's `#[job(schedule = ...)]`.
 
-use cronrun_plugin_check::{check, inspect};
+use cronrun_plugin_check::{Inspection, check, inspect};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -44,7 +44,7 @@ fn every_plugin_is_a_runnable_component_with_its_manifest() {
         let bytes = std::fs::read(wasm).unwrap();
         let found = inspect(&bytes).unwrap_or_else(|e| panic!("{}: {e}", wasm.display()));
         let schedule = check(&found).unwrap_or_else(|e| panic!("{}: {e}", wasm.display()));
-        assert_eq!(schedule, schedule_in_source(wasm), "{}", wasm.display());
+        assert_eq!(schedule, Some(schedule_in_source(wasm)), "{}", wasm.display());
         let has = |name: &str| found.imports.iter().any(|i| i == name);
         assert!(has("cronrun:job/log@0.1.0"), "{}: {:?}", wasm.display(), found.imports);
         println!(
@@ -68,6 +68,22 @@ fn every_plugin_is_a_runnable_component_with_its_manifest() {
     // Only a guest that reads its input imports `input`: the others run on older runners.
     assert!(imports("hello.wasm").iter().any(|i| i == "cronrun:job/input@0.1.0"));
     assert!(!imports("emit_event.wasm").iter().any(|i| i == "cronrun:job/input@0.1.0"));
+}
+
+/// A job started only by a trigger carries no schedule; one with neither is refused.
+#[test]
+fn a_manifest_needs_a_schedule_or_a_trigger() {
+    let with = |manifest: &str| Inspection {
+        is_component: true,
+        exports: vec!["func run".into()],
+        manifest: Some(manifest.into()),
+        ..Inspection::default()
+    };
+    assert_eq!(check(&with(r#"{"schedule":"@daily"}"#)), Ok(Some("@daily".into())));
+    assert_eq!(check(&with(r#"{"on":{"subject":"a.b"}}"#)), Ok(None));
+    assert_eq!(check(&with(r#"{"after":[{"job":"x"}]}"#)), Ok(None));
+    assert!(check(&with(r#"{"timeout":"1s"}"#)).unwrap_err().contains("nor a trigger"));
+    assert!(check(&with(r#"{"schedule":1}"#)).unwrap_err().contains("no schedule string"));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use proc_macro2::{Literal, Span};
 use quote::quote;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, FnArg, ItemFn, Lit, MetaNameValue, ReturnType, Token};
+use syn::{Expr, ExprLit, FnArg, ItemFn, Lit, Meta, MetaNameValue, ReturnType, Token};
 
 mod manifest;
 #[cfg(test)]
@@ -30,20 +30,18 @@ pub fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn expand(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> syn::Result<proc_macro2::TokenStream> {
-    let args = Punctuated::<MetaNameValue, Token![,]>::parse_terminated
+    let args = Punctuated::<Meta, Token![,]>::parse_terminated
         .parse2(attr)
         .map_err(|e| syn::Error::new(e.span(), format!("{e}: write #[job(schedule = \"...\", key = value, ...)]")))?;
     let mut entries = Vec::new();
     let mut spans = Vec::new();
     for arg in &args {
-        let key = arg.path.get_ident().map(ToString::to_string).ok_or_else(|| {
-            syn::Error::new_spanned(&arg.path, "expected a key such as `schedule`, `timezone` or `timeout`")
-        })?;
-        entries.push((key.clone(), literal(&arg.value)?));
+        let (key, value) = entry(arg)?;
+        entries.push((key.clone(), value));
         spans.push((key, arg));
     }
     let json = manifest::build(&entries).map_err(|e| {
-        match e.key.and_then(|k| spans.iter().find(|(name, _)| *name == k).map(|(_, arg)| arg)) {
+        match e.key.and_then(|k| spans.iter().filter(|(name, _)| *name == k).nth(e.nth).map(|(_, arg)| arg)) {
             Some(arg) => syn::Error::new_spanned(arg, e.message),
             None => syn::Error::new(Span::call_site(), e.message),
         }
@@ -80,6 +78,34 @@ fn expand(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> syn
             static __CRONRUN_MANIFEST: [u8; #len] = *#bytes;
         };
     })
+}
+
+/// `key = literal`, or `key(inner = literal, ...)` for the triggers `on` and `after`.
+fn entry(arg: &Meta) -> syn::Result<(String, Value)> {
+    let key = arg.path().get_ident().map(ToString::to_string).ok_or_else(|| {
+        syn::Error::new_spanned(arg.path(), "expected a key such as `schedule`, `timezone` or `timeout`")
+    })?;
+    let value = match arg {
+        Meta::NameValue(nv) => literal(&nv.value)?,
+        Meta::List(list) => {
+            let inner = list.parse_args_with(Punctuated::<MetaNameValue, Token![,]>::parse_terminated)?;
+            let mut table = Vec::new();
+            for nv in &inner {
+                let name = nv.path.get_ident().map(ToString::to_string).ok_or_else(|| {
+                    syn::Error::new_spanned(&nv.path, format!("expected a key of {key}(...), e.g. subject or job"))
+                })?;
+                table.push((name, literal(&nv.value)?));
+            }
+            Value::Table(table)
+        }
+        Meta::Path(path) => {
+            return Err(syn::Error::new_spanned(
+                path,
+                format!("`{key}` needs a value: write #[job(schedule = \"...\", key = value, ...)]"),
+            ));
+        }
+    };
+    Ok((key, value))
 }
 
 fn literal(expr: &Expr) -> syn::Result<Value> {

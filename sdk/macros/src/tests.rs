@@ -17,6 +17,10 @@ fn boolean(key: &str, b: bool) -> (String, Value) {
     (key.to_string(), Value::Bool(b))
 }
 
+fn table(key: &str, inner: &[(&str, Value)]) -> (String, Value) {
+    (key.to_string(), Value::Table(inner.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()))
+}
+
 fn message(attr: proc_macro2::TokenStream) -> String {
     let item = quote! { fn run(ctx: &Context) -> Result<Option<String>, String> { Ok(None) } };
     match expand(attr, item) {
@@ -68,7 +72,7 @@ fn refuses_unknown_keys_naming_the_key_and_the_choices() {
     assert!(e.message.contains("unknown key `colour`"), "{}", e.message);
     assert!(e.message.contains("schedule, timezone, timeout, overlap"), "{}", e.message);
     // What deploy takes from the deployment, not the plugin, is no key of the attribute.
-    for key in ["name", "wasm", "shell", "paused", "labels", "history", "output_lines"] {
+    for key in ["name", "wasm", "shell", "paused", "labels", "history", "output_lines", "notify"] {
         let e = build(&[s("schedule", "* * * * *"), s(key, "x")]).unwrap_err();
         assert!(e.message.contains(&format!("unknown key `{key}`")), "{}", e.message);
     }
@@ -202,12 +206,80 @@ fn attribute_errors_are_clear() {
     assert!(no_arg.unwrap_err().to_string().contains("exactly one argument"));
 }
 
-/// A refused value is reported at its `key = value`, not at the whole attribute.
+/// A refused value is reported at its `key = value`, not at the whole attribute; a bad
+/// second `after` at that one, a repeated key at its repetition.
 #[test]
 fn errors_point_at_the_offending_argument() {
     let item = quote! { fn run(ctx: &Context) -> Result<(), String> { Ok(()) } };
-    let attr = r#"schedule = "@hourly", timezone = "UTC", jitter = "2days", pool = "a""#;
-    let e = expand(attr.parse().unwrap(), item).unwrap_err();
-    let (start, end) = (e.span().start().column, e.span().end().column);
-    assert_eq!(&attr[start..end], r#"jitter = "2days""#, "{e}");
+    for (attr, offending) in [
+        (r#"schedule = "@hourly", timezone = "UTC", jitter = "2days", pool = "a""#, r#"jitter = "2days""#),
+        (r#"after = "a", after(job = "b", on = "sometimes")"#, r#"after(job = "b", on = "sometimes")"#),
+        (r#"after = "a", after(job = "b", when = "x")"#, r#"after(job = "b", when = "x")"#),
+        (r#"after = "a", after = 3"#, "after = 3"),
+        (r#"on = "a.b", timeout = "1s", timeout = "2s""#, r#"timeout = "2s""#),
+    ] {
+        let e = expand(attr.parse().unwrap(), item.clone()).unwrap_err();
+        let (start, end) = (e.span().start().column, e.span().end().column);
+        assert_eq!(&attr[start..end], offending, "{e}");
+    }
+}
+
+#[test]
+fn triggers_render_as_the_job_spec_writes_them() {
+    let str_ = |v: &str| Value::Str(v.to_string());
+    #[rustfmt::skip]
+    let cases = [
+        (vec![s("on", "orders.created")], r#"{"on":{"subject":"orders.created"}}"#),
+        (vec![table("on", &[("subject", str_("orders.*")), ("concurrency", Value::Int(4))]), s("overlap", "allow")],
+            r#"{"overlap":"allow","on":{"concurrency":4,"subject":"orders.*"}}"#),
+        (vec![s("after", "extract")], r#"{"after":[{"job":"extract"}]}"#),
+        (vec![s("after", "extract"), table("after", &[("job", str_("load")), ("on", str_("failed"))]), s("schedule", "@daily")],
+            r#"{"schedule":"@daily","after":[{"job":"extract"},{"job":"load","on":"failed"}]}"#),
+        (vec![s("schedule", "@hourly"), s("on", "a.b"), s("after", "x")],
+            r#"{"schedule":"@hourly","on":{"subject":"a.b"},"after":[{"job":"x"}]}"#),
+    ];
+    for (entries, expected) in cases {
+        assert_eq!(build(&entries).map_err(|e| e.message), Ok(expected.to_string()), "{entries:?}");
+    }
+}
+
+#[test]
+fn refuses_bad_triggers_at_their_key() {
+    let str_ = |v: &str| Value::Str(v.to_string());
+    #[rustfmt::skip]
+    let cases = [
+        (table("on", &[("subjet", str_("a"))]), "on", "unknown key `subjet` in on(...)"),
+        (table("on", &[("subject", str_("a")), ("subject", str_("b"))]), "on", "given twice in on(...)"),
+        (table("on", &[("subject", table("x", &[]).1)]), "on", "takes literals"),
+        (int("on", 3), "on", "on takes a subject or a table"),
+        (boolean("after", true), "after", "after takes a job name or a table"),
+        (table("after", &[("job", str_("x")), ("when", str_("failed"))]), "after", "unknown key `when`"),
+        // The spec's own checks, pointed at the key.
+        (s("on", "orders.>.x"), "on", "on.subject"),
+        (s("on", "$JS.API.>"), "on", "on.subject"),
+        (table("on", &[("subject", str_("a")), ("concurrency", Value::Int(0))]), "on", "on.concurrency must be 1 to 1000"),
+        (table("on", &[("subject", str_("a")), ("concurrency", Value::Int(2))]), "on", "overlap"),
+        (table("on", &[("subject", str_("a")), ("redeliver", Value::Int(1_000_000))]), "on", "on.redeliver must be at most"),
+        (table("after", &[("job", str_("x")), ("on", str_("sometimes"))]), "after", "unknown variant `sometimes`"),
+        (s("after", "a.*"), "after", "after"),
+    ];
+    for (entry, key, part) in cases {
+        let e = build(std::slice::from_ref(&entry)).unwrap_err();
+        assert!(e.message.contains(part), "{entry:?}: {}", e.message);
+        assert_eq!(e.key.as_deref(), Some(key), "{entry:?}: {}", e.message);
+        assert!(!e.message.contains('\n'), "{entry:?}: one line: {}", e.message);
+    }
+}
+
+#[test]
+fn trigger_attributes_expand_and_a_bare_key_is_refused() {
+    let item = quote! { fn run(ctx: &Context) -> Result<(), String> { Ok(()) } };
+    let out = expand(quote! { on(subject = "orders.*", redeliver = 5), after = "extract" }, item.clone()).unwrap();
+    let out = out.to_string();
+    assert!(
+        out.contains(r#"b"{\"on\":{\"redeliver\":5,\"subject\":\"orders.*\"},\"after\":[{\"job\":\"extract\"}]}""#),
+        "{out}"
+    );
+    assert!(message(quote! { on }).contains("`on` needs a value"));
+    assert!(message(quote! { on(subject = some_const) }).contains("expected a literal"));
 }

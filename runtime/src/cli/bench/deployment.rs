@@ -55,7 +55,7 @@ impl Deployment {
         let bench_password = crate::auth::route_password();
         let bench_user = serde_json::json!({ "user": "bench", "password": bench_password });
         let server_options = ServerOptions {
-            extra_config: ids.authorization(&names, &[], &[bench_user])?,
+            extra_config: ids.authorization(&names, &[], &[], &[bench_user])?,
             probe_creds: Some(path_str(&ids.path("admin"))),
             ..Default::default()
         };
