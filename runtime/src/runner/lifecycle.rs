@@ -186,9 +186,9 @@ async fn run_claimed(
     }
 
     // 4. Release.
-    let (ready, started) = match ticket {
+    let (ready, started, starting) = match ticket {
         Some(ticket) if ticket.confirm() => match ticket.released().await {
-            Some(at) => (ready, at),
+            Some((at, starting)) => (ready, at, Some(starting)),
             None => {
                 ready.discard().await;
                 return finish_without_start(ctx, held, Status::Failed, "the release of the run's group was lost")
@@ -200,15 +200,19 @@ async fn run_claimed(
         Some(_) if ready.bound_to_release() => {
             ready.discard().await;
             match exec::prepare(ctx, &spec, &run, None).await {
-                Ok(ready) => (ready, ctx.clock.now()),
+                Ok(ready) => (ready, ctx.clock.now(), None),
                 Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
             }
         }
-        Some(_) => (ready, ctx.clock.now()),
-        None => (ready, ctx.clock.now()),
+        Some(_) | None => (ready, ctx.clock.now(), None),
     };
     let (output, lines) = mpsc::channel(OUTPUT_BUFFER);
-    let code = match ready.start(output).await {
+    let started_code = ready.start(output).await;
+    // Started (or failed to): the runs released with this one start before any finishes.
+    if let Some(gate) = starting.map(|starting| starting.gate()) {
+        gate.passed().await;
+    }
+    let code = match started_code {
         Ok(code) => code,
         Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
     };

@@ -10,13 +10,22 @@
 //!
 //! Releases happen on a thread of their own, so a busy async runtime (a thousand runs
 //! claiming, finishing and instantiating at once) does not delay them.
+//!
+//! After the release, starting comes before finishing: a run that started waits at its
+//! group's [`StartGate`] until every run released with it has started its code (or
+//! `START_GATE_BOUND` passed) before it records, publishes and writes anything. Without
+//! it, the writes of the first guests to end (each a chain of NATS round trips whose
+//! answers wake their tasks first) took the two cores from the guests still to start: at
+//! a thousand Wasm runs an instant, the last started over 100 ms late.
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use nix::sys::signal::{Signal, kill};
@@ -32,6 +41,10 @@ use crate::clock::SharedClock;
 /// starts on its own.
 const JOIN_MARGIN: TimeDelta = TimeDelta::milliseconds(200);
 
+/// How long a started run waits at most for the others of its group to start (a run whose
+/// task was dropped after confirming never does).
+const START_GATE_BOUND: Duration = Duration::from_millis(500);
+
 /// A run's place in its group: its supervisor, and whether it goes.
 #[derive(Default)]
 struct Member {
@@ -39,11 +52,53 @@ struct Member {
     go: bool,
 }
 
+/// The release of a group: when, and its gate.
+type Released = Option<(DateTime<Utc>, Arc<StartGate>)>;
+
 struct Group {
     write: std::fs::File,
     read: OwnedFd,
     members: Vec<Member>,
-    released: watch::Sender<Option<DateTime<Utc>>>,
+    released: watch::Sender<Released>,
+}
+
+/// Open once every run released in a group has started its code.
+pub struct StartGate {
+    /// Runs released and not started yet.
+    pending: AtomicUsize,
+    open: watch::Sender<bool>,
+}
+
+impl StartGate {
+    fn new(pending: usize) -> Arc<Self> {
+        let (open, _) = watch::channel(pending == 0);
+        Arc::new(Self { pending: AtomicUsize::new(pending), open })
+    }
+
+    /// Waits until the gate opens, at most `START_GATE_BOUND`.
+    pub async fn passed(&self) {
+        let mut open = self.open.subscribe();
+        let _ = tokio::time::timeout(START_GATE_BOUND, open.wait_for(|open| *open)).await;
+    }
+}
+
+/// A released run's place at its group's gate: counted as started when dropped, which
+/// every way out of starting does.
+pub struct Starting(Arc<StartGate>);
+
+impl Starting {
+    /// The gate, to wait at once started.
+    pub fn gate(&self) -> Arc<StartGate> {
+        self.0.clone()
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.open.send_replace(true);
+        }
+    }
 }
 
 type Groups = Arc<Mutex<HashMap<i64, Group>>>;
@@ -63,7 +118,7 @@ pub struct Ticket {
     key: i64,
     index: usize,
     starter: Starter,
-    released: watch::Receiver<Option<DateTime<Utc>>>,
+    released: watch::Receiver<Released>,
 }
 
 impl Ticket {
@@ -78,10 +133,11 @@ impl Ticket {
         self.with_member(|m| m.go = true).is_some()
     }
 
-    /// Waits for the release; returns its time.
-    pub async fn released(mut self) -> Option<DateTime<Utc>> {
+    /// Waits for the release of a run that confirmed; returns its time and the run's
+    /// place at the start gate.
+    pub async fn released(mut self) -> Option<(DateTime<Utc>, Starting)> {
         let value = self.released.wait_for(Option::is_some).await.ok()?;
-        *value
+        value.as_ref().map(|(at, gate)| (*at, Starting(gate.clone())))
     }
 
     /// Applies `f` to this run's member while its group is not released yet.
@@ -174,6 +230,7 @@ fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
     let group = groups.lock().ok().and_then(|mut g| g.remove(&instant.timestamp_millis()));
     let Some(mut group) = group else { return };
     let mut lines = 0;
+    let going = group.members.iter().filter(|m| m.go).count();
     for member in &group.members {
         match (member.go, member.pid) {
             (true, _) => lines += 1,
@@ -187,5 +244,41 @@ fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
     if let Err(e) = group.write.write_all(&vec![b'\n'; lines]) {
         warn!("releasing {lines} runs of {instant}: {e}");
     }
-    let _ = group.released.send(Some(clock.now()));
+    let _ = group.released.send(Some((clock.now(), StartGate::new(going))));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gate opens when the last run released with it has started, and not before.
+    #[tokio::test(start_paused = true)]
+    async fn the_gate_opens_once_every_released_run_started() {
+        let gate = StartGate::new(3);
+        let (a, b, c) = (Starting(gate.clone()), Starting(gate.clone()), Starting(gate.clone()));
+        drop(a);
+        let waiting = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.passed().await }
+        });
+        drop(b);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "one run has not started yet");
+        drop(c);
+        tokio::time::timeout(Duration::from_millis(1), waiting).await.unwrap().unwrap();
+        // Open stays open: a run that started last passes at once.
+        tokio::time::timeout(Duration::from_millis(1), gate.passed()).await.unwrap();
+        assert!(*StartGate::new(0).open.borrow(), "a group with no run going is open");
+    }
+
+    /// A run that confirmed but never started (its task dropped) holds the others back
+    /// for `START_GATE_BOUND` at most.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_that_never_starts_holds_the_gate_for_its_bound_only() {
+        let gate = StartGate::new(2);
+        drop(Starting(gate.clone()));
+        let before = tokio::time::Instant::now();
+        gate.passed().await;
+        assert_eq!(before.elapsed(), START_GATE_BOUND);
+    }
 }

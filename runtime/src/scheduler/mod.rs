@@ -59,7 +59,10 @@ pub struct SchedulerConfig {
     pub lease_ttl: Duration,
     /// Runs are handed to runners this long before their fire instant, and started on
     /// the runner's own timer, so lateness does not grow with the number of fires at
-    /// one instant. Default 1s.
+    /// one instant. Default 1.5s: for jobs every second, the next second's dispatch and
+    /// claims then fall half-way between two instants instead of on the instant, where
+    /// they took the cores from the runs starting (1,000 Wasm jobs every second: p99 from
+    /// the fire to the guest's code 92 ms with 1 s, 47 ms with 1.5 s).
     #[serde(with = "crate::spec::codec::duration")]
     pub lead: Duration,
     /// A fire found later than this (e.g. after an outage) is recorded as missed instead
@@ -79,7 +82,7 @@ impl Default for SchedulerConfig {
         Self {
             shards: None,
             lease_ttl: Duration::from_secs(10),
-            lead: Duration::from_secs(1),
+            lead: Duration::from_millis(1500),
             default_deadline: Duration::from_secs(60),
             max_in_flight: 256,
             reconcile_every: Duration::from_secs(300),
