@@ -210,7 +210,7 @@ async fn run_claimed(
     let started_code = ready.start(output).await;
     // Started (or failed to): the runs released with this one start before any finishes.
     if let Some(gate) = starting.map(|starting| starting.gate()) {
-        gate.passed().await;
+        gate.passed(ctx.config.heartbeat).await;
     }
     let code = match started_code {
         Ok(code) => code,

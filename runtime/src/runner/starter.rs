@@ -11,9 +11,11 @@
 //! Releases happen on a thread of their own, so a busy async runtime (a thousand runs
 //! claiming, finishing and instantiating at once) does not delay them.
 //!
-//! After the release, starting comes before finishing: a run that started waits at its
-//! group's [`StartGate`] until every run released with it has started its code (or
-//! `START_GATE_BOUND` passed) before it records, publishes and writes anything. Without
+//! After the release, starting comes before finishing: a run that has handed its code to
+//! be run (a shell run's process was released by the pipe, a guest's task spawned) waits
+//! at its group's [`StartGate`] until every run released with it has done so (or
+//! `START_GATE_BOUND` passed, or half a heartbeat: nothing renews the run's lease and
+//! keepalive meanwhile) before it records, publishes and writes anything. Without
 //! it, the writes of the first guests to end (each a chain of NATS round trips whose
 //! answers wake their tasks first) took the two cores from the guests still to start: at
 //! a thousand Wasm runs an instant, the last started over 100 ms late.
@@ -75,10 +77,11 @@ impl StartGate {
         Arc::new(Self { pending: AtomicUsize::new(pending), open })
     }
 
-    /// Waits until the gate opens, at most `START_GATE_BOUND`.
-    pub async fn passed(&self) {
+    /// Waits until the gate opens, at most `START_GATE_BOUND` or `heartbeat / 2`.
+    pub async fn passed(&self, heartbeat: Duration) {
         let mut open = self.open.subscribe();
-        let _ = tokio::time::timeout(START_GATE_BOUND, open.wait_for(|open| *open)).await;
+        let bound = START_GATE_BOUND.min(heartbeat / 2);
+        let _ = tokio::time::timeout(bound, open.wait_for(|open| *open)).await;
     }
 }
 
@@ -251,6 +254,8 @@ fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
 mod tests {
     use super::*;
 
+    const HEARTBEAT: Duration = Duration::from_secs(5);
+
     /// The gate opens when the last run released with it has started, and not before.
     #[tokio::test(start_paused = true)]
     async fn the_gate_opens_once_every_released_run_started() {
@@ -259,7 +264,7 @@ mod tests {
         drop(a);
         let waiting = tokio::spawn({
             let gate = gate.clone();
-            async move { gate.passed().await }
+            async move { gate.passed(HEARTBEAT).await }
         });
         drop(b);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -267,18 +272,22 @@ mod tests {
         drop(c);
         tokio::time::timeout(Duration::from_millis(1), waiting).await.unwrap().unwrap();
         // Open stays open: a run that started last passes at once.
-        tokio::time::timeout(Duration::from_millis(1), gate.passed()).await.unwrap();
+        tokio::time::timeout(Duration::from_millis(1), gate.passed(HEARTBEAT)).await.unwrap();
         assert!(*StartGate::new(0).open.borrow(), "a group with no run going is open");
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back
-    /// for `START_GATE_BOUND` at most.
+    /// for `START_GATE_BOUND` at most, or half a heartbeat when that is shorter.
     #[tokio::test(start_paused = true)]
     async fn a_run_that_never_starts_holds_the_gate_for_its_bound_only() {
-        let gate = StartGate::new(2);
-        drop(Starting(gate.clone()));
-        let before = tokio::time::Instant::now();
-        gate.passed().await;
-        assert_eq!(before.elapsed(), START_GATE_BOUND);
+        for (heartbeat, held) in
+            [(HEARTBEAT, START_GATE_BOUND), (Duration::from_millis(300), Duration::from_millis(150))]
+        {
+            let gate = StartGate::new(2);
+            drop(Starting(gate.clone()));
+            let before = tokio::time::Instant::now();
+            tokio::time::timeout(Duration::from_secs(5), gate.passed(heartbeat)).await.unwrap();
+            assert_eq!(before.elapsed(), held, "heartbeat {heartbeat:?}");
+        }
     }
 }
