@@ -6,13 +6,27 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::events::EventKind;
-use crate::spec::parse_jobs_file;
+use crate::spec::{JobSpec, parse_jobs_file};
 
 #[derive(Args)]
 pub struct ApplyArgs {
     /// A TOML file of [[job]] tables
     #[arg(short = 'f', long = "file")]
     pub file: std::path::PathBuf,
+}
+
+/// What `apply` and `deploy` check of `specs` against what is stored, before writing
+/// them: grants reaching reserved subjects, chains (cycles refused, unknown upstreams
+/// warned about); then the messages stream made to capture their `on` subjects.
+pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[JobSpec], origin: &str) -> Result<()> {
+    for spec in specs {
+        store.names.check_grants(spec)?;
+    }
+    for upstream in store.check_chains(specs).await.with_context(|| origin.to_string())? {
+        eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
+    }
+    store.ensure_message_subjects(specs).await.with_context(|| origin.to_string())?;
+    Ok(())
 }
 
 pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
@@ -24,13 +38,7 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     }
     let store = ctx.store().await?;
     // Every job is checked before any is written.
-    for spec in &jobs {
-        store.names.check_grants(spec)?;
-    }
-    for upstream in store.check_chains(&jobs).await.with_context(|| origin.clone())? {
-        eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
-    }
-    store.ensure_message_subjects(&jobs).await.with_context(|| origin.clone())?;
+    check_against_store(&store, &jobs, &origin).await?;
     let pools: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.pool.as_str()).collect();
     for pool in pools {
         ctx.warn_if_unserved(&store, pool).await;

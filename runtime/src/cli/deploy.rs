@@ -166,13 +166,9 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
             Err(_) => {}
         }
     }
-    // As `apply` does: chains without cycles, the messages stream capturing `on`.
+    // As `apply` does: grants, chains without cycles, the messages stream capturing `on`.
     crate::input::check_schema(&spec).with_context(|| file.clone())?;
-    store.names.check_grants(&spec)?;
-    for upstream in store.check_chains(std::slice::from_ref(&spec)).await.with_context(|| file.clone())? {
-        eprintln!("warning: no job {upstream:?} exists yet: {} starts once it is added and runs", spec.name);
-    }
-    store.ensure_message_subjects(std::slice::from_ref(&spec)).await.with_context(|| file.clone())?;
+    super::apply::check_against_store(&store, std::slice::from_ref(&spec), &file).await?;
     let (_, stored) = store.put_plugin(&bytes).await?;
     let (revision, changed) = store.put_job(&spec).await.with_context(|| format!("writing job {}", spec.name))?;
     if changed {
