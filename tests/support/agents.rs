@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{BIN, Cluster, Nats, eventually, identity};
 
@@ -163,6 +163,11 @@ impl Agent {
             .unwrap_or(0)
     }
 
+    /// Whether the process has ended (a zombie until the test reaps it).
+    pub fn exited(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).map_or(true, |stat| stat.contains(") Z "))
+    }
+
     /// File descriptors the agent has open.
     pub fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
@@ -176,9 +181,17 @@ impl Drop for Agent {
 }
 
 /// Waits until the agent's scheduler and runner are both up (from its log).
+/// Fails with the end of its log if it exits first or is not ready within 15 s.
 pub async fn ready(agent: &Agent) {
-    eventually(Duration::from_secs(15), &format!("agent {} ready", agent.name), || async {
-        agent.log().contains("job catalog loaded").then_some(())
-    })
-    .await;
+    let start = Instant::now();
+    while !agent.log().contains("job catalog loaded") {
+        let exited = agent.exited();
+        if exited || start.elapsed() > Duration::from_secs(15) {
+            let log = agent.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            let what = if exited { "exited" } else { "was not ready within 15s" };
+            panic!("agent {} {what}; its log ends:\n{}", agent.name, tail.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -23,7 +23,7 @@ use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
 use super::held::Held;
 use super::running::supervise;
-use super::starter::{Starter, Ticket};
+use super::starter::Ticket;
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
@@ -121,8 +121,10 @@ async fn run_claimed(
     }
 
     // 2. Check, just before a group release, or at the instant when starting alone.
-    let in_group = made.as_ref().is_some_and(|m| m.ticket.is_some());
-    let check_at = if in_group { d.scheduled_at - Starter::margin() } else { d.scheduled_at };
+    let check_at = match made.as_ref().and_then(|m| m.ticket.as_ref()) {
+        Some(ticket) => ticket.check_at(d.scheduled_at),
+        None => d.scheduled_at,
+    };
     if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
         return Ok(false);
     }

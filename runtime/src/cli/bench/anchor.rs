@@ -13,6 +13,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, stream};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 const STREAM: &str = "BENCH_ANCHOR";
 
@@ -37,15 +38,21 @@ pub(super) async fn nats_schedules(
         ..Default::default()
     };
     let mut anchor = js.create_stream(config).await.context("creating the anchor stream")?;
-    let mut acks = Vec::with_capacity(count);
+    // async-nats lets 5,000 acknowledgements be awaited at once; the next publish waits
+    // for one of them to be taken, so they are awaited as they come, not all at the end.
+    let mut acks = FuturesUnordered::new();
     for i in 0..count {
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Schedule", schedule);
         headers.insert("Nats-Schedule-Target", format!("anchor.fired.{i}").as_str());
-        acks.push(js.publish_with_headers(format!("anchor.schedule.{i}"), headers, "".into()).await?);
+        let ack = js.publish_with_headers(format!("anchor.schedule.{i}"), headers, "".into()).await?;
+        acks.push(ack.into_future());
+        if acks.len() >= 4096 {
+            acks.next().await.transpose().context("storing a message schedule")?;
+        }
     }
-    for ack in acks {
-        ack.await.context("storing a message schedule")?;
+    while let Some(ack) = acks.next().await {
+        ack.context("storing a message schedule")?;
     }
     if Utc::now() >= from {
         bail!("storing {count} message schedules took past the first fire at {from}");

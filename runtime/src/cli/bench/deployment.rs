@@ -36,6 +36,8 @@ pub(super) struct Deployment {
     bench_password: String,
     pub url: String,
     pub agents: Vec<AgentProcess>,
+    /// Lines added to every agent's `[runner]` table.
+    runner_toml: String,
 }
 
 pub(super) struct AgentProcess {
@@ -47,7 +49,9 @@ pub(super) struct AgentProcess {
 impl Deployment {
     /// Starts nats-server and `agents` agents named a0, a1, ... and waits until each has
     /// loaded its job catalog.
-    pub async fn start(namespace: &str, agents: usize) -> Result<Self> {
+    /// `runner_toml`: lines added to the agents' `[runner]` table (a setting the workload
+    /// needs beyond the defaults), or "".
+    pub async fn start(namespace: &str, agents: usize, runner_toml: &str) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("cronrun-bench-").tempdir().context("creating a temp dir")?;
         let path = dir.path().to_path_buf();
         let ids = Identities::ensure(&path.join("identities"))?;
@@ -70,6 +74,7 @@ impl Deployment {
             server: Some(server),
             bench_password,
             agents: Vec::new(),
+            runner_toml: runner_toml.into(),
         };
         // The layout exists before the agents start, as after `cronrun up` or an apply.
         deployment.store().await?;
@@ -127,10 +132,11 @@ impl Deployment {
     fn spawn_agent(&self, name: &str) -> Result<AgentProcess> {
         let config = self.path.join(format!("{name}.toml"));
         let toml = format!(
-            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}",
+            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}{}",
             self.namespace,
             self.url,
             path_str(&self.ids.path("agent")),
+            self.runner_toml,
         );
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = self.path.join(format!("{name}.log"));
