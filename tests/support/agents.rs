@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{BIN, Cluster, Nats, eventually, identity};
+use super::{BIN, Cluster, Nats, identity};
 
 impl Nats {
     /// An agent process with test timings; `top_level` TOML keys go before its tables.
@@ -163,9 +163,12 @@ impl Agent {
             .unwrap_or(0)
     }
 
-    /// Whether the process has ended (a zombie until the test reaps it).
+    /// Whether the process has ended (a zombie until the test reaps it): its state, the
+    /// field after the command name in parentheses.
     pub fn exited(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).map_or(true, |stat| stat.contains(") Z "))
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        !matches!(state, Some(s) if s != 'Z' && s != 'X')
     }
 
     /// File descriptors the agent has open.
@@ -186,7 +189,8 @@ pub async fn ready(agent: &Agent) {
     let start = Instant::now();
     while !agent.log().contains("job catalog loaded") {
         let exited = agent.exited();
-        if exited || start.elapsed() > Duration::from_secs(15) {
+        // Read again: it may have become ready just before it exited.
+        if (exited || start.elapsed() > Duration::from_secs(15)) && !agent.log().contains("job catalog loaded") {
             let log = agent.log();
             let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
             let what = if exited { "exited" } else { "was not ready within 15s" };

@@ -22,8 +22,10 @@ pub struct WasmConfig {
     /// A run beyond this waits for one to end, within its own timeout. Default 1,000,
     /// wasmtime's own pool size: with 100, the 500 guests an agent starts when 1,000 jobs
     /// share an instant queued for slots, and the last started 46 ms late instead of 18.
-    /// A slot costs address space (reserved, not resident) and, once used, what its last
-    /// run wrote of its memory and table up to 256 + 64 KiB, kept resident for the next.
+    /// A slot reserves address space, not memory (4 GiB per linear memory, two per slot:
+    /// about 8 TiB at 1,000, so a `ulimit -v` must allow it), and once used keeps what its
+    /// last run wrote, up to 256 KiB per memory and 64 KiB per table, resident for the
+    /// next (320 KiB for the usual one memory and one table).
     pub max_instances: u32,
     /// Guest stack (recursion depth) of one run, in bytes. Default 512 KiB.
     #[serde(deserialize_with = "bytes")]

@@ -29,7 +29,7 @@ use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, Trigger};
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, Overlap};
 
 /// Lines of output waiting for the lifecycle; a job printing faster waits for it.
 const OUTPUT_BUFFER: usize = 1024;
@@ -112,6 +112,10 @@ async fn run_claimed(
         alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl(ctx)))),
         input: held.record.input.as_ref().map(|input| input.to_string()),
     };
+    // Only a run that nothing can hold back (overlap allowed, no lock) confirms ahead of
+    // the margin in a large group: the previous run of a job that guards its overlap may
+    // still be running then, and would skip or stop this one for no reason.
+    let uncontended = matches!(&early, Ok(Some((_, spec))) if spec.overlap == Overlap::Allow && spec.lock.is_none());
     match early {
         Ok(Some((revision, spec))) => {
             *made = Some(make(ctx, msg, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
@@ -122,7 +126,7 @@ async fn run_claimed(
 
     // 2. Check, just before a group release, or at the instant when starting alone.
     let check_at = match made.as_ref().and_then(|m| m.ticket.as_ref()) {
-        Some(ticket) => ticket.check_at(d.scheduled_at),
+        Some(ticket) => ticket.check_at(d.scheduled_at, uncontended),
         None => d.scheduled_at,
     };
     if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
@@ -149,7 +153,7 @@ async fn run_claimed(
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
             held.guards = leases;
-            // Its instant, and its group's release, have passed.
+            // It waited for the guard: its group's release may have passed.
             if let Some(late) = made.take() {
                 *made = late.without_release().await;
             }

@@ -71,8 +71,10 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
         }
     }
     let finished = start.elapsed();
+    // This invocation's runs only: the namespace may hold an earlier one's.
+    let ours = format!("{}-b", fire_run_id(base));
     let all = store.list_all_runs().await?;
-    let ok = all.iter().filter(|r| r.job.starts_with("thru-") && r.status == crate::record::Status::Succeeded).count();
+    let ok = all.iter().filter(|r| r.run_id.starts_with(&ours) && r.status == crate::record::Status::Succeeded).count();
     cancel.cancel();
     let _ = agent.await;
     let rate = runs as f64 / finished.as_secs_f64();
