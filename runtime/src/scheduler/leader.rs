@@ -1,16 +1,16 @@
 //! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
 //! instant, renew the lease and move the watermark.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info_span, warn};
 
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use super::catchup;
 use super::plan::{Action, Planner, Record};
@@ -65,8 +65,7 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
     let mut planner = Planner::new(s.ctx.config.lead, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
-    let mut in_flight = FuturesUnordered::new();
-    let mut in_flight_fires = InFlight::default();
+    let mut in_flight = InFlight::default();
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
     renew.tick().await;
     let lead = TimeDelta::from_std(s.ctx.config.lead).unwrap_or_default();
@@ -76,23 +75,20 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
         // Dispatch everything due within the lead time, up to the in-flight limit.
         let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
         for action in planner.due(&mut queue, now, room) {
-            in_flight_fires.add(action.fire());
-            let store = s.ctx.store.clone();
+            let (at, store) = (action.fire(), s.ctx.store.clone());
             match action {
                 Action::Run(due, trigger) => {
-                    in_flight.push(fire(store, s.ctx.config.default_deadline, due, trigger, now).boxed())
+                    in_flight.spawn(at, fire(store, s.ctx.config.default_deadline, due, trigger, now))
                 }
-                Action::Missed(due, why, record) => in_flight.push(missed(store, due, why, record, now).boxed()),
+                Action::Missed(due, why, record) => in_flight.spawn(at, missed(store, due, why, record, now)),
             }
         }
         let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
         let wake = planner.sleep(queue.peek(), now, room);
         tokio::select! {
             _ = cancel.cancelled() => {
-                while let Some(done) = in_flight.next().await {
-                    in_flight_fires.remove(done);
-                }
-                let low = low_water(&mut queue, &in_flight_fires, now + lead);
+                while in_flight.join_next().await {}
+                let low = low_water(&mut queue, &in_flight, now + lead);
                 write_watermark(s, &mut watermark, low).await.ok();
                 if let Err(e) = lease.release().await {
                     warn!("releasing scheduler lease: {e}");
@@ -104,39 +100,74 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 Some(job) => queue.upsert(job, s.ctx.clock.now()),
                 None => queue.remove(&ev.name),
             },
-            Some(done) = in_flight.next() => in_flight_fires.remove(done),
+            true = in_flight.join_next() => {}
             _ = renew.tick() => {
                 s.ctx.next_fires.set(s.n, queue.next_fires());
                 lease.renew().await?;
-                let low = low_water(&mut queue, &in_flight_fires, now + lead);
+                let low = low_water(&mut queue, &in_flight, now + lead);
                 write_watermark(s, &mut watermark, low).await?;
             }
         }
     }
 }
 
-/// Fire instants of dispatches not finished yet.
+/// Dispatches not finished yet, and their fire instants (for the watermark).
+///
+/// Each is a task of its own, so it goes on while the leader awaits its own writes
+/// (renewing its lease, moving the watermark). Polled only by the leader's loop, they used
+/// to stand still meanwhile, some holding async-nats's publish permits (5,000 per
+/// connection, handed out in order to waiters whether polled or not): with thousands in
+/// flight, the leader's own write could wait for a permit only they would give back, and
+/// the whole agent stopped writing.
 #[derive(Default)]
-struct InFlight(BTreeMap<DateTime<Utc>, usize>);
+struct InFlight {
+    tasks: JoinSet<DateTime<Utc>>,
+    fires: HashMap<tokio::task::Id, DateTime<Utc>>,
+    instants: BTreeMap<DateTime<Utc>, usize>,
+}
 
 impl InFlight {
-    fn add(&mut self, at: DateTime<Utc>) {
-        *self.0.entry(at).or_default() += 1;
+    fn spawn(&mut self, at: DateTime<Utc>, dispatch: impl Future<Output = DateTime<Utc>> + Send + 'static) {
+        let task = self.tasks.spawn(dispatch);
+        self.fires.insert(task.id(), at);
+        *self.instants.entry(at).or_default() += 1;
     }
-    fn remove(&mut self, at: DateTime<Utc>) {
-        if let Some(n) = self.0.get_mut(&at) {
+
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    fn earliest(&self) -> Option<DateTime<Utc>> {
+        self.instants.keys().next().copied()
+    }
+
+    /// Waits for one dispatch to end; false when none is in flight (never resolves in
+    /// `select!`'s pattern `true = ...` then).
+    async fn join_next(&mut self) -> bool {
+        let id = match self.tasks.join_next_with_id().await {
+            None => return false,
+            Some(Ok((id, _))) => id,
+            Some(Err(e)) => {
+                error!("a dispatch task ended abnormally: {e}");
+                e.id()
+            }
+        };
+        if let Some(at) = self.fires.remove(&id)
+            && let Some(n) = self.instants.get_mut(&at)
+        {
             *n -= 1;
             if *n == 0 {
-                self.0.remove(&at);
+                self.instants.remove(&at);
             }
         }
+        true
     }
 }
 
 /// Everything before the earliest fire not yet dispatched (queued or in flight) is done;
 /// nothing after `ceiling` (now + lead) has been looked at.
 fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>) -> DateTime<Utc> {
-    let pending = [queue.peek(), in_flight.0.keys().next().copied(), Some(ceiling)];
+    let pending = [queue.peek(), in_flight.earliest(), Some(ceiling)];
     let next = pending.into_iter().flatten().min().unwrap_or(ceiling);
     next - TimeDelta::milliseconds(1)
 }
