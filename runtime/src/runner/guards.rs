@@ -63,6 +63,12 @@ fn on_active(overlap: Overlap, current: &str, run_key: &str) -> OnActive {
 /// How often a waiting run looks whether its predecessor is gone.
 const POLL: Duration = Duration::from_millis(200);
 
+/// Whether a run of `spec` takes no lease here (overlap allowed, no lock): nothing can
+/// hold it back.
+pub(super) fn unguarded(spec: &JobSpec) -> bool {
+    spec.overlap == Overlap::Allow && spec.lock_name().is_none()
+}
+
 /// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
 pub(super) async fn acquire(
     ctx: &RunnerCtx,

@@ -29,7 +29,7 @@ use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, Trigger};
-use crate::spec::{JobSpec, Overlap};
+use crate::spec::JobSpec;
 
 /// Lines of output waiting for the lifecycle; a job printing faster waits for it.
 const OUTPUT_BUFFER: usize = 1024;
@@ -115,7 +115,7 @@ async fn run_claimed(
     // Only a run that nothing can hold back (overlap allowed, no lock) confirms ahead of
     // the margin in a large group: the previous run of a job that guards its overlap may
     // still be running then, and would skip or stop this one for no reason.
-    let uncontended = matches!(&early, Ok(Some((_, spec))) if spec.overlap == Overlap::Allow && spec.lock.is_none());
+    let uncontended = matches!(&early, Ok(Some((_, spec))) if guards::unguarded(spec));
     match early {
         Ok(Some((revision, spec))) => {
             *made = Some(make(ctx, msg, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
