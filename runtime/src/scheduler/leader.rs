@@ -121,13 +121,13 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
 /// the whole agent stopped writing.
 #[derive(Default)]
 struct InFlight {
-    tasks: JoinSet<DateTime<Utc>>,
+    tasks: JoinSet<()>,
     fires: HashMap<tokio::task::Id, DateTime<Utc>>,
     instants: BTreeMap<DateTime<Utc>, usize>,
 }
 
 impl InFlight {
-    fn spawn(&mut self, at: DateTime<Utc>, dispatch: impl Future<Output = DateTime<Utc>> + Send + 'static) {
+    fn spawn(&mut self, at: DateTime<Utc>, dispatch: impl Future<Output = ()> + Send + 'static) {
         let task = self.tasks.spawn(dispatch);
         self.fires.insert(task.id(), at);
         *self.instants.entry(at).or_default() += 1;
@@ -216,28 +216,21 @@ async fn write_watermark(s: &Led<'_>, w: &mut Watermark, at: DateTime<Utc>) -> R
     Ok(())
 }
 
-/// Records one missed fire as `record` says. Returns the fire instant for the watermark.
-async fn missed(store: Store, due: Due, why: String, record: Record, now: DateTime<Utc>) -> DateTime<Utc> {
+/// Records one missed fire as `record` says.
+async fn missed(store: Store, due: Due, why: String, record: Record, now: DateTime<Utc>) {
     let (name, at) = (&due.job.name, due.fire);
     warn!(job = %name, fire = %at, "fire missed: {why}");
-    let Some(summary) = due.summary() else { return at };
+    let Some(summary) = due.summary() else { return };
     match record {
         Record::One => catchup::record_missed(&store, name, (due.job.revision, &summary.history), at, &why, now).await,
         Record::Summary => catchup::too_many_missed(&store, name, at, now).await,
         Record::Counted => {}
     }
-    at
 }
 
-/// Dispatches one due fire. Returns the fire instant for the watermark.
-async fn fire(
-    store: Store,
-    default_deadline: Duration,
-    due: Due,
-    trigger: Trigger,
-    now: DateTime<Utc>,
-) -> DateTime<Utc> {
-    let Some(summary) = due.summary() else { return due.fire };
+/// Dispatches one due fire.
+async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigger, now: DateTime<Utc>) {
+    let Some(summary) = due.summary() else { return };
     let name = &due.job.name;
     let run_id = fire_run_id(due.fire);
     let span = info_span!("fire", job = %name, run = %run_id);
@@ -268,7 +261,6 @@ async fn fire(
     }
     .instrument(span)
     .await;
-    due.fire
 }
 
 /// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one:
