@@ -53,10 +53,10 @@ impl Browser {
         self.client.goto(url).await.unwrap();
     }
 
-    /// The text of the first element matching `css`, once there is one.
+    /// The text of the first element matching `css`, once there is one. Found and read
+    /// again if the page replaced the element between the two (a stale element).
     pub async fn text(&self, css: &str) -> String {
-        let found = self.client.wait().at_most(Duration::from_secs(15)).for_element(Locator::Css(css)).await;
-        found.unwrap_or_else(|e| panic!("no {css} on the page: {e}")).text().await.unwrap()
+        self.text_until(css, &format!("{css} on the page"), |_| true).await
     }
 
     /// Waits until the text of `css` passes `check`; returns it.
@@ -68,9 +68,13 @@ impl Browser {
         .await
     }
 
+    /// Clicks the first element matching `css`, once there is one; a click on an element
+    /// the page has just replaced fails without effect, so it is found again.
     pub async fn click(&self, css: &str) {
-        let found = self.client.wait().at_most(Duration::from_secs(15)).for_element(Locator::Css(css)).await;
-        found.unwrap_or_else(|e| panic!("no {css} to click: {e}")).click().await.unwrap();
+        eventually(Duration::from_secs(20), &format!("{css} to click"), || async {
+            self.client.find(Locator::Css(css)).await.ok()?.click().await.ok()
+        })
+        .await
     }
 
     /// Whether an element matches `css` now.
