@@ -52,6 +52,12 @@ impl Names {
     pub fn leases_bucket(&self) -> String {
         format!("{}_leases", self.ns)
     }
+    /// The schedules index: `cronrun_jobs` seen by shard, keys `<shard>.<job>`. The server
+    /// keeps it (a stream sourcing the jobs bucket's, each subject mapped by NATS's own
+    /// `partition`), so that a scheduler reads only the jobs of the shards it leads.
+    pub fn schedules_bucket(&self) -> String {
+        format!("{}_schedules", self.ns)
+    }
     /// The Wasm jobs' own KV stores: keys `<job>.<key>`.
     pub fn job_kv_bucket(&self) -> String {
         format!("{}_jobkv", self.ns)
@@ -185,6 +191,14 @@ pub mod lease_keys {
     /// The scheduler lease of shard `n`.
     pub fn shard(n: u32) -> String {
         format!("shard.{n}")
+    }
+    /// The triggers (`after`, `on`) of shard `n`'s jobs, published by its leader.
+    pub fn triggers(n: u32) -> String {
+        format!("triggers.{n}")
+    }
+    /// Every shard's `triggers` key.
+    pub fn triggers_all() -> String {
+        "triggers.*".to_string()
     }
     /// How far shard `n` has dispatched, kept beside its lease without a TTL.
     pub fn watermark(n: u32) -> String {

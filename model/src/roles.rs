@@ -182,7 +182,7 @@ impl Names {
                 api.add(self.wildcard("events"));
             }
             Role::Viewer => {
-                for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket()] {
+                for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.schedules_bucket()] {
                     api.read_stream(&kv_stream(&bucket));
                 }
                 api.read_stream(&self.logs_stream());
@@ -190,10 +190,16 @@ impl Names {
             }
             Role::Scheduler => {
                 api.read_and_create_layout(self);
+                // The schedules index, made by the first scheduler once the shard count
+                // is fixed; nobody writes to it (the server sources it from the jobs).
+                let schedules = kv_stream(&self.schedules_bucket());
+                api.read_stream(&schedules);
+                api.add(format!("$JS.API.STREAM.CREATE.{schedules}"));
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
                     "watermark.*".to_string(),
+                    lease_keys::triggers_all(),
                     lease_keys::scheduler(">"),
                     lease_keys::SHARD_COUNT.to_string(),
                     "notified.>".to_string(),
@@ -298,6 +304,15 @@ mod tests {
             (Viewer, "cronrun.dispatch.default", false),
             (Viewer, "cronrun.ctl.run.j.r.kill", false),
             (Viewer, "$JS.API.STREAM.INFO.KV_cronrun_jobs", true),
+            (Viewer, "$JS.API.CONSUMER.CREATE.KV_cronrun_schedules.x.$KV.cronrun_schedules.7.>", true),
+            (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", false),
+            (Scheduler, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", true),
+            (Scheduler, "$JS.API.STREAM.UPDATE.KV_cronrun_schedules", false),
+            (Scheduler, "$KV.cronrun_schedules.7.backup", false),
+            (Scheduler, "$KV.cronrun_leases.triggers.7", true),
+            (Runner, "$KV.cronrun_leases.triggers.7", false),
+            (Admin, "$KV.cronrun_schedules.7.backup", false),
+            (Runner, "$JS.API.STREAM.INFO.KV_cronrun_schedules", false),
             (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
             (Viewer, "$JS.API.STREAM.PURGE.CRONRUN_LOGS", false),
             (Scheduler, "$KV.cronrun_jobs.backup", false),

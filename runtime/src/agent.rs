@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -123,35 +122,37 @@ async fn run_roles(
         false => open_existing(client, names, &cancel).await?,
     };
     health.layout_ready();
-    // The catalog outlives the runner's drain, which still reads specs.
-    let catalog_cancel = CancellationToken::new();
-    let schedules = config.roles.contains(&Role::Scheduler);
-    let (events_tx, events_rx) = if schedules {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Some(tx), Some(rx))
-    } else {
-        (None, None)
-    };
-    let catalog = Catalog::start(store.clone(), events_tx, catalog_cancel.clone());
-    let _ = health.catalog.set(catalog.clone());
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
-
-    let shards = match schedules {
-        true => crate::scheduler::shard_count(&store, config.scheduler.shards).await?,
-        false => 0,
+    let index = match config.roles.contains(&Role::Scheduler) {
+        true => {
+            let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
+            let index = store.schedules_index(shards, config.layout.replicas).await?;
+            match store.index_filled(&index, &cancel).await {
+                // Told to stop while starting: an orderly stop.
+                Err(_) if cancel.is_cancelled() => return Ok(()),
+                filled => filled?,
+            }
+            Some((shards, index))
+        }
+        false => None,
     };
-    let scheduler = events_rx.map(|events| {
+    // The catalog outlives the runner's drain, which still reads specs.
+    let catalog_cancel = CancellationToken::new();
+    let catalog = Catalog::start(store.clone(), index.as_ref().map(|(shards, _)| *shards), catalog_cancel.clone());
+    let _ = health.catalog.set(catalog.clone());
+    let scheduler = index.map(|(shards, index)| {
         let ctx = SchedulerCtx {
             store: store.clone(),
             catalog: catalog.clone(),
+            index,
             config: config.scheduler.clone(),
             clock: clock.clone(),
             holder: instance.clone(),
             shards,
             next_fires: health.next_fires.clone(),
         };
-        let scheduler = Scheduler { ctx, events, notify: config.notify.clone() };
+        let scheduler = Scheduler { ctx, notify: config.notify.clone() };
         health.role_started();
         tokio::spawn(scheduler.run(cancel.clone()))
     });

@@ -71,7 +71,9 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
     let mut may_exist = true;
     loop {
         if !chainer.catalog.has_chains() {
-            if may_exist {
+            // Deleted only once every shard said it has no chains: a shard not led yet
+            // (agents starting, an upgrade) may have some, and the records meanwhile wait.
+            if may_exist && chainer.catalog.triggers_complete() {
                 may_exist = !chainer.delete_consumer().await;
             }
             tokio::select! {
@@ -218,7 +220,7 @@ impl Chainer {
     }
 
     async fn start(&self, upstream: &RunRecord, job: &str) -> Result<(), Error> {
-        let Some(entry) = self.catalog.get(job) else { return Ok(()) };
+        let Some(entry) = self.catalog.get(job).await? else { return Ok(()) };
         let Ok(summary) = &entry.summary else { return Ok(()) };
         let depth = depth_of(upstream) + 1;
         if depth > MAX_DEPTH {

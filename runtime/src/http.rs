@@ -28,8 +28,8 @@ pub struct Health {
     pub slots: std::sync::OnceLock<(usize, Arc<AtomicUsize>)>,
     /// The next fires of the shards led here.
     pub next_fires: crate::metrics::NextFires,
-    /// The jobs that exist, once the agent follows them: a removed job's series are not
-    /// shown.
+    /// The agent's catalog, which knows the jobs removed while it ran: their series are
+    /// not shown.
     pub catalog: std::sync::OnceLock<crate::catalog::Catalog>,
 }
 
@@ -92,7 +92,7 @@ pub async fn serve(
         None => TcpListener::bind(addr).await.map_err(cannot)?,
     };
     let bound = listener.local_addr().map_err(cannot)?;
-    let dashboard = Dashboard::start(dashboard, health.client.clone(), health.clone(), bound, cancel.clone())?;
+    let dashboard = Dashboard::start(dashboard, health.client.clone(), bound, cancel.clone())?;
     let app = Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -123,7 +123,10 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
     let mut body = crate::metrics::handle().map(|h| h.render()).unwrap_or_default();
     body.push_str(&health.next_fires.render());
     if let Some(catalog) = health.catalog.get().filter(|c| c.is_loaded()) {
-        body = crate::metrics::without_removed_jobs(&body, |job| catalog.get(job).is_some());
+        // Removed jobs are remembered only while a series of theirs is there to hide.
+        let named = crate::metrics::jobs_named(&body);
+        catalog.retain_removed(|job| named.contains(job));
+        body = crate::metrics::without_removed_jobs(&body, |job| !catalog.was_removed(job));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

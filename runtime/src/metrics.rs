@@ -158,6 +158,11 @@ impl NextFires {
     }
 }
 
+/// The jobs that `text` (Prometheus exposition) has samples of.
+pub fn jobs_named(text: &str) -> std::collections::HashSet<&str> {
+    text.lines().filter_map(job_label).collect()
+}
+
 /// `text` (Prometheus exposition) without the samples whose `job` label names a job that
 /// `exists` says is gone. Lines without a `job` label, comments included, are kept.
 pub fn without_removed_jobs(text: &str, exists: impl Fn(&str) -> bool) -> String {

@@ -51,7 +51,7 @@ enum Filter {
 pub async fn jobs(_: Viewer, State(d): State<Arc<Dashboard>>, Query(q): Query<JobsQuery>) -> Json<Value> {
     let now = Utc::now();
     let needle = q.q.trim().to_lowercase();
-    let mut jobs = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
+    let mut jobs = d.all_jobs();
     jobs.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
     if q.filter != Filter::All {
         jobs.retain(|job| match (q.filter, &job.summary) {
@@ -204,7 +204,7 @@ pub async fn output(
 }
 
 pub async fn status(_: Viewer, State(d): State<Arc<Dashboard>>) -> Result<Json<Value>, ApiError> {
-    let specs = d.health.catalog.get().map(|c| c.snapshot()).unwrap_or_default();
+    let specs = d.all_jobs();
     let pools =
         crate::status::pools_of(specs.iter().filter_map(|j| j.summary.as_ref().ok()).map(|s| (&*s.pool, s.paused)));
     let report = crate::status::StatusReport::gather(d.reader()?, pools).await?;

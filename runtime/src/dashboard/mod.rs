@@ -32,8 +32,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::AllJobs;
 use crate::error::Error;
-use crate::http::Health;
 use crate::store::Store;
 use view::RunsView;
 
@@ -48,7 +48,6 @@ pub struct DashboardConfig {
 }
 
 pub struct Dashboard {
-    health: Arc<Health>,
     /// The login token; None: the dashboard is off.
     token: Option<String>,
     /// The session cookie's name: per port, as browsers share cookies across the ports
@@ -57,6 +56,8 @@ pub struct Dashboard {
     actions: bool,
     reader: OnceLock<Store>,
     admin: OnceLock<Store>,
+    /// Every job, for the table: held only by an agent serving the dashboard.
+    jobs: OnceLock<AllJobs>,
     view: RunsView,
     /// Live output streams open now, at most `MAX_STREAMS`.
     streams: Arc<tokio::sync::Semaphore>,
@@ -78,18 +79,17 @@ impl Dashboard {
     pub fn start(
         config: DashboardConfig,
         agent: async_nats::Client,
-        health: Arc<Health>,
         bound: SocketAddr,
         cancel: CancellationToken,
     ) -> Result<Arc<Self>, Error> {
         let token = config.token_file.as_deref().map(read_token).transpose()?;
         let dashboard = Arc::new(Self {
-            health,
             actions: token.is_some() && config.admin_creds.is_some(),
             token,
             cookie: format!("cronrun_session_{}", bound.port()),
             reader: OnceLock::new(),
             admin: OnceLock::new(),
+            jobs: OnceLock::new(),
             view: RunsView::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
             cancel: cancel.clone(),
@@ -134,10 +134,11 @@ impl Dashboard {
         let reading = async {
             let reader = reader.await;
             let _ = self.reader.set(reader.clone());
+            let jobs = self.jobs.get_or_init(|| AllJobs::start(reader.clone(), cancel.clone()));
             let revisions = async {
                 loop {
-                    if let Some(catalog) = self.health.catalog.get().filter(|c| c.is_loaded()) {
-                        self.view.note_revisions(catalog, chrono::Utc::now());
+                    if jobs.is_loaded() {
+                        self.view.note_revisions(jobs, chrono::Utc::now());
                     }
                     tokio::time::sleep(Duration::from_secs(5)).await;
                 }
@@ -198,6 +199,11 @@ impl Dashboard {
     }
 
     /// The store it reads with, once open.
+    /// Every job now (none while connecting).
+    fn all_jobs(&self) -> Vec<Arc<crate::catalog::CatalogJob>> {
+        self.jobs.get().map(AllJobs::snapshot).unwrap_or_default()
+    }
+
     fn reader(&self) -> Result<&Store, ApiError> {
         self.reader.get().ok_or_else(|| ApiError::unavailable("the dashboard is still connecting to NATS"))
     }

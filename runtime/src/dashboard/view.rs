@@ -106,7 +106,7 @@ impl RunsView {
     /// that revision with `now`, and forgets removed jobs. Called every few seconds: a new,
     /// changed or resumed job is scheduled from its change on, so earlier fires are not
     /// its to miss.
-    pub fn note_revisions(&self, catalog: &crate::catalog::Catalog, now: DateTime<Utc>) {
+    pub fn note_revisions(&self, catalog: &crate::catalog::AllJobs, now: DateTime<Utc>) {
         let jobs = catalog.snapshot();
         let Ok(mut seen) = self.revisions.write() else { return };
         seen.retain(|name, _| catalog.get(name).is_some());

@@ -83,7 +83,7 @@ async fn see_through(ctx: &Ctx, job: &str, on: &OnMessage, msg: &Message) -> Res
         .ok_or_else(|| Error::nats("reading a message's metadata", "publish time out of range"))?;
     let run_id = message_run_id(published, info.stream_sequence);
     let key = run_key(job, &run_id);
-    let Some(entry) = ctx.catalog.get(job) else { return Ok(Some(("the job was removed".into(), key))) };
+    let Some(entry) = ctx.catalog.get(job).await? else { return Ok(Some(("the job was removed".into(), key))) };
     let Ok(summary) = &entry.summary else { return Ok(Some(("the job's spec is invalid".into(), key))) };
     let marker = lease_keys::message(job, &run_id);
     let mut stored = match ctx.store.get_run(job, &run_id).await {
@@ -127,7 +127,7 @@ async fn see_through(ctx: &Ctx, job: &str, on: &OnMessage, msg: &Message) -> Res
                 // After a pause: what skipped it (a run still ending, a lock) needs time.
                 let wait = Duration::from_secs(1 << stored.record.attempt.min(6)).min(MAX_RUN_AGAIN_WAIT);
                 info!(job, run = %run_id, status = stored.record.status.as_str(), ?wait, "messages: running the message again");
-                let current = ctx.catalog.get(job);
+                let current = ctx.catalog.get(job).await.ok().flatten();
                 let pool = match current.as_deref().map(|e| &e.summary) {
                     Some(Ok(now)) => now.pool.clone(),
                     _ => summary.pool.clone(),

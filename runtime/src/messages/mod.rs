@@ -80,7 +80,17 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
     let mut to_check: Vec<String> = existing_consumers(&ctx.store).await;
     loop {
         let now = ctx.catalog.listeners();
-        let paused = |job: &str| ctx.catalog.get(job).and_then(|j| j.summary.as_ref().ok().map(|s| s.paused));
+        // Whether each listening job is paused; None when it is gone or invalid. A spec
+        // that cannot be read now (NATS away) leaves the job as it is: followed or not.
+        let mut paused_now = HashMap::new();
+        for job in now.keys() {
+            let paused = match ctx.catalog.get(job).await {
+                Ok(found) => found.and_then(|j| j.summary.as_ref().ok().map(|s| s.paused)),
+                Err(_) => Some(!following.contains_key(job)),
+            };
+            paused_now.insert(job.clone(), paused);
+        }
+        let paused = |job: &str| paused_now.get(job).copied().flatten();
         following.retain(|job, f| {
             let keep = now.get(job) == Some(&f.on) && paused(job) == Some(false) && !f.task.is_finished();
             if f.task.is_finished() && !cancel.is_cancelled() {
@@ -100,9 +110,14 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         // is unreadable (a newer version's?) keeps it, and its messages.
         let mut still = Vec::new();
         for job in to_check.drain(..) {
-            let unheard = match ctx.catalog.get(&job) {
-                None => true,
-                Some(entry) => entry.summary.as_ref().is_ok_and(|s| s.on.is_none()),
+            let unheard = match ctx.catalog.get(&job).await {
+                Ok(None) => true,
+                Ok(Some(entry)) => entry.summary.as_ref().is_ok_and(|s| s.on.is_none()),
+                // Looked at again next time.
+                Err(_) => {
+                    still.push(job);
+                    continue;
+                }
             };
             if unheard && !delete_consumer(&ctx.store, &job).await {
                 still.push(job);

@@ -213,7 +213,7 @@ impl Notifier {
         seq: u64,
         tries: u32,
     ) -> Result<(), ()> {
-        let rules = self.rules(&event.job);
+        let rules = self.rules(&event.job).await?;
         if !rules.iter().any(|rule| decide::may_notice(rule, event.event)) {
             return Ok(());
         }
@@ -249,7 +249,7 @@ impl Notifier {
         seq: u64,
         tries: u32,
     ) -> Result<Option<Duration>, ()> {
-        let rules = self.rules(&event.job);
+        let rules = self.rules(&event.job).await?;
         let late: Vec<(usize, &Notify, Duration)> =
             rules.iter().enumerate().filter_map(|(i, rule)| rule.late.map(|d| (i, rule, d))).collect();
         // One check per fire: its first attempt's dispatch.
@@ -283,13 +283,14 @@ impl Notifier {
         result.map(|()| wait)
     }
 
-    /// The job's rules: its spec's `notify`, else `[notify] default`.
-    fn rules(&self, job: &str) -> Vec<Notify> {
-        let job = self.catalog.get(job);
-        match job.as_ref().and_then(|j| j.summary.as_ref().ok()).map(|s| s.notify.clone()) {
+    /// The job's rules: its spec's `notify`, else `[notify] default`. Err: the spec could
+    /// not be read (the event is looked at again).
+    async fn rules(&self, job: &str) -> Result<Vec<Notify>, ()> {
+        let job = self.catalog.get(job).await.map_err(|e| warn!(job, "notifications: reading the job: {e}"))?;
+        Ok(match job.as_ref().and_then(|j| j.summary.as_ref().ok()).map(|s| s.notify.clone()) {
             Some(rules) if !rules.is_empty() => rules,
             _ => self.config.default.clone(),
-        }
+        })
     }
 
     /// Delivers `notice` by rule number `i` unless it delivered already for this event

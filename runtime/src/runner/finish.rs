@@ -112,7 +112,8 @@ pub(super) async fn finish_without_start(
         Event::new(&r.job, &r.run_id, EventKind::of_status(status), r.attempt, ctx.clock.now()).with_detail(why);
     publish_event(&ctx.store, &event).await;
     // Runs that never start (skipped, cancelled) count against the history like others.
-    let history = ctx.catalog.get(&r.job).and_then(|j| j.summary.as_ref().ok().map(|s| s.history.clone()));
+    let job = ctx.catalog.get(&r.job).await.ok().flatten();
+    let history = job.and_then(|j| j.summary.as_ref().ok().map(|s| s.history.clone()));
     if let Some(history) = history {
         ctx.prune(&r.job, &history).await;
     }

@@ -158,10 +158,11 @@ const SPEC_CACHE_MAX: usize = 10_000;
 
 impl RunnerCtx {
     /// The job's current revision and spec, at least `at_least` (the revision it was
-    /// dispatched with): from the catalog, or from KV when the catalog has not seen it
-    /// yet (a `trigger` right after `add`). None: the job was removed.
+    /// dispatched with): from the catalog, or from KV when the catalog has not seen that
+    /// revision yet (a `trigger` right after an edit). None: the job was removed.
     async fn current(&self, job: &str, at_least: u64) -> Result<Option<(u64, Arc<JobSpec>)>, Error> {
-        match self.catalog.get(job) {
+        match self.catalog.get(job).await? {
+            None => Ok(None),
             Some(known) if known.revision >= at_least => {
                 if let Err(e) = &known.summary {
                     return Err(e.clone());

@@ -44,7 +44,7 @@ pub(super) fn on_expiry(record: &RunRecord) -> Expiry {
 /// recorded `cancelled` instead.
 async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: DateTime<Utc>) -> Result<(), Error> {
     let (job, run_id, attempt) = (queued.record.job.clone(), queued.record.run_id.clone(), queued.record.attempt);
-    let Some(pool) = catalog.get(&job).and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone())) else {
+    let Some(pool) = catalog.get(&job).await?.and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone())) else {
         let mut record = queued.record;
         record.status = Status::Cancelled;
         record.error = Some("job was removed before its retry".into());
@@ -91,6 +91,7 @@ pub(super) async fn run_lease_expired(
         .with_detail(record.error.clone().unwrap_or_default());
     let policy = catalog
         .get(job)
+        .await?
         .and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone(), s.on.clone())));
     // A retried attempt goes from its last record straight to the next attempt in one
     // compare-and-set, as a runner's failed attempt does: a `lost` record is final, and

@@ -9,13 +9,12 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info_span, warn};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::catchup;
+use super::index::{PublishedTriggers, ShardChange, ShardJobs};
 use super::plan::{Action, Planner, Record};
-use super::{Due, FireQueue, SchedulerCtx, shard_of, shards};
-use crate::catalog::CatalogEvent;
+use super::{Due, FireQueue, SchedulerCtx, shards};
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -33,8 +32,6 @@ struct Watermark {
 pub(super) struct Led<'a> {
     pub n: u32,
     pub ctx: &'a SchedulerCtx,
-    /// Catalog changes of the shard's jobs.
-    pub events: &'a mut mpsc::UnboundedReceiver<CatalogEvent>,
 }
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
@@ -48,12 +45,11 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    // Changes seen while standing by are in the snapshot; applied again after it they
-    // would move their jobs' next fires from the watermark to now.
-    while s.events.try_recv().is_ok() {}
+    let mut jobs = ShardJobs::new(s.ctx.index.clone(), s.n, s.ctx.shards);
     let mut queue = FireQueue::default();
-    let (n, shards) = (s.n, s.ctx.shards);
-    for job in s.ctx.catalog.snapshot_where(|name| shard_of(name, shards) == n) {
+    let mut triggers = PublishedTriggers::new(s.n);
+    for job in jobs.load().await? {
+        triggers.set(&job);
         let start = match (&job.summary, first_lead) {
             (Ok(summary), false) => {
                 catchup::resume_from(&s.ctx.store, &job.name, summary, from, now, s.ctx.config.default_deadline).await
@@ -65,6 +61,8 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
     let mut planner = Planner::new(s.ctx.config.lead, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
+    publish_triggers(s, &mut triggers).await;
+    let mut publish_at = None;
     let mut in_flight = InFlight::default();
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
     renew.tick().await;
@@ -96,16 +94,38 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 return Ok(());
             }
             _ = tokio::time::sleep(wake) => {}
-            Some(ev) = s.events.recv() => match ev.job {
-                Some(job) => queue.upsert(job, s.ctx.clock.now()),
-                None => queue.remove(&ev.name),
+            change = jobs.next() => match change {
+                Ok(ShardChange::Put(job)) => {
+                    triggers.set(&job);
+                    queue.upsert(job, s.ctx.clock.now());
+                    publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
+                }
+                Ok(ShardChange::Removed(name)) => {
+                    triggers.remove(&name);
+                    queue.remove(&name);
+                    publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
+                }
+                // Without its jobs' changes the shard cannot be led: let another (or us
+                // again, after a fresh load) take it at once.
+                Err(e) => {
+                    if let Err(e) = lease.release().await {
+                        warn!("releasing scheduler lease: {e}");
+                    }
+                    return Err(e);
+                }
             },
             true = in_flight.join_next() => {}
+            // Changed triggers go out a moment later, many edits (an `apply`) in one write.
+            _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
+                publish_at = None;
+                publish_triggers(s, &mut triggers).await;
+            }
             _ = renew.tick() => {
                 s.ctx.next_fires.set(s.n, queue.next_fires());
                 lease.renew().await?;
                 let low = low_water(&mut queue, &in_flight, now + lead);
                 write_watermark(s, &mut watermark, low).await?;
+                publish_triggers(s, &mut triggers).await;
             }
         }
     }
@@ -170,6 +190,17 @@ fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>
     let pending = [queue.peek(), in_flight.earliest(), Some(ceiling)];
     let next = pending.into_iter().flatten().min().unwrap_or(ceiling);
     next - TimeDelta::milliseconds(1)
+}
+
+/// How long changed triggers wait to be published with the changes that follow.
+const TRIGGERS_DELAY: Duration = Duration::from_millis(50);
+
+/// Publishes the shard's triggers if they need it; a failure is tried again at the next
+/// renewal.
+async fn publish_triggers(s: &Led<'_>, triggers: &mut PublishedTriggers) {
+    if let Err(e) = triggers.publish(&s.ctx.store.leases, s.ctx.store.record_budget).await {
+        error!("publishing the shard's triggers: {e}");
+    }
 }
 
 /// Gives every shard never led a watermark at `now`, when the first scheduler starts: a

@@ -5,6 +5,7 @@
 //! - `members.rs`: scheduler presence, so all agree on the member list.
 //! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
 //! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
+//! - `index.rs`: the jobs of a shard, read from the schedules index while leading it.
 //! - `queue.rs`: next fires of every job of a shard (heap).
 //! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
@@ -20,6 +21,7 @@
 
 mod catchup;
 mod expiry;
+mod index;
 mod leader;
 mod members;
 mod plan;
@@ -38,12 +40,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::catalog::{Catalog, CatalogEvent};
+use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
-use crate::store::Store;
+use crate::store::{Bucket, Store};
 use crate::supervise::Watched;
 
+pub use index::load_shard;
 pub use queue::{Due, FireQueue};
 pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
 
@@ -95,6 +98,8 @@ impl Default for SchedulerConfig {
 pub struct SchedulerCtx {
     pub store: Store,
     pub catalog: Catalog,
+    /// The schedules index (see `store::schedules`), where a leader reads its shard's jobs.
+    pub index: Bucket,
     pub config: SchedulerConfig,
     pub clock: SharedClock,
     /// Who we are in lease values: `<host>/<instance>`.
@@ -107,8 +112,6 @@ pub struct SchedulerCtx {
 
 pub struct Scheduler {
     pub ctx: SchedulerCtx,
-    /// Catalog changes, routed to the shard tasks.
-    pub events: mpsc::UnboundedReceiver<CatalogEvent>,
     /// What notifications this scheduler delivers with (see `notify`).
     pub notify: crate::notify::NotifyConfig,
 }
@@ -116,7 +119,6 @@ pub struct Scheduler {
 /// A shard task of ours: standing by for the lease or leading.
 struct Running {
     cancel: CancellationToken,
-    events: mpsc::UnboundedSender<CatalogEvent>,
     handle: JoinHandle<()>,
 }
 
@@ -182,11 +184,6 @@ impl Scheduler {
                     stopping.retain(|h| !h.is_finished());
                     stopping.extend(self.rebalance(&list, &mut running, &state_tx));
                 }
-                Some(ev) = self.events.recv() => {
-                    if let Some(task) = running.get(&shard_of(&ev.name, self.ctx.shards)) {
-                        let _ = task.events.send(ev);
-                    }
-                }
             }
         }
         if let Some(why) = &fault {
@@ -234,11 +231,10 @@ impl Scheduler {
             .collect();
         let missing: Vec<u32> = (0..self.ctx.shards).filter(|&s| ours(s) && !running.contains_key(&s)).collect();
         for n in missing {
-            let (events_tx, events) = mpsc::unbounded_channel();
             let cancel = CancellationToken::new();
-            let task = shard::Shard { n, ctx: self.ctx.clone(), events, state: state.clone() };
+            let task = shard::Shard { n, ctx: self.ctx.clone(), state: state.clone() };
             let handle = tokio::spawn(task.run(cancel.clone()));
-            running.insert(n, Running { cancel, events: events_tx, handle });
+            running.insert(n, Running { cancel, handle });
         }
         info!(members = members.len(), owned = running.len(), "shards rebalanced");
         stopping

@@ -23,12 +23,17 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::record::parse_run_key;
 use crate::store::kv::Watch;
-use crate::store::{LEASE_MARKER_TTL, Store};
+use crate::store::{Bucket, LEASE_MARKER_TTL, Store};
+
+/// The longest wait between two tries at handling an expiry.
+const REAP_RETRY_MAX: Duration = Duration::from_secs(16);
 
 /// Every scheduler runs one, beside its shard tasks.
 pub(super) struct Reaper {
     store: Store,
     catalog: Catalog,
+    /// The schedules index: the names of the jobs of the shards led here, for the sweep.
+    index: Bucket,
     clock: SharedClock,
     shards: u32,
     watch: Option<Watch>,
@@ -48,6 +53,7 @@ impl Reaper {
         let mut reaper = Self {
             store: ctx.store,
             catalog: ctx.catalog,
+            index: ctx.index,
             clock: ctx.clock,
             shards: ctx.shards,
             watch: None,
@@ -144,16 +150,19 @@ impl Reaper {
         if self.leading.is_empty() || self.sweeping.as_ref().is_some_and(|s| !s.is_finished()) {
             return;
         }
-        let (leading, shards) = (self.leading.clone(), self.shards);
-        let jobs: Vec<String> = self
-            .catalog
-            .snapshot_where(|name| leading.contains(&shard_of(name, shards)))
-            .into_iter()
-            .map(|job| job.name.clone())
-            .collect();
-        let (store, catalog, now, deadline) =
-            (self.store.clone(), self.catalog.clone(), self.clock.now(), self.default_deadline);
+        let (store, catalog, index, now, deadline) =
+            (self.store.clone(), self.catalog.clone(), self.index.clone(), self.clock.now(), self.default_deadline);
+        let leading = self.leading.clone();
         self.sweeping = Some(tokio::spawn(async move {
+            let mut jobs = Vec::new();
+            for n in leading {
+                match index.keys(&format!("{n}.>")).await {
+                    Ok(keys) => {
+                        jobs.extend(keys.into_iter().filter_map(|k| k.split_once('.').map(|(_, job)| job.to_string())))
+                    }
+                    Err(e) => return warn!(shard = n, "sweep: listing the shard's jobs: {e}"),
+                }
+            }
             let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, now).await;
             if settled > 0 {
                 info!(settled, jobs = jobs.len(), "sweep settled runs left without an owner");
@@ -161,11 +170,24 @@ impl Reaper {
         }));
     }
 
+    /// Handles one expiry on a task of its own, trying again a few times over half a
+    /// minute when NATS fails (then the sweep settles the run).
     fn reap(&self, key: String) {
         let (store, catalog, now) = (self.store.clone(), self.catalog.clone(), self.clock.now());
         tokio::spawn(async move {
-            if let Err(e) = run_lease_expired(&store, &catalog, &key, now).await {
-                warn!(lease = %key, "handling an expired run lease: {e}");
+            let mut wait = Duration::from_secs(1);
+            loop {
+                match run_lease_expired(&store, &catalog, &key, now).await {
+                    Ok(()) => return,
+                    Err(e) if wait <= REAP_RETRY_MAX => {
+                        warn!(lease = %key, "handling an expired run lease: {e}; trying again in {wait:?}")
+                    }
+                    Err(e) => {
+                        return warn!(lease = %key, "handling an expired run lease: {e}; the sweep will settle the run");
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait *= 2;
             }
         });
     }

@@ -12,15 +12,12 @@ use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::SchedulerCtx;
 use super::leader::{Led, lead};
-use crate::catalog::CatalogEvent;
 use crate::names::lease_keys;
 use crate::store::lease::Lease;
 
 pub(super) struct Shard {
     pub n: u32,
     pub ctx: SchedulerCtx,
-    /// Catalog changes of this shard's jobs.
-    pub events: mpsc::UnboundedReceiver<CatalogEvent>,
     /// Tells the scheduler when we start (true) and stop (false) leading.
     pub state: mpsc::UnboundedSender<(u32, bool)>,
 }
@@ -46,7 +43,7 @@ impl Shard {
                 crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
-                let mut shard = Led { n: self.n, ctx: &self.ctx, events: &mut self.events };
+                let mut shard = Led { n: self.n, ctx: &self.ctx };
                 let led = AssertUnwindSafe(lead(&mut shard, lease, &cancel)).catch_unwind().await;
                 crate::metrics::shards_led(-1.0);
                 self.ctx.next_fires.clear(self.n);
@@ -70,8 +67,7 @@ impl Shard {
     }
 
     /// Waits for the lease: tries whenever the key changes (release, expiry) and at
-    /// least every second, draining catalog events meanwhile (the leader rebuilds its
-    /// queue from the catalog). None once `cancel` is set. A write in flight is never
+    /// least every second. None once `cancel` is set. A write in flight is never
     /// abandoned (it may land unseen, leaving a lease nobody holds): cancellation is
     /// looked at only between attempts.
     async fn acquire(&mut self, key: &str, cancel: &CancellationToken) -> Option<Lease> {
@@ -92,7 +88,6 @@ impl Shard {
                 tokio::select! {
                     _ = cancel.cancelled() => return None,
                     _ = &mut retry => break,
-                    Some(_) = self.events.recv() => {}
                     change = async {
                         match lease_watch.as_mut() {
                             Some(w) => w.next().await,

@@ -1,7 +1,9 @@
 //! Which shard a job is in, how many shards there are, and which scheduler owns which.
 //!
-//! A job's shard is a stable hash of its name (FNV-1a, the same on every host and
-//! version) modulo the shard count. The count is fixed when a deployment first starts:
+//! A job's shard is a stable hash of its name modulo the shard count: 32-bit FNV-1a, which
+//! is what NATS's subject-mapping `partition` computes, so that the server files each job
+//! under the same shard in the schedules index (see `index`). The count is fixed when a
+//! deployment first starts:
 //! the first scheduler stores it under `shards` in the leases bucket and every later one
 //! uses it, since changing it would move jobs to shards whose watermarks never saw them.
 //!
@@ -30,9 +32,15 @@ pub(super) fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// The shard of job `name` among `count`.
+/// The shard of job `name` among `count`: NATS's `{{partition(count,1)}}` of the job's
+/// key, 32-bit FNV-1a of the name modulo the count.
 pub fn shard_of(name: &str, count: u32) -> u32 {
-    (fnv1a(&[name.as_bytes()]) % u64::from(count.max(1))) as u32
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % count.max(1)
 }
 
 /// The owner of every shard (index into `members`, which must be sorted and deduplicated
@@ -139,6 +147,19 @@ mod tests {
         load
     }
 
+    /// Pinned: the shards nats-server 2.14's `{{partition(64,1)}}` filed these keys under
+    /// (read back from a sourced stream). A scheduler that disagreed would lead jobs it
+    /// never loads.
+    #[test]
+    fn a_jobs_shard_is_the_one_nats_partition_gives_it() {
+        for (name, shard) in [("alpha", 43), ("beta", 7), ("bulk-00", 32), ("x", 7)] {
+            assert_eq!(shard_of(name, 64), shard, "{name}");
+        }
+        assert_eq!(shard_of("anything", 1), 0);
+        assert_eq!(shard_of("anything", 0), 0);
+        assert!((0..1000).all(|i| shard_of(&format!("job-{i}"), 64) < 64));
+    }
+
     #[test]
     fn shards_spread_evenly() {
         for n in 1..=12 {
@@ -165,12 +186,9 @@ mod tests {
     }
 
     #[test]
-    fn shard_of_is_stable() {
-        // Fixed values: a change here would move every job of existing deployments.
-        assert_eq!(shard_of("backup", 64), (fnv1a(&[b"backup"]) % 64) as u32);
+    fn the_hash_of_owners_and_jitter_is_stable() {
+        // Fixed: a change here would move shards between schedulers of different versions.
         assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
-        assert!((0..1000).all(|i| shard_of(&format!("job-{i}"), 64) < 64));
-        assert_eq!(shard_of("anything", 1), 0);
     }
 
     #[test]

@@ -105,7 +105,7 @@ async fn settle_one(
     let lease = lease_keys::run(&job, &run_id);
     let held = store.leases.get(&lease).await?.is_some();
     let summary =
-        catalog.get(&job).and_then(|j| j.summary.as_ref().ok().map(|s| (s.pool.clone(), s.starting_deadline)));
+        catalog.get(&job).await?.and_then(|j| j.summary.as_ref().ok().map(|s| (s.pool.clone(), s.starting_deadline)));
     let deadline = summary.as_ref().and_then(|s| s.1).unwrap_or(default_deadline);
     match settle(&run.record, held, now, deadline) {
         Settle::Leave => Ok(false),

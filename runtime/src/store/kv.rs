@@ -36,7 +36,13 @@ pub struct Bucket {
     js: jetstream::Context,
     /// The `WRITTEN_BY` header of this handle's writes.
     by: Option<std::sync::Arc<str>>,
+    /// A bucket the server sources from another (the schedules index): a key's revision
+    /// is the one it has in the bucket it was copied from.
+    sourced: bool,
 }
+
+/// The header of a sourced message: `<stream> <sequence> <filter> <transform> <subject>`.
+const STREAM_SOURCE: &str = "Nats-Stream-Source";
 
 /// One revision of a key, for its history.
 #[derive(Debug, Clone)]
@@ -92,7 +98,13 @@ pub struct Change {
 
 impl Bucket {
     pub fn new(kv: Kv, js: jetstream::Context) -> Self {
-        Self { kv, js, by: None }
+        Self { kv, js, by: None, sourced: false }
+    }
+
+    /// A bucket the server copies from another one: read only, with the revisions of the
+    /// original (see `sourced`).
+    pub fn sourced(kv: Kv, js: jetstream::Context) -> Self {
+        Self { kv, js, by: None, sourced: true }
     }
 
     /// This bucket with every write marked as made by `by`.
@@ -296,6 +308,33 @@ impl Bucket {
     /// Changes of keys matching `filter` (NATS wildcards), starting with each key's
     /// latest value.
     pub async fn watch(&self, filter: &str) -> Result<Watch, Error> {
+        self.follow(filter, DeliverPolicy::LastPerSubject, false).await
+    }
+
+    /// Changes of keys matching `filter` from now on, nothing of before.
+    pub async fn changes(&self, filter: &str) -> Result<Watch, Error> {
+        self.follow(filter, DeliverPolicy::New, false).await
+    }
+
+    /// The keys matching `filter` that hold a value now (their values are not read).
+    pub async fn keys(&self, filter: &str) -> Result<Vec<String>, Error> {
+        let mut w = self.follow(filter, DeliverPolicy::LastPerSubject, true).await?;
+        let mut keys = Vec::new();
+        while !w.initially_empty
+            && let Some(change) = w.next().await
+        {
+            let change = change?;
+            if change.value.is_some() {
+                keys.push(change.key);
+            }
+            if change.caught_up {
+                break;
+            }
+        }
+        Ok(keys)
+    }
+
+    async fn follow(&self, filter: &str, deliver_policy: DeliverPolicy, headers_only: bool) -> Result<Watch, Error> {
         let prefix = format!("$KV.{}.", self.name());
         let consumer = self
             .kv
@@ -303,7 +342,8 @@ impl Bucket {
             .create_consumer(push::OrderedConfig {
                 deliver_subject: self.js.client().new_inbox(),
                 filter_subject: format!("{prefix}{filter}"),
-                deliver_policy: DeliverPolicy::LastPerSubject,
+                deliver_policy,
+                headers_only,
                 replay_policy: ReplayPolicy::Instant,
                 ..Default::default()
             })
@@ -311,7 +351,7 @@ impl Bucket {
             .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
         let initially_empty = consumer.cached_info().num_pending == 0;
         let messages = consumer.messages().await.map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
-        Ok(Watch { initially_empty, messages, prefix })
+        Ok(Watch { initially_empty, messages, prefix, sourced: self.sourced })
     }
 
     /// The latest live value of every key matching `filter`.
@@ -339,6 +379,7 @@ pub struct Watch {
     pub initially_empty: bool,
     messages: push::Ordered,
     prefix: String,
+    sourced: bool,
 }
 
 impl Watch {
@@ -353,6 +394,23 @@ impl Watch {
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
         let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
+        let revision = match self.sourced {
+            false => revision,
+            true => match message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(STREAM_SOURCE))
+                .and_then(|v| source_sequence(v.as_str()))
+            {
+                Some(original) => original,
+                None => {
+                    return Some(Err(Error::nats(
+                        "watch",
+                        format!("{key}: no {STREAM_SOURCE} header with a sequence"),
+                    )));
+                }
+            },
+        };
         let deleted = message.headers.as_ref().is_some_and(|h| {
             h.get("KV-Operation").is_some_and(|op| op.as_str() != "PUT") || h.get("Nats-Marker-Reason").is_some()
         });
@@ -366,6 +424,11 @@ impl Watch {
             expired,
         }))
     }
+}
+
+/// The sequence a sourced message had in the stream it was copied from.
+fn source_sequence(header: &str) -> Option<u64> {
+    header.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A lost compare-and-set. A clustered stream also answers one that raced another write
@@ -388,6 +451,16 @@ mod tests {
         let json = format!(r#"{{"code":400,"err_code":{err_code},"description":"wrong last sequence"}}"#);
         let error: async_nats::jetstream::Error = serde_json::from_str(&json).unwrap();
         PublishError::with_source(PublishErrorKind::Other, error)
+    }
+
+    #[test]
+    fn a_sourced_messages_original_sequence_is_read_from_its_header() {
+        // As nats-server 2.14 writes it for the schedules index.
+        let header = "KV_cronrun_jobs 42 $KV.cronrun_jobs.* $KV.cronrun_schedules.{{partition(64,1)}}.{{wildcard(1)}} \
+                      $KV.cronrun_jobs.backup";
+        assert_eq!(super::source_sequence(header), Some(42));
+        assert_eq!(super::source_sequence("KV_cronrun_jobs"), None);
+        assert_eq!(super::source_sequence("KV_cronrun_jobs x"), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! - `layout.rs`: creates the buckets and streams once, never reconfigures existing ones.
 //! - `kv.rs`: create-if-absent and compare-and-set with an optional per-key TTL.
 //! - `jobs.rs`, `runs.rs`: job specs and run records.
+//! - `schedules.rs`: the jobs by shard, an index the server keeps.
 //! - `lease.rs`: a lease held through a TTL key, renewed by compare-and-set.
 //! - `plugins.rs`: Wasm components in the object store, by digest.
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
@@ -15,6 +16,7 @@ mod messages;
 mod plugins;
 pub mod pull;
 mod runs;
+mod schedules;
 
 use async_nats::jetstream;
 

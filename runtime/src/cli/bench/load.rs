@@ -7,43 +7,46 @@ use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use super::{every_second_job, open};
-use crate::catalog::Catalog;
 use crate::cli::Ctx;
-use crate::scheduler::{DEFAULT_SHARDS, FireQueue, shard_of};
+use crate::scheduler::{DEFAULT_SHARDS, FireQueue, load_shard};
 use crate::store::Store;
 
-/// Writes N jobs, then loads them in a fresh process as a scheduler does (catalog watch,
-/// validation, one fire queue per shard) and reports time and resident memory.
+/// Writes N jobs, then loads them in a fresh process as schedulers leading every shard do
+/// (each shard's jobs from the schedules index, validated, into its fire queue) and
+/// reports time and resident memory.
 pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> Result<()> {
     let namespace = "benchload";
     if probe {
         let store = open(url, namespace).await?;
+        let index = store.schedules_index(DEFAULT_SHARDS, 1).await?;
         let rss_before = rss_kib();
         let start = Instant::now();
-        let cancel = CancellationToken::new();
-        let catalog = Catalog::start(store, None, cancel.clone());
-        catalog.wait_loaded().await;
-        let loaded = start.elapsed();
-        let mut queues: Vec<FireQueue> = (0..DEFAULT_SHARDS).map(|_| FireQueue::default()).collect();
         let now = Utc::now();
-        for job in catalog.snapshot() {
-            let shard = shard_of(&job.name, DEFAULT_SHARDS) as usize;
-            queues[shard].upsert(job, now);
+        let mut queues = Vec::new();
+        let mut loaded = std::time::Duration::ZERO;
+        for n in 0..DEFAULT_SHARDS {
+            let shard_start = Instant::now();
+            let jobs = load_shard(index.clone(), n, DEFAULT_SHARDS).await?;
+            loaded += shard_start.elapsed();
+            let mut queue = FireQueue::default();
+            for job in jobs {
+                queue.upsert(job, now);
+            }
+            queues.push(queue);
         }
         let total = start.elapsed();
         let value = json!({ "schedules": queues.iter().map(FireQueue::len).sum::<usize>(), "catalog_s": loaded.as_secs_f64(), "total_s": total.as_secs_f64(),
                             "rss_before_kib": rss_before, "rss_after_kib": rss_kib() });
         println!("{value}");
-        cancel.cancel();
         return Ok(());
     }
     let store = open(url, namespace).await?;
     let write_start = Instant::now();
     write_jobs(&store, schedules).await?;
     eprintln!("wrote {schedules} jobs in {:.1}s", write_start.elapsed().as_secs_f64());
+    filed(&store, schedules).await?;
     let exe = std::env::current_exe().context("finding the cronrun binary")?;
     let out = tokio::process::Command::new(exe)
         .args(["--nats", url, "bench", "load", "--probe", "--schedules", &schedules.to_string()])
@@ -86,6 +89,25 @@ async fn write_jobs(store: &Store, n: usize) -> Result<()> {
         ack.context("storing a job")?;
     }
     Ok(())
+}
+
+/// Waits until the server has filed every job in the schedules index (it sources them
+/// from the jobs bucket as they come).
+async fn filed(store: &Store, schedules: usize) -> Result<()> {
+    let index = store.schedules_index(DEFAULT_SHARDS, 1).await?;
+    let start = Instant::now();
+    loop {
+        let mut stream = index.kv.stream.clone();
+        let filed = stream.info().await.context("reading the index's state")?.state.messages;
+        if filed >= schedules as u64 {
+            eprintln!("index holds every job {:.1}s after the last write", start.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(600) {
+            bail!("the schedules index holds {filed} of {schedules} jobs after 10 minutes");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 fn rss_kib() -> u64 {

@@ -1,0 +1,152 @@
+//! Every job of the deployment in memory, for the dashboard's table: a watch on
+//! `cronrun_jobs` from each job's latest spec on. Only an agent serving the dashboard
+//! holds it (a summary per job; mind the memory with millions of jobs). A spec that fails
+//! validation stays in as an error (logged once), so it is shown, never fatal.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::{CatalogJob, JobSummary};
+use crate::error::Error;
+use crate::store::{Store, StoredJob, kv::Versioned};
+
+#[derive(Clone, Debug)]
+pub struct AllJobs {
+    jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
+    loaded: watch::Receiver<bool>,
+}
+
+impl AllJobs {
+    /// Starts watching.
+    pub fn start(store: Store, cancel: CancellationToken) -> Self {
+        let jobs = Arc::new(RwLock::new(HashMap::new()));
+        let (loaded_tx, loaded) = watch::channel(false);
+        let task = Follower { store, jobs: jobs.clone(), loaded: loaded_tx };
+        tokio::spawn(task.run(cancel));
+        Self { jobs, loaded }
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<CatalogJob>> {
+        self.jobs.read().ok()?.get(name).cloned()
+    }
+
+    /// Every job known now.
+    pub fn snapshot(&self) -> Vec<Arc<CatalogJob>> {
+        self.jobs.read().map(|j| j.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Every job known now whose name passes `keep`.
+    pub fn snapshot_where(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<CatalogJob>> {
+        self.jobs
+            .read()
+            .map(|j| j.iter().filter(|(name, _)| keep(name)).map(|(_, job)| job.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.read().map(|j| j.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every job that existed at start has been read.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
+    /// Waits until every job that existed at start has been read.
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.clone();
+        let _ = loaded.wait_for(|l| *l).await;
+    }
+}
+
+struct Follower {
+    store: Store,
+    jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
+    loaded: watch::Sender<bool>,
+}
+
+impl Follower {
+    async fn run(self, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                result = self.follow() => {
+                    if let Err(e) = result {
+                        warn!("job watch interrupted, resyncing: {e}");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// One watch from the latest state of every key; on a resync, keys not seen again
+    /// before catching up were deleted meanwhile.
+    async fn follow(&self) -> Result<(), Error> {
+        let mut watch = self.store.jobs.watch(">").await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut syncing = true;
+        if watch.initially_empty {
+            self.finish_sync(&seen);
+            syncing = false;
+        }
+        while let Some(change) = watch.next().await {
+            let change = change?;
+            if syncing {
+                seen.insert(change.key.clone());
+            }
+            let job = change.value.map(|value| {
+                let stored = StoredJob::decode(&change.key, &Versioned { value, revision: change.revision });
+                if let Err(e) = &stored.spec {
+                    error!(job = %change.key, revision = change.revision, "job skipped: {e}");
+                }
+                Arc::new(CatalogJob {
+                    name: stored.name,
+                    revision: stored.revision,
+                    summary: stored.spec.and_then(|spec| JobSummary::of(&spec)),
+                })
+            });
+            self.apply(change.key, job);
+            if syncing && change.caught_up {
+                self.finish_sync(&seen);
+                syncing = false;
+            }
+        }
+        Err(Error::nats("job watch", "ended"))
+    }
+
+    fn apply(&self, name: String, job: Option<Arc<CatalogJob>>) {
+        if let Ok(mut jobs) = self.jobs.write() {
+            match job {
+                Some(j) => jobs.insert(name, j),
+                None => jobs.remove(&name),
+            };
+        }
+    }
+
+    fn finish_sync(&self, seen: &std::collections::HashSet<String>) {
+        let gone: Vec<String> = match self.jobs.read() {
+            Ok(jobs) => jobs.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for name in gone {
+            self.apply(name, None);
+        }
+        if !*self.loaded.borrow() {
+            info!(jobs = seen.len(), "every job loaded for the dashboard");
+            let _ = self.loaded.send(true);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Job specs as the agent's tasks look them up.
+//!
+//! - `mod.rs`: `Catalog`, a job's summary by name: fetched from `cronrun_jobs` when first
+//!   asked for, kept up to date by a feed of the bucket's changes from the agent's start,
+//!   so no agent reads every spec (a deployment may have millions; a shard's leader reads
+//!   its own shard's from the schedules index, see `scheduler::index`).
+//! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish.
+//! - `all.rs`: every job in memory, for the dashboard only.
+
+mod all;
+mod cache;
+mod triggers;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::error::Error;
+use crate::names::lease_keys;
+use crate::schedule::Schedule;
+use crate::spec::after::{After, AfterOn};
+use crate::spec::on::OnMessage;
+use crate::spec::{Catchup, History, JobSpec, Retries};
+use crate::store::{Store, StoredJob, kv::Versioned};
+
+pub use all::AllJobs;
+use cache::Cache;
+use triggers::Triggers;
+pub use triggers::{JobTriggers, ShardTriggers};
+
+/// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
+/// holds a million of them. Runners fetch the full spec of the jobs they run.
+#[derive(Debug)]
+pub struct CatalogJob {
+    pub name: String,
+    pub revision: u64,
+    /// Why the stored spec is refused, if it is.
+    pub summary: Result<JobSummary, Error>,
+}
+
+#[derive(Debug)]
+pub struct JobSummary {
+    pub schedule: Schedule,
+    pub tz: Tz,
+    pub paused: bool,
+    pub pool: Box<str>,
+    pub starting_deadline: Option<Duration>,
+    pub jitter: Duration,
+    pub retries: Retries,
+    pub catchup: Catchup,
+    pub catchup_window: Duration,
+    pub history: History,
+    pub notify: Vec<crate::spec::notify::Notify>,
+    /// A Wasm job (a shell job otherwise).
+    pub wasm: bool,
+    /// The jobs whose runs start this one.
+    pub after: Vec<After>,
+    /// The subject whose messages start runs of this one.
+    pub on: Option<OnMessage>,
+}
+
+impl JobSummary {
+    pub fn of(spec: &JobSpec) -> Result<Self, Error> {
+        let (schedule, tz) = spec.parsed_schedule()?;
+        Ok(Self {
+            schedule,
+            tz,
+            paused: spec.paused,
+            pool: spec.pool.as_str().into(),
+            starting_deadline: spec.starting_deadline,
+            jitter: spec.jitter,
+            retries: spec.retries.clone(),
+            catchup: spec.catchup,
+            catchup_window: spec.catchup_window,
+            history: spec.history.clone(),
+            notify: spec.notify.clone(),
+            wasm: spec.wasm.is_some(),
+            after: spec.after.clone(),
+            on: spec.on.clone(),
+        })
+    }
+}
+
+impl CatalogJob {
+    pub fn from_spec(spec: &JobSpec, revision: u64) -> Self {
+        Self { name: spec.name.clone(), revision, summary: JobSummary::of(spec) }
+    }
+}
+
+/// Job summaries by name, read on first use and kept current by a feed of changes.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    cache: Cache,
+    /// With the deployment's shard count: every job's triggers, for a scheduler.
+    shards: Option<u32>,
+    triggers: RwLock<Triggers>,
+    loaded: watch::Sender<bool>,
+}
+
+impl Catalog {
+    /// Starts the feed of changes; with `shards` (a scheduler's), also the index of every
+    /// job's triggers, which its chains and message triggers need.
+    pub fn start(store: Store, shards: Option<u32>, cancel: CancellationToken) -> Self {
+        let (loaded, _) = watch::channel(false);
+        let inner = Arc::new(Inner { store, cache: Cache::default(), shards, triggers: RwLock::default(), loaded });
+        tokio::spawn(feed(inner.clone(), cancel));
+        Self { inner }
+    }
+
+    /// The job's summary now; None if it does not exist.
+    pub async fn get(&self, name: &str) -> Result<Option<Arc<CatalogJob>>, Error> {
+        let ticket = match self.inner.cache.get(name) {
+            Ok(job) => return Ok(Some(job)),
+            Err(ticket) => ticket,
+        };
+        let Some(value) = self.inner.store.jobs.get(name).await? else { return Ok(None) };
+        let job = decode(name, &value);
+        if let Some(ticket) = ticket {
+            self.inner.cache.keep(ticket, job.clone());
+        }
+        Ok(Some(job))
+    }
+
+    /// Whether the job was removed while this agent ran (and not added again).
+    pub fn was_removed(&self, name: &str) -> bool {
+        self.inner.cache.was_removed(name)
+    }
+
+    /// Forgets removed jobs that `keep` says nothing shows any more.
+    pub fn retain_removed(&self, keep: impl Fn(&str) -> bool) {
+        self.inner.cache.retain_removed(keep);
+    }
+
+    /// The jobs chained after `upstream`, and on which of its endings.
+    pub fn downstream_of(&self, upstream: &str) -> Vec<(String, AfterOn)> {
+        self.inner.triggers.read().map(|t| t.downstream_of(upstream)).unwrap_or_default()
+    }
+
+    /// Whether any job has `after`.
+    pub fn has_chains(&self) -> bool {
+        self.inner.triggers.read().is_ok_and(|t| t.has_chains())
+    }
+
+    /// Whether every shard has published its triggers: until then, no job's `after` may
+    /// be taken for absent (a shard not led yet, an upgrade).
+    pub fn triggers_complete(&self) -> bool {
+        let Some(shards) = self.inner.shards else { return false };
+        self.inner.triggers.read().is_ok_and(|t| t.complete(shards))
+    }
+
+    /// Every job with `on`, and its trigger.
+    pub fn listeners(&self) -> HashMap<String, OnMessage> {
+        self.inner.triggers.read().map(|t| t.listeners()).unwrap_or_default()
+    }
+
+    /// Whether the feed follows changes (and the triggers are read, if asked for).
+    pub fn is_loaded(&self) -> bool {
+        *self.inner.loaded.borrow()
+    }
+
+    /// Waits until `is_loaded`.
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.inner.loaded.subscribe();
+        let _ = loaded.wait_for(|l| *l).await;
+    }
+}
+
+impl Inner {
+    fn set_loaded(&self) {
+        if !self.loaded.send_replace(true) {
+            let shards = self.triggers.read().map(|t| t.shards()).unwrap_or(0);
+            info!(
+                shards_with_triggers = shards,
+                "job catalog loaded: following job changes, specs read when first needed"
+            );
+        }
+    }
+
+    /// What shard `n`'s triggers key holds now.
+    fn shard_triggers(&self, n: u32, value: Option<&[u8]>) {
+        let published = value.map(|value| {
+            serde_json::from_slice::<ShardTriggers>(value).unwrap_or_else(|e| {
+                error!(shard = n, "unreadable triggers of the shard, taken as none: {e}");
+                ShardTriggers::new()
+            })
+        });
+        if let Ok(mut t) = self.triggers.write() {
+            t.set_shard(n, published);
+        }
+    }
+}
+
+fn decode(name: &str, value: &Versioned) -> Arc<CatalogJob> {
+    let stored = StoredJob::decode(name, value);
+    if let Err(e) = &stored.spec {
+        error!(job = %name, revision = value.revision, "job skipped: {e}");
+    }
+    let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
+    Arc::new(CatalogJob { name: stored.name, revision: stored.revision, summary })
+}
+
+/// Follows the changes of every job (and the shards' triggers) until `cancel`; a feed that
+/// ends is opened again, with everything kept forgotten, since changes may have been
+/// missed in between.
+async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            result = follow(&inner) => {
+                inner.cache.set_live(false);
+                if let Err(e) = result {
+                    warn!("job feed interrupted, opening it again: {e}");
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+async fn follow(inner: &Inner) -> Result<(), Error> {
+    let mut jobs = inner.store.jobs.changes(">").await?;
+    inner.cache.set_live(true);
+    let mut shards = match inner.shards {
+        Some(_) => Some(inner.store.leases.watch(&lease_keys::triggers_all()).await?),
+        None => None,
+    };
+    // The shards whose key is seen until the watch caught up; the others' were removed.
+    let mut seen = shards.as_ref().filter(|w| !w.initially_empty).map(|_| HashSet::new());
+    if seen.is_none() {
+        if let Ok(mut t) = inner.triggers.write() {
+            t.retain_shards(&HashSet::new());
+        }
+        inner.set_loaded();
+    }
+    loop {
+        tokio::select! {
+            change = jobs.next() => {
+                let change = change.ok_or_else(|| Error::nats("job feed", "ended"))??;
+                let removed = change.value.is_none();
+                let (name, revision) = (change.key.as_str(), change.revision);
+                inner.cache.changed(name, revision, removed, || {
+                    decode(name, &Versioned { value: change.value.clone().unwrap_or_default(), revision })
+                });
+            }
+            change = async {
+                match shards.as_mut() {
+                    Some(watch) => watch.next().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let change = change.ok_or_else(|| Error::nats("trigger watch", "ended"))??;
+                let Some(n) = change.key.strip_prefix("triggers.").and_then(|n| n.parse::<u32>().ok()) else { continue };
+                inner.shard_triggers(n, change.value.as_deref());
+                if let Some(seen_now) = seen.as_mut() {
+                    seen_now.insert(n);
+                    if change.caught_up {
+                        if let Ok(mut t) = inner.triggers.write() {
+                            t.retain_shards(seen_now);
+                        }
+                        seen = None;
+                        inner.set_loaded();
+                    }
+                }
+            }
+        }
+    }
+}

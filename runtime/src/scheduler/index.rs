@@ -1,0 +1,185 @@
+//! The jobs of one shard, as its leader reads them: a watch on `<shard>.>` of the
+//! schedules index (see `store::schedules`), from each job's latest spec on.
+
+use std::sync::Arc;
+
+use tracing::{error, warn};
+
+use super::shard_of;
+use crate::catalog::{CatalogJob, JobSummary, JobTriggers, ShardTriggers};
+use crate::error::Error;
+use crate::names::lease_keys;
+use crate::store::kv::{Change, Versioned, Watch};
+use crate::store::{Bucket, StoredJob};
+
+/// Errors in a row after which a shard's job watch is given up (and the shard with it).
+const WATCH_ERRORS_MAX: u32 = 10;
+
+/// What changed in the shard.
+pub(super) enum ShardChange {
+    /// A job was added or edited.
+    Put(Arc<CatalogJob>),
+    /// A job was removed.
+    Removed(String),
+}
+
+/// The watch of one shard's jobs.
+pub(super) struct ShardJobs {
+    index: Bucket,
+    n: u32,
+    shards: u32,
+    watch: Option<Watch>,
+    /// Watch errors since the last change.
+    errors: u32,
+}
+
+impl ShardJobs {
+    pub fn new(index: Bucket, n: u32, shards: u32) -> Self {
+        Self { index, n, shards, watch: None, errors: 0 }
+    }
+
+    /// Every job of the shard now.
+    pub async fn load(&mut self) -> Result<Vec<Arc<CatalogJob>>, Error> {
+        let mut watch = self.index.watch(&format!("{}.>", self.n)).await?;
+        let mut jobs = Vec::new();
+        if !watch.initially_empty {
+            while let Some(change) = watch.next().await {
+                let change = change?;
+                let caught_up = change.caught_up;
+                if let Some(job) = decode(self.n, self.shards, change) {
+                    jobs.push(job);
+                }
+                if caught_up {
+                    break;
+                }
+            }
+        }
+        self.watch = Some(watch);
+        Ok(jobs)
+    }
+
+    /// The next change; an error once the watch has ended, or failed `WATCH_ERRORS_MAX`
+    /// times in a row (the index deleted?). Errors on the way (a missed heartbeat while
+    /// NATS is away) are logged: the ordered consumer beneath makes itself again and
+    /// resumes after the last change it delivered.
+    pub async fn next(&mut self) -> Result<ShardChange, Error> {
+        let (n, shards) = (self.n, self.shards);
+        let Some(watch) = self.watch.as_mut() else { return Err(Error::nats("the shard's job watch", "not open")) };
+        loop {
+            match watch.next().await {
+                Some(Err(e)) => {
+                    self.errors += 1;
+                    if self.errors >= WATCH_ERRORS_MAX {
+                        return Err(e);
+                    }
+                    warn!("the shard's job watch: {e}");
+                }
+                Some(Ok(change)) => {
+                    self.errors = 0;
+                    if change.value.is_none() {
+                        return Ok(ShardChange::Removed(name_of(&change.key).to_string()));
+                    }
+                    if let Some(job) = decode(n, shards, change) {
+                        return Ok(ShardChange::Put(job));
+                    }
+                }
+                None => return Err(Error::nats("the shard's job watch", "ended")),
+            }
+        }
+    }
+}
+
+/// The job's name in a key `<shard>.<job>`.
+fn name_of(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(_, name)| name)
+}
+
+/// The job a live entry of shard `n` holds; None for a removal, and for a job filed under
+/// another shard than its own (a disagreement with the server's partition, which must not
+/// be: that shard's leader would fire it).
+fn decode(n: u32, shards: u32, change: Change) -> Option<Arc<CatalogJob>> {
+    let value = change.value?;
+    let name = name_of(&change.key);
+    if shard_of(name, shards) != n {
+        error!(job = %name, "the schedules index files this job under shard {n}, but its shard is {}", shard_of(name, shards));
+        return None;
+    }
+    let stored = StoredJob::decode(name, &Versioned { value, revision: change.revision });
+    if let Err(e) = &stored.spec {
+        error!(job = %name, revision = change.revision, "job skipped: {e}");
+    }
+    let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
+    Some(Arc::new(CatalogJob { name: stored.name, revision: stored.revision, summary }))
+}
+
+/// The triggers of the shard's jobs, and their publication under `triggers.<shard>` (see
+/// `catalog::triggers`).
+pub(super) struct PublishedTriggers {
+    n: u32,
+    jobs: ShardTriggers,
+    /// Changed since last written.
+    dirty: bool,
+    /// The revision of our last write: another one found there (a former leader's late
+    /// write) is replaced.
+    written: Option<u64>,
+}
+
+impl PublishedTriggers {
+    pub fn new(n: u32) -> Self {
+        Self { n, jobs: ShardTriggers::new(), dirty: true, written: None }
+    }
+
+    /// Notes the job's triggers now (None: removed, or without any).
+    pub fn set(&mut self, job: &CatalogJob) {
+        let now = job.summary.as_ref().ok().and_then(|s| JobTriggers::of(&s.after, s.on.as_ref()));
+        self.put(&job.name, now);
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.put(name, None);
+    }
+
+    /// Whether the triggers changed since last written.
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+
+    fn put(&mut self, name: &str, now: Option<JobTriggers>) {
+        let changed = match now {
+            Some(t) => self.jobs.insert(name.to_string(), t.clone()).is_none_or(|old| old != t),
+            None => self.jobs.remove(name).is_some(),
+        };
+        self.dirty |= changed;
+    }
+
+    /// Writes the shard's triggers (`{}` when it has none: every shard says what it has)
+    /// if they changed, or if someone else wrote the key since.
+    pub async fn publish(&mut self, leases: &Bucket, budget: usize) -> Result<(), Error> {
+        let key = lease_keys::triggers(self.n);
+        let there = leases.get(&key).await?.map(|v| v.revision);
+        if !self.dirty && there.is_some() && there == self.written {
+            return Ok(());
+        }
+        let value = serde_json::to_vec(&self.jobs).unwrap_or_default();
+        self.dirty = false;
+        if value.len() > budget {
+            return Err(Error::new(
+                crate::ErrorKind::Other,
+                format!(
+                    "the triggers of shard {}'s {} jobs with `after` or `on` take {} bytes, over the {budget} a key may \
+                     hold: chains and message triggers of the shard's jobs keep their former set",
+                    self.n,
+                    self.jobs.len(),
+                    value.len()
+                ),
+            ));
+        }
+        self.written = Some(leases.put(&key, value.into(), None).await?);
+        Ok(())
+    }
+}
+
+/// Every job of shard `n`, read as its leader reads them (`bench load` measures this).
+pub async fn load_shard(index: Bucket, n: u32, shards: u32) -> Result<Vec<Arc<CatalogJob>>, Error> {
+    ShardJobs::new(index, n, shards).load().await
+}
