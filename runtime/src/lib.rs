@@ -4,8 +4,10 @@
 //! - `schedule`: the time engine, crate `cronrun-time` (`time/`, builds without NATS or tokio).
 //! - `spec`, `record`, `names`, `error`, `model::event`: crate `cronrun-model` (`model/`),
 //!   shared with the SDK's `#[job]` macro.
-//! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs.
-//! - `catalog`: the live set of job specs, watched from KV.
+//! - `store`: typed access to NATS: layout, compare-and-set, leases, jobs, runs, the
+//!   schedules index (the jobs filed by shard by the server).
+//! - `catalog`: job summaries read when first needed and kept current; every job's
+//!   triggers; every job, for the dashboard.
 //! - `scheduler`: schedulers share the shards; each shard's leader turns due fires into runs.
 //! - `chain`: the end of a run starts the runs of the jobs chained `after` its job;
 //!   `messages`: a message on a job's `on` subject starts one run of it.

@@ -121,3 +121,51 @@ async fn a_shard_count_other_than_the_deployments_is_refused() {
     );
     assert_eq!(stderr.lines().filter(|l| l.contains("shards")).count(), 1, "{stderr}");
 }
+
+/// The server files every job under the shard the schedulers compute for it (its own
+/// `partition` mapping is `shard_of`), whatever the name; and an index deleted while no
+/// scheduler runs is made again, and filled, by the next one, whose jobs then fire.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_index_files_each_job_in_its_shard_and_is_made_again_when_deleted() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let mut names: Vec<String> = (0..300).map(|i| format!("job-{i}")).collect();
+    names.extend(["a", "Z", "x_y-z", "0"].map(String::from));
+    names.push("n".repeat(128));
+    for name in &names {
+        let spec = JobSpec::shell(name, "0 0 1 1 *", ShellSpec { command: Some("true".into()), ..Default::default() });
+        store.put_job(&spec).await.unwrap();
+    }
+    apply(
+        &nats,
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = \"true\"\noverlap = \"allow\"\n\
+         history = { succeeded = 1000, failed = 1000 }\n",
+    );
+    let mut a = nats.agent("a", "");
+    ready(&a).await;
+    let index = format!("KV_{}", store.names.schedules_bucket());
+    let filed = || async {
+        let kv = store.js.get_key_value(store.names.schedules_bucket()).await.ok()?;
+        let keys: Vec<String> = futures::TryStreamExt::try_collect(kv.keys().await.ok()?).await.ok()?;
+        (keys.len() == names.len() + 1).then_some(keys)
+    };
+    let keys = eventually(Duration::from_secs(10), "every job filed", filed).await;
+    for key in &keys {
+        let (shard, name) = key.split_once('.').unwrap();
+        assert_eq!(shard.parse::<u32>().unwrap(), cronrun::scheduler::shard_of(name, TEST_SHARDS), "{key}");
+    }
+    let spread: BTreeSet<&str> = keys.iter().map(|k| k.split_once('.').unwrap().0).collect();
+    assert_eq!(spread.len(), TEST_SHARDS as usize, "every shard has jobs: {spread:?}");
+
+    // Deleted while no scheduler runs, the index is made again before any shard is led.
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    eventually(Duration::from_secs(20), "agent a to stop", || async { a.exited().then_some(()) }).await;
+    a.kill9();
+    store.js.delete_stream(&index).await.unwrap();
+    let b = nats.agent("b", "");
+    ready(&b).await;
+    eventually(Duration::from_secs(10), "the index filled again", filed).await;
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    assert_each_second_once(&store, "tick", from, 4).await;
+}
