@@ -1,5 +1,5 @@
-//! The jobs of one shard, as its leader reads them: a watch on `<shard>.>` of the
-//! schedules index (see `store::schedules`), from each job's latest spec on.
+//! The jobs of one shard as its leader follows them: a watch on `<shard>.>` of the
+//! schedules index (see `store::schedules`) from where `loader` read them up to.
 
 use std::sync::Arc;
 
@@ -25,7 +25,6 @@ pub(super) enum ShardChange {
 
 /// The watch of one shard's jobs.
 pub(super) struct ShardJobs {
-    index: Bucket,
     n: u32,
     shards: u32,
     watch: Option<Watch>,
@@ -34,28 +33,10 @@ pub(super) struct ShardJobs {
 }
 
 impl ShardJobs {
-    pub fn new(index: Bucket, n: u32, shards: u32) -> Self {
-        Self { index, n, shards, watch: None, errors: 0 }
-    }
-
-    /// Every job of the shard now.
-    pub async fn load(&mut self) -> Result<Vec<Arc<CatalogJob>>, Error> {
-        let mut watch = self.index.watch(&format!("{}.>", self.n)).await?;
-        let mut jobs = Vec::new();
-        if !watch.initially_empty {
-            while let Some(change) = watch.next().await {
-                let change = change?;
-                let caught_up = change.caught_up;
-                if let Some(job) = decode(self.n, self.shards, change) {
-                    jobs.push(job);
-                }
-                if caught_up {
-                    break;
-                }
-            }
-        }
-        self.watch = Some(watch);
-        Ok(jobs)
+    /// Follows shard `n`'s changes after `sequence` of the index.
+    pub async fn follow_after(index: &Bucket, n: u32, shards: u32, sequence: u64) -> Result<Self, Error> {
+        let watch = index.changes_after(&format!("{n}.>"), sequence).await?;
+        Ok(Self { n, shards, watch: Some(watch), errors: 0 })
     }
 
     /// The next change; an error once the watch has ended, or failed `WATCH_ERRORS_MAX`
@@ -97,7 +78,7 @@ fn name_of(key: &str) -> &str {
 /// The job a live entry of shard `n` holds; None for a removal, and for a job filed under
 /// another shard than its own (a disagreement with the server's partition, which must not
 /// be: that shard's leader would fire it).
-fn decode(n: u32, shards: u32, change: Change) -> Option<Arc<CatalogJob>> {
+pub(super) fn decode(n: u32, shards: u32, change: Change) -> Option<Arc<CatalogJob>> {
     let value = change.value?;
     let name = name_of(&change.key);
     if shard_of(name, shards) != n {
@@ -177,9 +158,4 @@ impl PublishedTriggers {
         self.written = Some(leases.put(&key, value.into(), None).await?);
         Ok(())
     }
-}
-
-/// Every job of shard `n`, read as its leader reads them (`bench load` measures this).
-pub async fn load_shard(index: Bucket, n: u32, shards: u32) -> Result<Vec<Arc<CatalogJob>>, Error> {
-    ShardJobs::new(index, n, shards).load().await
 }

@@ -45,10 +45,11 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    let mut jobs = ShardJobs::new(s.ctx.index.clone(), s.n, s.ctx.shards);
+    let loaded = s.ctx.loader.load(s.n).await?;
+    let mut jobs = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, loaded.after).await?;
     let mut queue = FireQueue::default();
     let mut triggers = PublishedTriggers::new(s.n);
-    for job in jobs.load().await? {
+    for job in loaded.jobs {
         triggers.set(&job);
         let start = match (&job.summary, first_lead) {
             (Ok(summary), false) => {

@@ -5,7 +5,8 @@
 //! - `members.rs`: scheduler presence, so all agree on the member list.
 //! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
 //! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
-//! - `index.rs`: the jobs of a shard, read from the schedules index while leading it.
+//! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass;
+//!   `index.rs`: a led shard's job changes, and its triggers published.
 //! - `queue.rs`: next fires of every job of a shard (heap).
 //! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
@@ -23,6 +24,7 @@ mod catchup;
 mod expiry;
 mod index;
 mod leader;
+pub mod loader;
 mod members;
 mod plan;
 mod queue;
@@ -46,7 +48,6 @@ use crate::error::Error;
 use crate::store::{Bucket, Store};
 use crate::supervise::Watched;
 
-pub use index::load_shard;
 pub use queue::{Due, FireQueue};
 pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
 
@@ -100,6 +101,8 @@ pub struct SchedulerCtx {
     pub catalog: Catalog,
     /// The schedules index (see `store::schedules`), where a leader reads its shard's jobs.
     pub index: Bucket,
+    /// Reads the jobs of the shards taken from the index.
+    pub loader: loader::Loader,
     pub config: SchedulerConfig,
     pub clock: SharedClock,
     /// Who we are in lease values: `<host>/<instance>`.

@@ -94,6 +94,8 @@ pub struct Change {
     pub caught_up: bool,
     /// The key was removed by the server because its TTL ran out.
     pub expired: bool,
+    /// Where the change is in the bucket's stream (the revision, unless `sourced`).
+    pub sequence: u64,
 }
 
 impl Bucket {
@@ -343,14 +345,41 @@ impl Bucket {
         Ok(keys)
     }
 
+    /// The latest values of the keys matching any of `filters`, in one pass over the
+    /// bucket's stream however many filters there are, then their changes.
+    pub async fn watch_all_of(&self, filters: &[String]) -> Result<Watch, Error> {
+        self.follow_filters(filters, self.latest(), false).await
+    }
+
+    /// Changes of keys matching `filter` after `sequence` of the bucket's stream.
+    pub async fn changes_after(&self, filter: &str, sequence: u64) -> Result<Watch, Error> {
+        let from = DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 };
+        self.follow(filter, from, false).await
+    }
+
     async fn follow(&self, filter: &str, deliver_policy: DeliverPolicy, headers_only: bool) -> Result<Watch, Error> {
+        self.follow_filters(&[filter.to_string()], deliver_policy, headers_only).await
+    }
+
+    async fn follow_filters(
+        &self,
+        filters: &[String],
+        deliver_policy: DeliverPolicy,
+        headers_only: bool,
+    ) -> Result<Watch, Error> {
         let prefix = format!("$KV.{}.", self.name());
+        let mut filters: Vec<String> = filters.iter().map(|f| format!("{prefix}{f}")).collect();
+        let (filter_subject, filter_subjects) = match filters.len() {
+            1 => (filters.remove(0), Vec::new()),
+            _ => (String::new(), filters),
+        };
         let consumer = self
             .kv
             .stream
             .create_consumer(push::OrderedConfig {
                 deliver_subject: self.js.client().new_inbox(),
-                filter_subject: format!("{prefix}{filter}"),
+                filter_subject,
+                filter_subjects,
                 deliver_policy,
                 headers_only,
                 replay_policy: ReplayPolicy::Instant,
@@ -398,13 +427,13 @@ impl Watch {
             Ok(m) => m,
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
-        let (revision, pending) = match message.info() {
+        let (stream_sequence, pending) = match message.info() {
             Ok(info) => (info.stream_sequence, info.pending),
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
         let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
         let revision = match self.sourced {
-            false => revision,
+            false => stream_sequence,
             true => match message
                 .headers
                 .as_ref()
@@ -426,6 +455,7 @@ impl Watch {
         let expired =
             message.headers.as_ref().and_then(|h| h.get("Nats-Marker-Reason")).is_some_and(|r| r.as_str() == "MaxAge");
         Some(Ok(Change {
+            sequence: stream_sequence,
             key,
             value: (!deleted).then(|| message.payload.clone()),
             revision,

@@ -5,12 +5,13 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use futures::stream::FuturesUnordered;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use serde_json::json;
 
 use super::{every_second_job, open};
 use crate::cli::Ctx;
-use crate::scheduler::{DEFAULT_SHARDS, FireQueue, load_shard};
+use crate::scheduler::loader::read;
+use crate::scheduler::{DEFAULT_SHARDS, FireQueue};
 use crate::store::Store;
 
 /// Writes N jobs, then loads them in a fresh process as schedulers leading every shard do
@@ -24,20 +25,19 @@ pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> 
         let rss_before = rss_kib();
         let start = Instant::now();
         let now = Utc::now();
-        // All shards at once, as an agent's shard tasks take them when it starts.
-        let loads = (0..DEFAULT_SHARDS).map(|n| {
-            let index = index.clone();
-            async move {
-                let jobs = load_shard(index, n, DEFAULT_SHARDS).await?;
+        // All shards in one pass, as an agent's shard tasks read them when it starts.
+        let every: Vec<u32> = (0..DEFAULT_SHARDS).collect();
+        let (by_shard, _) = read(&index, DEFAULT_SHARDS, &every).await?;
+        let queues: Vec<FireQueue> = by_shard
+            .into_values()
+            .map(|jobs| {
                 let mut queue = FireQueue::default();
                 for job in jobs {
                     queue.upsert(job, now);
                 }
-                Ok::<_, crate::error::Error>(queue)
-            }
-        });
-        let queues: Vec<FireQueue> =
-            futures::stream::iter(loads).buffer_unordered(DEFAULT_SHARDS as usize).try_collect().await?;
+                queue
+            })
+            .collect();
         let took = start.elapsed();
         let value = json!({ "schedules": queues.iter().map(FireQueue::len).sum::<usize>(), "load_s": took.as_secs_f64(),
                             "rss_before_kib": rss_before, "rss_after_kib": rss_kib() });
@@ -61,7 +61,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> 
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("reading the probe's report")?;
     ctx.print(&v, || {
         format!(
-            "loaded {} schedules into 64 shard queues, all shards at once, in {:.1}s; resident memory {} MiB",
+            "loaded {} schedules into 64 shard queues, all shards in one pass, in {:.1}s; resident memory {} MiB",
             v["schedules"],
             v["load_s"].as_f64().unwrap_or(f64::NAN),
             v["rss_after_kib"].as_u64().unwrap_or(0) / 1024
