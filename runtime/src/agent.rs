@@ -145,7 +145,7 @@ async fn run_roles(
         let ctx = SchedulerCtx {
             store: store.clone(),
             catalog: catalog.clone(),
-            loader: crate::scheduler::loader::Loader::start(index.clone(), shards, cancel.clone()),
+            loader: crate::scheduler::loader::Loader::new(index.clone(), shards),
             index,
             config: config.scheduler.clone(),
             clock: clock.clone(),

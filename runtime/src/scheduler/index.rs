@@ -25,9 +25,13 @@ pub(super) enum ShardChange {
 
 /// The watch of one shard's jobs.
 pub(super) struct ShardJobs {
+    index: Bucket,
     n: u32,
     shards: u32,
+    /// None while it is to be opened (again).
     watch: Option<Watch>,
+    /// The index's sequence of the last change seen.
+    last: u64,
     /// Watch errors since the last change.
     errors: u32,
 }
@@ -35,36 +39,51 @@ pub(super) struct ShardJobs {
 impl ShardJobs {
     /// Follows shard `n`'s changes after `sequence` of the index.
     pub async fn follow_after(index: &Bucket, n: u32, shards: u32, sequence: u64) -> Result<Self, Error> {
-        let watch = index.changes_after(&format!("{n}.>"), sequence).await?;
-        Ok(Self { n, shards, watch: Some(watch), errors: 0 })
+        let mut jobs = Self { index: index.clone(), n, shards, watch: None, last: sequence, errors: 0 };
+        jobs.open().await?;
+        Ok(jobs)
+    }
+
+    async fn open(&mut self) -> Result<(), Error> {
+        self.watch = Some(self.index.changes_after(&format!("{}.>", self.n), self.last).await?);
+        Ok(())
     }
 
     /// The next change; an error once the watch has ended, or failed `WATCH_ERRORS_MAX`
     /// times in a row (the index deleted?). Errors on the way (a missed heartbeat while
-    /// NATS is away) are logged: the ordered consumer beneath makes itself again and
-    /// resumes after the last change it delivered.
+    /// NATS is away) are logged: the ordered consumer beneath makes itself again, after
+    /// the last change it delivered, or from the start of the index if it had delivered
+    /// none; then the watch is opened again after the last change seen here, rather than
+    /// read the whole shard again.
     pub async fn next(&mut self) -> Result<ShardChange, Error> {
-        let (n, shards) = (self.n, self.shards);
-        let Some(watch) = self.watch.as_mut() else { return Err(Error::nats("the shard's job watch", "not open")) };
         loop {
-            match watch.next().await {
+            let Some(watch) = self.watch.as_mut() else {
+                self.open().await?;
+                continue;
+            };
+            let change = match watch.next().await {
+                None => return Err(Error::nats("the shard's job watch", "ended")),
                 Some(Err(e)) => {
                     self.errors += 1;
                     if self.errors >= WATCH_ERRORS_MAX {
                         return Err(e);
                     }
                     warn!("the shard's job watch: {e}");
+                    continue;
                 }
-                Some(Ok(change)) => {
-                    self.errors = 0;
-                    if change.value.is_none() {
-                        return Ok(ShardChange::Removed(name_of(&change.key).to_string()));
-                    }
-                    if let Some(job) = decode(n, shards, change) {
-                        return Ok(ShardChange::Put(job));
-                    }
-                }
-                None => return Err(Error::nats("the shard's job watch", "ended")),
+                Some(Ok(change)) => change,
+            };
+            self.errors = 0;
+            if change.sequence <= self.last {
+                self.watch = None;
+                continue;
+            }
+            self.last = change.sequence;
+            if change.value.is_none() {
+                return Ok(ShardChange::Removed(name_of(&change.key).to_string()));
+            }
+            if let Some(job) = decode(self.n, self.shards, change) {
+                return Ok(ShardChange::Put(job));
             }
         }
     }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::catchup;
 use super::index::{PublishedTriggers, ShardChange, ShardJobs};
+use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
 use super::{Due, FireQueue, SchedulerCtx, shards};
 use crate::dispatch::{DispatchMsg, dispatch};
@@ -45,8 +46,16 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    let loaded = s.ctx.loader.load(s.n).await?;
-    let mut jobs = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, loaded.after).await?;
+    let (loaded, mut jobs) = match load(s, &mut lease, cancel).await {
+        Ok(Some(loaded)) => loaded,
+        // Given up at once, so that another (or this one again) takes the shard now.
+        outcome => {
+            if let Err(e) = lease.release().await {
+                warn!("releasing scheduler lease: {e}");
+            }
+            return outcome.map(|_| ());
+        }
+    };
     let mut queue = FireQueue::default();
     let mut triggers = PublishedTriggers::new(s.n);
     for job in loaded.jobs {
@@ -128,6 +137,30 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 write_watermark(s, &mut watermark, low).await?;
                 publish_triggers(s, &mut triggers).await;
             }
+        }
+    }
+}
+
+/// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The
+/// lease is renewed while they are read: a pass over a large index takes seconds.
+async fn load(
+    s: &Led<'_>,
+    lease: &mut Lease,
+    cancel: &CancellationToken,
+) -> Result<Option<(Loaded, ShardJobs)>, Error> {
+    let loading = async {
+        let loaded = s.ctx.loader.load(s.n).await?;
+        let jobs = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, loaded.after).await?;
+        Ok::<_, Error>((loaded, jobs))
+    };
+    tokio::pin!(loading);
+    let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
+    renew.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            loaded = &mut loading => return loaded.map(Some),
+            _ = renew.tick() => lease.renew().await?,
         }
     }
 }

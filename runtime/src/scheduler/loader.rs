@@ -3,18 +3,17 @@
 //! The server finds one shard's entries in the schedules index by passing over all of it
 //! (every shard's jobs are interleaved in the order they were written): with 1,000,000
 //! jobs, about a second of its CPU per shard read alone, 16-20 s for 64 shards read side
-//! by side. Shards taken within `BATCH_WINDOW` of each other (an agent starting, a member
-//! leaving) are read together, through one consumer filtering on all of them: one pass.
-//! Each shard's leader then follows its shard from where the pass ended, which costs the
-//! server nothing more than the changes themselves.
+//! by side. A request waits `BATCH_WINDOW` for others (an agent starting, a member
+//! leaving: shards are taken within moments), and all are read together through one
+//! consumer filtering on all of them: one pass. Each shard's leader then follows its shard
+//! from where the pass ended, which costs the server only the changes themselves.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
 
 use super::index::decode;
 use crate::catalog::CatalogJob;
@@ -23,6 +22,11 @@ use crate::store::Bucket;
 
 /// How long a request waits for others to share its pass.
 const BATCH_WINDOW: Duration = Duration::from_millis(100);
+/// A pass that delivers nothing for this long has stalled (the index purged by hand?).
+const PASS_IDLE_MAX: Duration = Duration::from_secs(30);
+/// Errors in a row after which a pass is given up (the consumer beneath recovers from
+/// fewer by itself).
+const PASS_ERRORS_MAX: u32 = 10;
 
 /// One shard's jobs, and the index's sequence they are read up to.
 pub struct Loaded {
@@ -35,49 +39,40 @@ type Request = (u32, oneshot::Sender<Result<Loaded, Error>>);
 /// The loader of one scheduler's shards.
 #[derive(Clone)]
 pub struct Loader {
-    requests: mpsc::UnboundedSender<Request>,
+    index: Bucket,
+    shards: u32,
+    /// Requests waiting for the next pass.
+    waiting: Arc<Mutex<Vec<Request>>>,
 }
 
 impl Loader {
-    /// Starts serving reads until `cancel`.
-    pub fn start(index: Bucket, shards: u32, cancel: CancellationToken) -> Self {
-        let (requests, rx) = mpsc::unbounded_channel();
-        tokio::spawn(serve(index, shards, rx, cancel));
-        Self { requests }
+    pub fn new(index: Bucket, shards: u32) -> Self {
+        Self { index, shards, waiting: Arc::default() }
     }
 
-    /// Every job of shard `n` now.
+    /// Every job of shard `n` now. The first request of a batch starts a task that makes
+    /// the pass for all (a task, so that a request given up meanwhile leaves none waiting).
     pub async fn load(&self, n: u32) -> Result<Loaded, Error> {
         let (tx, rx) = oneshot::channel();
-        let stopped = || Error::new(crate::ErrorKind::Other, "the shard loader stopped");
-        self.requests.send((n, tx)).map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        let first = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.push((n, tx));
+            waiting.len() == 1
+        };
+        if first {
+            let loader = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(BATCH_WINDOW).await;
+                let batch = std::mem::take(&mut *loader.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+                loader.pass(batch).await;
+            });
+        }
+        rx.await.map_err(|_| Error::new(crate::ErrorKind::Other, "the pass over the schedules index ended abruptly"))?
     }
-}
 
-async fn serve(index: Bucket, shards: u32, mut requests: mpsc::UnboundedReceiver<Request>, cancel: CancellationToken) {
-    loop {
-        let first = tokio::select! {
-            _ = cancel.cancelled() => return,
-            first = requests.recv() => match first {
-                Some(first) => first,
-                None => return,
-            },
-        };
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(BATCH_WINDOW) => {}
-        }
-        let mut batch = vec![first];
-        while let Ok(more) = requests.try_recv() {
-            batch.push(more);
-        }
+    async fn pass(&self, batch: Vec<Request>) {
         let wanted: Vec<u32> = batch.iter().map(|(n, _)| *n).collect();
-        let read = tokio::select! {
-            _ = cancel.cancelled() => return,
-            read = read(&index, shards, &wanted) => read,
-        };
-        match read {
+        match read(&self.index, self.shards, &wanted).await {
             Ok((mut by_shard, after)) => {
                 debug!(shards = wanted.len(), after, "shards read from the index in one pass");
                 for (n, tx) in batch {
@@ -104,22 +99,34 @@ pub async fn read(
     let floor = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?.state.last_sequence;
     let filters: Vec<String> = wanted.iter().map(|n| format!("{n}.>")).collect();
     let mut watch = index.watch_all_of(&filters).await?;
-    let mut by_shard: HashMap<u32, Vec<Arc<CatalogJob>>> = HashMap::new();
-    let mut after = floor;
-    while !watch.initially_empty
-        && let Some(change) = watch.next().await
-    {
-        let change = change?;
+    // By shard and name: a job removed or edited during the pass is seen again, later.
+    let mut seen: HashMap<u32, HashMap<String, Option<Arc<CatalogJob>>>> = HashMap::new();
+    let (mut after, mut errors) = (floor, 0);
+    while !watch.initially_empty {
+        let change = match tokio::time::timeout(PASS_IDLE_MAX, watch.next()).await {
+            Err(_) => return Err(Error::nats("reading the schedules index", format!("nothing for {PASS_IDLE_MAX:?}"))),
+            Ok(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
+            Ok(Some(Err(e))) => {
+                errors += 1;
+                if errors >= PASS_ERRORS_MAX {
+                    return Err(e);
+                }
+                warn!("reading the schedules index: {e}");
+                continue;
+            }
+            Ok(Some(Ok(change))) => change,
+        };
+        errors = 0;
         let caught_up = change.caught_up;
         after = after.max(change.sequence);
-        // A removed job's marker decodes to nothing.
-        let shard = change.key.split_once('.').and_then(|(n, _)| n.parse::<u32>().ok());
-        if let Some((n, job)) = shard.and_then(|n| Some((n, decode(n, shards, change)?))) {
-            by_shard.entry(n).or_default().push(job);
+        if let Some((n, name)) = change.key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name))) {
+            let name = name.to_string();
+            seen.entry(n).or_default().insert(name, decode(n, shards, change));
         }
         if caught_up {
             break;
         }
     }
+    let by_shard = seen.into_iter().map(|(n, jobs)| (n, jobs.into_values().flatten().collect())).collect();
     Ok((by_shard, after))
 }
