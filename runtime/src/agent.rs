@@ -127,12 +127,14 @@ async fn run_roles(
     let index = match config.roles.contains(&Role::Scheduler) {
         true => {
             let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
+            info!(shards, "opening the schedules index");
             let index = store.schedules_index(shards, config.layout.replicas).await?;
             match store.index_filled(&index, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),
                 filled => filled?,
             }
+            info!("the schedules index is ready");
             Some((shards, index))
         }
         false => None,

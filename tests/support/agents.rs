@@ -183,17 +183,21 @@ impl Drop for Agent {
     }
 }
 
+/// How long an agent may take to start: on a fresh 3-node cluster, while a whole test
+/// suite runs on two cores, creating replicated streams has taken over 15 s.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
 /// Waits until the agent's scheduler and runner are both up (from its log).
-/// Fails with the end of its log if it exits first or is not ready within 15 s.
+/// Fails with the end of its log if it exits first or is not ready within `READY_WITHIN`.
 pub async fn ready(agent: &Agent) {
     let start = Instant::now();
     while !agent.log().contains("job catalog loaded") {
         let exited = agent.exited();
         // Read again: it may have become ready just before it exited.
-        if (exited || start.elapsed() > Duration::from_secs(15)) && !agent.log().contains("job catalog loaded") {
+        if (exited || start.elapsed() > READY_WITHIN) && !agent.log().contains("job catalog loaded") {
             let log = agent.log();
             let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
-            let what = if exited { "exited" } else { "was not ready within 15s" };
+            let what = if exited { "exited".to_string() } else { format!("was not ready within {READY_WITHIN:?}") };
             panic!("agent {} {what}; its log ends:\n{}", agent.name, tail.join("\n"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -3,7 +3,8 @@
 //! - `mod.rs`: `Catalog`, a job's summary by name: fetched from `cronrun_jobs` when first
 //!   asked for, kept up to date by a feed of the bucket's changes from the agent's start,
 //!   so no agent reads every spec (a deployment may have millions; a shard's leader reads
-//!   its own shard's from the schedules index, see `scheduler::index`).
+//!   its own shard's from the schedules index, see `scheduler::loader`).
+//! - `cache.rs`: what was read, and when a read may be kept.
 //! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish.
 //! - `all.rs`: every job in memory, for the dashboard only.
 
@@ -33,8 +34,8 @@ use cache::Cache;
 use triggers::Triggers;
 pub use triggers::{JobTriggers, ShardTriggers};
 
-/// A job as the catalog knows it: what scheduling needs, kept small because a scheduler
-/// holds a million of them. Runners fetch the full spec of the jobs they run.
+/// A job as the catalog knows it: what scheduling needs, kept small because a leader holds
+/// one per job of its shards. Runners fetch the full spec of the jobs they run.
 #[derive(Debug)]
 pub struct CatalogJob {
     pub name: String,
