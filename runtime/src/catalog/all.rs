@@ -40,31 +40,9 @@ impl AllJobs {
         self.jobs.read().map(|j| j.values().cloned().collect()).unwrap_or_default()
     }
 
-    /// Every job known now whose name passes `keep`.
-    pub fn snapshot_where(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<CatalogJob>> {
-        self.jobs
-            .read()
-            .map(|j| j.iter().filter(|(name, _)| keep(name)).map(|(_, job)| job.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    pub fn len(&self) -> usize {
-        self.jobs.read().map(|j| j.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Whether every job that existed at start has been read.
     pub fn is_loaded(&self) -> bool {
         *self.loaded.borrow()
-    }
-
-    /// Waits until every job that existed at start has been read.
-    pub async fn wait_loaded(&self) {
-        let mut loaded = self.loaded.clone();
-        let _ = loaded.wait_for(|l| *l).await;
     }
 }
 

@@ -148,8 +148,8 @@ impl Scheduler {
         let (members_tx, mut members) = watch::channel(Vec::new());
         let mut tasks = Watched::default();
         tasks.spawn("the member list", members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
-        // The reaper has a task of its own, so that catalog events (a million at start)
-        // do not interrupt its watch.
+        // The reaper has a task of its own, so that the shards' work does not interrupt its
+        // watch.
         let (state_tx, state) = mpsc::unbounded_channel();
         tasks.spawn("the reaper", reaper::Reaper::run(self.ctx.clone(), state, cancel.clone()));
         let (store, catalog, clock) = (self.ctx.store.clone(), self.ctx.catalog.clone(), self.ctx.clock.clone());
