@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
-use super::{CatalogJob, JobSummary};
+use super::CatalogJob;
 use crate::error::Error;
-use crate::store::{Store, StoredJob, kv::Versioned};
+use crate::store::{Store, kv::Versioned};
 
 #[derive(Clone, Debug)]
 pub struct AllJobs {
@@ -85,17 +85,9 @@ impl Follower {
             if syncing {
                 seen.insert(change.key.clone());
             }
-            let job = change.value.map(|value| {
-                let stored = StoredJob::decode(&change.key, &Versioned { value, revision: change.revision });
-                if let Err(e) = &stored.spec {
-                    error!(job = %change.key, revision = change.revision, "job skipped: {e}");
-                }
-                Arc::new(CatalogJob {
-                    name: stored.name,
-                    revision: stored.revision,
-                    summary: stored.spec.and_then(|spec| JobSummary::of(&spec)),
-                })
-            });
+            let job = change
+                .value
+                .map(|value| CatalogJob::decode(&change.key, &Versioned { value, revision: change.revision }));
             self.apply(change.key, job);
             if syncing && change.caught_up {
                 self.finish_sync(&seen);

@@ -91,6 +91,17 @@ impl CatalogJob {
     pub fn from_spec(spec: &JobSpec, revision: u64) -> Self {
         Self { name: spec.name.clone(), revision, summary: JobSummary::of(spec) }
     }
+
+    /// The job stored as `value` under `name`; a spec that is refused is kept as its error,
+    /// logged here, so that every reader skips it and none trips over it.
+    pub fn decode(name: &str, value: &Versioned) -> Arc<Self> {
+        let stored = StoredJob::decode(name, value);
+        if let Err(e) = &stored.spec {
+            error!(job = %name, revision = value.revision, "job skipped: {e}");
+        }
+        let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
+        Arc::new(Self { name: stored.name, revision: stored.revision, summary })
+    }
 }
 
 /// Job summaries by name, read on first use and kept current by a feed of changes.
@@ -126,7 +137,7 @@ impl Catalog {
             Err(ticket) => ticket,
         };
         let Some(value) = self.inner.store.jobs.get(name).await? else { return Ok(None) };
-        let job = decode(name, &value);
+        let job = CatalogJob::decode(name, &value);
         if let Some(ticket) = ticket {
             self.inner.cache.keep(ticket, job.clone());
         }
@@ -202,15 +213,6 @@ impl Inner {
     }
 }
 
-fn decode(name: &str, value: &Versioned) -> Arc<CatalogJob> {
-    let stored = StoredJob::decode(name, value);
-    if let Err(e) = &stored.spec {
-        error!(job = %name, revision = value.revision, "job skipped: {e}");
-    }
-    let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
-    Arc::new(CatalogJob { name: stored.name, revision: stored.revision, summary })
-}
-
 /// Follows the changes of every job (and the shards' triggers) until `cancel`; a feed that
 /// ends is opened again, with everything kept forgotten, since changes may have been
 /// missed in between.
@@ -254,7 +256,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
                 let removed = change.value.is_none();
                 let (name, revision) = (change.key.as_str(), change.revision);
                 inner.cache.changed(name, revision, removed, || {
-                    decode(name, &Versioned { value: change.value.clone().unwrap_or_default(), revision })
+                    CatalogJob::decode(name, &Versioned { value: change.value.clone().unwrap_or_default(), revision })
                 });
             }
             change = async {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use tracing::{error, warn};
 
 use super::shard_of;
-use crate::catalog::{CatalogJob, JobSummary, JobTriggers, ShardTriggers};
+use crate::catalog::{CatalogJob, JobTriggers, ShardTriggers};
 use crate::error::Error;
 use crate::names::lease_keys;
+use crate::store::Bucket;
 use crate::store::kv::{Change, Versioned, Watch};
-use crate::store::{Bucket, StoredJob};
 
 /// Errors in a row after which a shard's job watch is given up (and the shard with it).
 const WATCH_ERRORS_MAX: u32 = 10;
@@ -104,12 +104,7 @@ pub(super) fn decode(n: u32, shards: u32, change: Change) -> Option<Arc<CatalogJ
         error!(job = %name, "the schedules index files this job under shard {n}, but its shard is {}", shard_of(name, shards));
         return None;
     }
-    let stored = StoredJob::decode(name, &Versioned { value, revision: change.revision });
-    if let Err(e) = &stored.spec {
-        error!(job = %name, revision = change.revision, "job skipped: {e}");
-    }
-    let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
-    Some(Arc::new(CatalogJob { name: stored.name, revision: stored.revision, summary }))
+    Some(CatalogJob::decode(name, &Versioned { value, revision: change.revision }))
 }
 
 /// The triggers of the shard's jobs, and their publication under `triggers.<shard>` (see
