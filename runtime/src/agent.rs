@@ -128,7 +128,7 @@ async fn run_roles(
         true => {
             let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
             info!(shards, "opening the schedules index");
-            let index = store.schedules_index(shards, config.layout.replicas).await?;
+            let index = store.schedules_index(shards).await?;
             match store.index_filled(&index, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),

@@ -16,10 +16,15 @@ async fn kill_a_node_under_load(trial: usize) {
     let mut cluster = Cluster::start(3).await;
     // The layout, with three replicas, exists before any agent starts.
     let store = cluster.store().await;
+    let index_stream = format!("KV_{}", store.names.schedules_bucket());
     let agents = [cluster.agent("a", ""), cluster.agent("b", "")];
     for agent in &agents {
         ready(agent).await;
     }
+    let index = store.js.get_stream(&index_stream).await.unwrap().info().await.unwrap().clone();
+    // Schedulers cannot lead without the index: on one node, it stopped them all while
+    // that node was down.
+    assert_eq!(index.config.num_replicas, 3, "the index has the jobs bucket's replicas");
     // Five jobs that record their own executions, and `tick`, judged by its records.
     let names: Vec<String> = (0..5).map(|i| format!("j{i}")).collect();
     let jobs: String = names.iter().map(|name| recording_job(name, cluster.dir.path())).collect();
@@ -32,7 +37,12 @@ async fn kill_a_node_under_load(trial: usize) {
     .await;
     tokio::time::sleep(Duration::from_millis(3000 + rand::random::<u64>() % 1000)).await;
     let killed_at = Utc::now();
-    let victim = rand::random::<u64>() as usize % 3;
+    // The first trial kills the node leading the schedules index, the others any node.
+    let index_leader = index.cluster.and_then(|c| c.leader).and_then(|l| l.strip_prefix('n')?.parse().ok());
+    let victim = match (trial, index_leader) {
+        (0, Some(leader)) => leader,
+        _ => rand::random::<u64>() as usize % 3,
+    };
     cluster.kill(victim);
     println!("trial {trial}: killed NATS node n{victim} at {killed_at}");
     // The store's client reconnects to a live node as the agents' do.

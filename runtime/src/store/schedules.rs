@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{Bucket, Store};
 use crate::error::{Error, ErrorKind};
@@ -24,9 +24,23 @@ pub const INDEX_FILL_WAIT: Duration = Duration::from_secs(600);
 impl Store {
     /// Opens the index for `shards` shards, creating it if it is missing. An index made for
     /// another shard count is refused: its keys would name other shards.
-    pub async fn schedules_index(&self, shards: u32, replicas: usize) -> Result<Bucket, Error> {
+    ///
+    /// The index has as many replicas as the jobs bucket it copies: schedulers cannot lead
+    /// without it, so it must survive what the jobs survive (an index on one node of a
+    /// cluster stops every scheduler while that node is down). One found with fewer (the
+    /// jobs bucket's raised by hand) is said at start; schedulers may not edit streams.
+    pub async fn schedules_index(&self, shards: u32) -> Result<Bucket, Error> {
         let name = self.names.schedules_bucket();
         let stream_name = format!("KV_{name}");
+        let jobs_stream = format!("KV_{}", self.names.jobs_bucket());
+        let replicas = self
+            .js
+            .get_stream(&jobs_stream)
+            .await
+            .map_err(|e| Error::nats(&format!("reading stream {jobs_stream}"), e))?
+            .cached_info()
+            .config
+            .num_replicas;
         let transform = stream::SubjectTransform {
             source: format!("$KV.{}.*", self.names.jobs_bucket()),
             destination: format!("$KV.{name}.{{{{partition({shards},1)}}}}.{{{{wildcard(1)}}}}"),
@@ -41,7 +55,7 @@ impl Store {
             allow_rollup: true,
             num_replicas: replicas,
             sources: Some(vec![stream::Source {
-                name: format!("KV_{}", self.names.jobs_bucket()),
+                name: jobs_stream.clone(),
                 subject_transforms: vec![transform.clone()],
                 ..Default::default()
             }]),
@@ -70,6 +84,13 @@ impl Store {
                     transform.destination
                 ),
             ));
+        }
+        let has = found.cached_info().config.num_replicas;
+        if has < replicas {
+            warn!(
+                "stream {stream_name} has {has} replica(s), the jobs bucket {replicas}: schedulers stop while \
+                 a node holding it is down; raise it with `nats stream edit {stream_name} --replicas {replicas}`"
+            );
         }
         let kv = self.js.get_key_value(&name).await.map_err(|e| Error::nats(&format!("opening {name}"), e))?;
         Ok(Bucket::sourced(kv, self.js.clone()))

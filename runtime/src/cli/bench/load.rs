@@ -21,7 +21,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> 
     let namespace = "benchload";
     if probe {
         let store = open(url, namespace).await?;
-        let index = store.schedules_index(DEFAULT_SHARDS, 1).await?;
+        let index = store.schedules_index(DEFAULT_SHARDS).await?;
         let rss_before = rss_kib();
         let start = Instant::now();
         let now = Utc::now();
@@ -95,7 +95,7 @@ async fn write_jobs(store: &Store, n: usize) -> Result<()> {
 /// Waits until the server has filed every job in the schedules index (it sources them
 /// from the jobs bucket as they come).
 async fn filed(store: &Store, schedules: usize) -> Result<()> {
-    let index = store.schedules_index(DEFAULT_SHARDS, 1).await?;
+    let index = store.schedules_index(DEFAULT_SHARDS).await?;
     let start = Instant::now();
     loop {
         let mut stream = index.kv.stream.clone();
