@@ -77,6 +77,18 @@ pub struct Fenced {
 /// revision, so at most one lands, and the first ones sent are the likeliest.
 const UNCONFIRMED_MAX: usize = 4;
 
+/// How long each attempt to create a watch's consumer waits for the server's answer (see
+/// `Bucket::create_ordered`).
+const CREATE_WAITS: [Duration; 7] = [
+    Duration::from_secs(1),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
+
 impl Fenced {
     pub fn at(revision: u64) -> Self {
         Self { revision, unconfirmed: Vec::new() }
@@ -373,23 +385,39 @@ impl Bucket {
             1 => (filters.remove(0), Vec::new()),
             _ => (String::new(), filters),
         };
-        let consumer = self
-            .kv
-            .stream
-            .create_consumer(push::OrderedConfig {
-                deliver_subject: self.js.client().new_inbox(),
-                filter_subject,
-                filter_subjects,
-                deliver_policy,
-                headers_only,
-                replay_policy: ReplayPolicy::Instant,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
+        let config = push::OrderedConfig {
+            deliver_subject: self.js.client().new_inbox(),
+            filter_subject,
+            filter_subjects,
+            deliver_policy,
+            headers_only,
+            replay_policy: ReplayPolicy::Instant,
+            ..Default::default()
+        };
+        let consumer = self.create_ordered(config).await?;
         let initially_empty = consumer.cached_info().num_pending == 0;
         let messages = consumer.messages().await.map_err(|e| Error::nats(&format!("watching {}", self.name()), e))?;
         Ok(Watch { initially_empty, messages, prefix, sourced: self.sourced })
+    }
+
+    /// Creates an ordered consumer, asking again when no answer comes soon. The server
+    /// puts a one-replica consumer on a node of the stream picked at random, and counts a
+    /// node that died without a word (killed, cut off) as live for up to 150 s: a consumer
+    /// put there is never made, and its request only times out. Each attempt is another
+    /// pick; the waits grow so that a creation that is only slow (a large stream) ends.
+    async fn create_ordered(
+        &self,
+        config: push::OrderedConfig,
+    ) -> Result<jetstream::consumer::Consumer<push::OrderedConfig>, Error> {
+        let what = || format!("watching {}", self.name());
+        let mut last = None;
+        for wait in CREATE_WAITS {
+            match tokio::time::timeout(wait, self.kv.stream.create_consumer(config.clone())).await {
+                Ok(created) => return created.map_err(|e| Error::nats(&what(), e)),
+                Err(_) => last = Some(format!("no answer to the consumer's creation within {wait:?}")),
+            }
+        }
+        Err(Error::nats(&what(), last.unwrap_or_default()))
     }
 
     /// The latest live value of every key matching `filter`.
