@@ -33,7 +33,7 @@
 //! crate-type = ["cdylib"]
 //!
 //! [dependencies]
-//! cronrun-sdk = { path = "../../sdk" }
+//! cronrun-sdk = "0.1"
 //! ```
 //!
 //! Build and deploy it (see `sdk/README.md`):

@@ -43,8 +43,10 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     assert!(err.contains(":9: ") && err.contains("minute"), "{err}");
     nats.fails(&["get", "crontab-4"]);
 
-    let done = nats.ok(&["import", "crontab", file, "--tz", "UTC"]);
-    assert!(done.contains("imported 3 job(s)"), "{done}");
+    // Without --tz, entries before any CRON_TZ are in the importing user's zone (`TZ`).
+    let out = nats.command().env("TZ", "America/New_York").args(["import", "crontab", file]).output().unwrap();
+    let done = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && done.contains("imported 3 job(s)"), "{done}");
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "crontab-6", "--output", "json"])).unwrap();
     let spec = &got["spec"];
     assert_eq!((spec["timezone"].as_str(), spec["overlap"].as_str()), (Some("Europe/Berlin"), Some("allow")));
@@ -54,13 +56,18 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     let record = final_record(&nats.store().await, &nats.trigger("crontab-4")).await;
     assert_eq!(record.output, ["first line", "second % line"], "{record:?}");
 
-    // The fires of each imported line, against cronsim's for the same line and zone
-    // (over the spring change in Berlin, where 02:30 does not exist).
-    let start = "2027-03-26T00:00:00Z";
-    let lines = [("0 3 * * *", "UTC"), ("30 2 * * *", "Europe/Berlin"), ("*/20 9-17 * * mon-fri", "Europe/Berlin")];
+    // The fires of each stored job, against cronsim's for the line it came from in the
+    // zone the crontab meant: over the spring changes in New York (March 14, 2027) and in
+    // Berlin (March 28, where 02:30 does not exist).
+    let start = "2027-03-10T00:00:00Z";
+    let lines = [
+        ("crontab-4", "0 3 * * *", "America/New_York"),
+        ("crontab-6", "30 2 * * *", "Europe/Berlin"),
+        ("crontab-8", "*/20 9-17 * * mon-fri", "Europe/Berlin"),
+    ];
     let cases: Vec<String> = lines
         .iter()
-        .map(|(expr, tz)| serde_json::json!({ "expr": expr, "tz": tz, "start": start, "n": 12 }).to_string())
+        .map(|(_, expr, tz)| serde_json::json!({ "expr": expr, "tz": tz, "start": start, "n": 30 }).to_string())
         .collect();
     let cases_file = nats.dir.path().join("cases.jsonl");
     std::fs::write(&cases_file, cases.join("\n") + "\n").unwrap();
@@ -69,9 +76,13 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     assert!(out.status.success(), "cronsim oracle: {}", String::from_utf8_lossy(&out.stderr));
     let answers: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    for ((expr, tz), answer) in lines.iter().zip(&answers) {
+    for ((job, expr, tz), answer) in lines.iter().zip(&answers) {
+        let stored: serde_json::Value = serde_json::from_str(&nats.ok(&["get", job, "--output", "json"])).unwrap();
+        let (schedule, zone) =
+            (stored["spec"]["schedule"].as_str().unwrap(), stored["spec"]["timezone"].as_str().unwrap());
+        assert_eq!(zone, *tz, "{job}: the zone the crontab meant");
         let ours: Vec<String> = serde_json::from_str(
-            &nats.ok(&["next", expr, "--tz", tz, "--from", start, "-n", "12", "--output", "json"]),
+            &nats.ok(&["next", schedule, "--tz", zone, "--from", start, "-n", "30", "--output", "json"]),
         )
         .unwrap();
         let theirs: Vec<String> = answer["fires"]
@@ -81,7 +92,7 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
             .map(|t| chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap().to_utc())
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
             .collect();
-        assert_eq!(ours, theirs, "{expr} in {tz}");
+        assert_eq!(ours, theirs, "{job} (`{expr}` in {tz})");
     }
 }
 
@@ -93,6 +104,7 @@ spec:
   schedule: "0 6 * * *"
   timeZone: Europe/Berlin
   concurrencyPolicy: Forbid
+  startingDeadlineSeconds: 300
   jobTemplate:
     spec:
       backoffLimit: 1
@@ -104,6 +116,18 @@ spec:
               image: alpine:3
               command: ["sh", "-c", "echo $GREETING from k8s"]
               env: [{ name: GREETING, value: hello }]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: { name: cleanup }
+spec:
+  schedule: "*/5 * * * *"
+  suspend: true
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers: [{ name: cleanup, image: alpine:3, command: ["true"] }]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -126,7 +150,7 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
         "CronJob report: report `0 6 * * *` (Europe/Berlin): sh -c echo $GREETING from k8s",
         "Deployment web: not imported: not a CronJob",
         "CronJob report: the command runs on the runner's host, not in image alpine:3",
-        "dry run: 1 job(s) would be imported, nothing written",
+        "dry run: 2 job(s) would be imported, nothing written",
     ] {
         assert!(dry.contains(expected), "{expected:?} missing from:\n{dry}");
     }
@@ -138,10 +162,14 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     assert!(err.contains("bad.yaml: document 1: CronJob report: concurrencyPolicy \"Sometimes\""), "{err}");
     nats.fails(&["get", "report"]);
 
-    assert!(nats.ok(&["import", "k8s-cronjob", file]).contains("imported 1 job(s)"));
+    assert!(nats.ok(&["import", "k8s-cronjob", file]).contains("imported 2 job(s)"));
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "report", "--output", "json"])).unwrap();
     let spec = &got["spec"];
     assert_eq!((spec["overlap"].as_str(), spec["retries"]["max"].as_u64()), (Some("skip"), Some(1)));
+    assert_eq!((spec["starting_deadline"].as_str(), spec["paused"].as_bool()), (Some("5m"), Some(false)), "{spec}");
+    // `suspend: true` is a paused job: stored, and never fired until resumed.
+    let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "cleanup", "--output", "json"])).unwrap();
+    assert_eq!(got["spec"]["paused"].as_bool(), Some(true), "{got}");
     let record = final_record(&nats.store().await, &nats.trigger("report")).await;
     assert_eq!(record.output, ["hello from k8s"], "{record:?}");
 }

@@ -1,6 +1,7 @@
 //! Message triggers (`on`): a message published once runs once, judged by what the jobs
 //! wrote, even when its runner is killed mid-run; at most `on.concurrency` at once; a
-//! message whose run fails goes to `cronrun.dead.<job>`; bad triggers refused at apply.
+//! message whose run fails goes to `cronrun.dead.<job>`; a job with a schedule too runs for
+//! both; bad triggers refused at apply.
 
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ async fn a_message_published_once_runs_once_even_when_its_runner_is_killed_mid_r
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn at_most_concurrency_runs_at_once_and_a_failed_run_dead_letters_its_message() {
+async fn at_most_concurrency_runs_at_once_a_failed_run_dead_letters_and_a_scheduled_job_runs_per_message_too() {
     let nats = Nats::start().await;
     let (a, b) = (nats.agent("a", ""), nats.agent("b", ""));
     ready(&a).await;
@@ -122,11 +123,14 @@ async fn at_most_concurrency_runs_at_once_and_a_failed_run_dead_letters_its_mess
         &format!(
             "[[job]]\nname = \"pair\"\non = {{ subject = \"work.*\", concurrency = 2 }}\noverlap = \"allow\"\n\
              shell = 'echo \"+ $CRONRUN_RUN_ID\" >> {dir}/pair.log; sleep 1; echo \"- $CRONRUN_RUN_ID\" >> {dir}/pair.log'\n\
-             [[job]]\nname = \"fails\"\non = {{ subject = \"work.bad\" }}\nshell = 'echo no; exit 2'\n"
+             [[job]]\nname = \"fails\"\non = {{ subject = \"work.bad\" }}\nshell = 'echo no; exit 2'\n\
+             [[job]]\nname = \"both\"\nschedule = \"*/2 * * * * *\"\non = {{ subject = \"both.go\" }}\n\
+             overlap = \"allow\"\nshell = 'echo $CRONRUN_RUN_ID >> {dir}/both.log'\n"
         ),
     );
     following(&nats, "pair").await;
     following(&nats, "fails").await;
+    following(&nats, "both").await;
     let client = nats.client().await;
     let mut dead = client.subscribe("cronrun.dead.fails").await.unwrap();
     let mut headers = async_nats::HeaderMap::new();
@@ -138,6 +142,7 @@ async fn at_most_concurrency_runs_at_once_and_a_failed_run_dead_letters_its_mess
         js.publish(format!("work.{i}"), "go".into()).await.unwrap().await.unwrap();
     }
     js.publish_with_headers("work.bad", headers, "payload kept".into()).await.unwrap().await.unwrap();
+    js.publish("both.go", "once".into()).await.unwrap().await.unwrap();
 
     let log = nats.dir.path().join("pair.log");
     eventually(Duration::from_secs(60), "the six runs of pair to end", || async {
@@ -169,6 +174,21 @@ async fn at_most_concurrency_runs_at_once_and_a_failed_run_dead_letters_its_mess
     ids.dedup();
     assert_eq!(ids.len(), 7, "seven messages, seven runs of pair: {:?}", lines(&log));
     assert!(tokio::time::timeout(Duration::from_secs(2), dead.next()).await.is_err(), "one dead letter only");
+
+    // A job with a schedule and a subject runs for both: on its fires, and once for the
+    // one message (as the job itself wrote down).
+    let both = nats.dir.path().join("both.log");
+    eventually(Duration::from_secs(20), "both to run on schedule and for its message", || async {
+        let ids = lines(&both);
+        let fired = ids.iter().filter(|id| !cronrun::record::is_message_run(id)).count();
+        (fired >= 2 && ids.iter().any(|id| cronrun::record::is_message_run(id))).then_some(())
+    })
+    .await;
+    let for_message: Vec<String> = lines(&both).into_iter().filter(|id| cronrun::record::is_message_run(id)).collect();
+    assert_eq!(for_message.len(), 1, "one message, one run: {:?}", lines(&both));
+    let store = nats.store().await;
+    let triggers: Vec<Trigger> = runs(&store, "both").await.iter().map(|r| r.trigger).collect();
+    assert!(triggers.contains(&Trigger::Schedule) && triggers.contains(&Trigger::Message), "{triggers:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,19 +13,66 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
 }
 
-/// Builds a Rust project made by `new` for wasm32-wasip2, this checkout's SDK standing in
-/// for the crates.io one the project names (`[patch.crates-io]`), with the versions and
-/// the target directory the example plugins use, so nothing is built twice.
-fn build_rust(project: &Path) -> PathBuf {
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// The SDK as crates.io would serve it: `cargo package` of the SDK, its macros and the
+/// crates they use, unpacked into `dir`. What is built from them is what publishing would
+/// upload (manifests without paths, the WIT inside the crate), not this checkout.
+fn packaged_sdk(dir: &Path) -> Vec<(String, PathBuf)> {
+    let target = dir.join("package-target");
+    // The SDK's macros need cronrun-model from the registry, where it is not yet: no lock
+    // file can be made for them, and none is published for a library anyway.
+    let workspaces: [(PathBuf, &[&str], &[&str]); 2] = [
+        (repo(), &["cronrun-time", "cronrun-model"], &[]),
+        (repo().join("sdk"), &["cronrun-sdk-macros", "cronrun-sdk"], &["--exclude-lockfile"]),
+    ];
+    let unpacked = dir.join("crates");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let mut crates = Vec::new();
+    for (workspace, names, extra) in workspaces {
+        let mut package = cargo();
+        package.current_dir(&workspace).args(["package", "--no-verify", "--allow-dirty", "--target-dir"]);
+        package.arg(&target).args(extra);
+        for name in names {
+            package.args(["-p", name]);
+        }
+        let out = package.output().unwrap();
+        assert!(out.status.success(), "cargo package: {}", String::from_utf8_lossy(&out.stderr));
+        for name in names {
+            let file = std::fs::read_dir(target.join("package"))
+                .unwrap()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| {
+                    let file = p.file_name().unwrap().to_string_lossy().into_owned();
+                    file.strip_prefix(&format!("{name}-")).is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                        && file.ends_with(".crate")
+                })
+                .unwrap_or_else(|| panic!("{name} was not packaged"));
+            let out = Command::new("tar").arg("-xzf").arg(&file).arg("-C").arg(&unpacked).output().unwrap();
+            assert!(out.status.success(), "unpacking {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+            let root = unpacked.join(file.file_stem().unwrap());
+            let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+            assert!(!manifest.contains("path = \"../"), "{name}: a packaged manifest names no path: {manifest}");
+            crates.push((name.to_string(), root));
+        }
+    }
+    crates
+}
+
+/// Builds a Rust project made by `new` for wasm32-wasip2, the packaged SDK crates standing
+/// in for the crates.io ones the project names (`[patch.crates-io]`), with the versions
+/// and the target directory the example plugins use.
+fn build_rust(project: &Path, sdk: &[(String, PathBuf)]) -> PathBuf {
     std::fs::copy(repo().join("plugins/Cargo.lock"), project.join("Cargo.lock")).unwrap();
-    let sdk = repo().join("sdk");
     let target = repo().join("target");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(project)
-        .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--release", "--config", &format!("patch.crates-io.cronrun-sdk.path={:?}", sdk.display())])
-        .output()
-        .unwrap();
+    let mut build = cargo();
+    build.current_dir(project).env("CARGO_TARGET_DIR", &target).args(["build", "--release"]);
+    for (name, path) in sdk {
+        build.arg("--config").arg(format!("patch.crates-io.{name}.path={:?}", path.display()));
+    }
+    let out = build.output().unwrap();
     assert!(out.status.success(), "cargo build: {}", String::from_utf8_lossy(&out.stderr));
     // cargo writes `-` in a crate's name as `_`.
     target.join("wasm32-wasip2/release/greet_er.wasm")
@@ -39,7 +86,8 @@ async fn projects_made_by_new_outside_the_repository_build_deploy_and_run() {
     ready(&agent).await;
     let store = nats.store().await;
 
-    // Rust, on the SDK crate, with the schedule it was made with; deployed as `new` says.
+    // Rust, on the SDK crate as it would be published, with the schedule it was made
+    // with; deployed as `new` says.
     let project = nats.dir.path().join("greet-er");
     let dir = project.to_str().unwrap();
     let said = nats.ok(&["new", "greet-er", "--dir", dir, "--schedule", "*/2 * * * * *"]);
@@ -47,7 +95,7 @@ async fn projects_made_by_new_outside_the_repository_build_deploy_and_run() {
     assert!(said.contains("greet_er.wasm --name greet-er"), "{said}");
     let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
     assert!(manifest.contains("cronrun-sdk = \"0.1\""), "{manifest}");
-    let wasm = build_rust(&project);
+    let wasm = build_rust(&project, &packaged_sdk(nats.dir.path()));
     nats.ok(&["deploy", wasm.to_str().unwrap(), "--name", "greet-er"]);
     let done = eventually(Duration::from_secs(30), "two scheduled runs of greet-er", || async {
         let ok: Vec<_> = runs(&store, "greet-er").await.into_iter().filter(|r| r.status == Status::Succeeded).collect();
