@@ -3,6 +3,8 @@
 //! firing at the instants cronsim gives for the same lines; a Kubernetes CronJob's command
 //! run with its env; Cronken's schedules read as APScheduler read them, and run.
 
+use std::time::Duration;
+
 use crate::support::*;
 
 const CRONTAB: &str = "# a user's crontab\n\
@@ -17,7 +19,8 @@ CRON_TZ=Europe/Berlin\n\
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     let nats = Nats::start().await;
-    let agent = nats.agent("a", "");
+    let port = free_port();
+    let agent = nats.agent("a", &format!("http.listen = \"127.0.0.1:{port}\""));
     ready(&agent).await;
     let file = nats.dir.path().join("crontab");
     std::fs::write(&file, CRONTAB).unwrap();
@@ -44,6 +47,7 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
     nats.fails(&["get", "crontab-4"]);
 
     // Without --tz, entries before any CRON_TZ are in the importing user's zone (`TZ`).
+    let imported_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let out = nats.command().env("TZ", "America/New_York").args(["import", "crontab", file]).output().unwrap();
     let done = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && done.contains("imported 3 job(s)"), "{done}");
@@ -65,9 +69,13 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
         ("crontab-6", "30 2 * * *", "Europe/Berlin"),
         ("crontab-8", "*/20 9-17 * * mon-fri", "Europe/Berlin"),
     ];
-    let cases: Vec<String> = lines
+    // Then the next two from the import on, one of which the scheduler has queued.
+    let cases: Vec<String> = [(start, 30), (imported_at.as_str(), 2)]
         .iter()
-        .map(|(_, expr, tz)| serde_json::json!({ "expr": expr, "tz": tz, "start": start, "n": 30 }).to_string())
+        .flat_map(|&(from, n)| {
+            lines.iter().map(move |(_, expr, tz)| serde_json::json!({ "expr": expr, "tz": tz, "start": from, "n": n }))
+        })
+        .map(|case| case.to_string())
         .collect();
     let cases_file = nats.dir.path().join("cases.jsonl");
     std::fs::write(&cases_file, cases.join("\n") + "\n").unwrap();
@@ -85,15 +93,36 @@ async fn a_crontab_is_imported_line_by_line_and_fires_as_cronsim_says() {
             &nats.ok(&["next", schedule, "--tz", zone, "--from", start, "-n", "30", "--output", "json"]),
         )
         .unwrap();
-        let theirs: Vec<String> = answer["fires"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{expr} in {tz}: {answer}"))
-            .iter()
-            .map(|t| chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap().to_utc())
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
-            .collect();
-        assert_eq!(ours, theirs, "{job} (`{expr}` in {tz})");
+        assert_eq!(ours, fires(answer), "{job} (`{expr}` in {tz})");
     }
+    for ((job, expr, tz), answer) in lines.iter().zip(&answers[lines.len()..]) {
+        let queued =
+            eventually(Duration::from_secs(10), "the leader's next fires", || async { next_fire(port, job) }).await;
+        assert!(
+            fires(answer).contains(&queued),
+            "{job} (`{expr}` in {tz}): queued for {queued}, cronsim says {answer}"
+        );
+    }
+}
+
+/// The fires in an answer of the cronsim oracle, as `cronrun next --output json` prints them.
+fn fires(answer: &serde_json::Value) -> Vec<String> {
+    answer["fires"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|t| chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap().to_utc())
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        .collect()
+}
+
+/// The next fire of `job` as its shard's leader has queued it (published on `/metrics`).
+fn next_fire(port: u16, job: &str) -> Option<String> {
+    let (_, text) = http_get(port, "/metrics")?;
+    let series = format!("cronrun_job_next_fire_timestamp_seconds{{job=\"{job}\"}} ");
+    let seconds = text.lines().find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())?;
+    let at = chrono::DateTime::from_timestamp_millis((seconds * 1000.0).round() as i64)?;
+    Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
 
 const CRON_JOBS: &str = r#"
@@ -139,7 +168,8 @@ metadata: { name: web }
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     let nats = Nats::start().await;
-    let agent = nats.agent("a", "");
+    let port = free_port();
+    let agent = nats.agent("a", &format!("http.listen = \"127.0.0.1:{port}\""));
     ready(&agent).await;
     let file = nats.dir.path().join("cronjobs.yaml");
     std::fs::write(&file, CRON_JOBS).unwrap();
@@ -167,9 +197,14 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     let spec = &got["spec"];
     assert_eq!((spec["overlap"].as_str(), spec["retries"]["max"].as_u64()), (Some("skip"), Some(1)));
     assert_eq!((spec["starting_deadline"].as_str(), spec["paused"].as_bool()), (Some("5m"), Some(false)), "{spec}");
-    // `suspend: true` is a paused job: stored, and never fired until resumed.
+    // `suspend: true` is a paused job: stored, and not queued to fire until resumed.
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "cleanup", "--output", "json"])).unwrap();
     assert_eq!(got["spec"]["paused"].as_bool(), Some(true), "{got}");
+    // Both in one shard, whose leader publishes its queue's next fires at once.
+    let shard = |job| cronrun::scheduler::shard_of(job, TEST_SHARDS);
+    assert_eq!(shard("report"), shard("cleanup"));
+    eventually(Duration::from_secs(10), "report's next fire", || async { next_fire(port, "report") }).await;
+    assert_eq!(next_fire(port, "cleanup"), None, "a suspended CronJob is not queued");
     let record = final_record(&nats.store().await, &nats.trigger("report")).await;
     assert_eq!(record.output, ["hello from k8s"], "{record:?}");
 }
@@ -177,7 +212,7 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
 /// `import cronken`: schedules mean what they meant under APScheduler (said in a note),
 /// and an imported every-second job runs once per second as its own file records.
 #[tokio::test(flavor = "multi_thread")]
-async fn cronken_jobs_are_imported_and_fire_as_cronken_fired_them() {
+async fn cronken_jobs_are_imported_and_fire_as_cronken_fired_them_and_a_bad_file_writes_nothing() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
@@ -192,6 +227,18 @@ async fn cronken_jobs_are_imported_and_fire_as_cronken_fired_them() {
     });
     let file = dir.join("jobs.json");
     std::fs::write(&file, definitions.to_string()).unwrap();
+    // A dry run, and a file with one bad definition, write nothing.
+    let dry = nats.ok(&["import", "cronken", file.to_str().unwrap(), "--tz", "UTC", "--dry-run"]);
+    assert!(dry.contains("dry run: 2 job(s) would be imported, nothing written"), "{dry}");
+    let mut bad = definitions.clone();
+    bad["broken"] = serde_json::json!({ "cron_args": { "second": "61" }, "job_args": { "cmd": "true" } });
+    let bad_file = dir.join("bad.json");
+    std::fs::write(&bad_file, bad.to_string()).unwrap();
+    let err = nats.fails(&["import", "cronken", bad_file.to_str().unwrap(), "--tz", "UTC"]);
+    assert!(err.contains("broken"), "{err}");
+    for job in ["ticker", "weekdays"] {
+        nats.fails(&["get", job]);
+    }
     let out = nats.ok(&["import", "cronken", file.to_str().unwrap(), "--tz", "UTC"]);
     for expected in [
         "job weekdays: weekdays `0 9 * * tue,wed,thu,fri,sat` (UTC)",
