@@ -126,7 +126,7 @@ pub fn nats_connected(up: bool) {
 pub struct NextFires(Arc<Mutex<HashMap<u32, JobInstants>>>);
 
 /// Job names and instants in Unix milliseconds.
-type JobInstants = Vec<(String, i64)>;
+type JobInstants = Vec<(Arc<str>, i64)>;
 
 impl NextFires {
     /// Shard `shard`'s jobs and their next fires (Unix milliseconds).

@@ -59,7 +59,7 @@ impl Cache {
         if state.jobs.len() >= CACHE_MAX {
             state.jobs.clear();
         }
-        state.jobs.insert(job.name.clone(), job);
+        state.jobs.insert(job.name.to_string(), job);
     }
 
     /// A change from the feed: `now` is the job's new summary, None when it was removed.

@@ -6,10 +6,12 @@
 //!   its own shard's from the schedules index, see `scheduler::loader`).
 //! - `cache.rs`: what was read, and when a read may be kept.
 //! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish.
+//! - `shared.rs`: schedules and pool names shared by the jobs with equal ones.
 //! - `all.rs`: every job in memory, for the dashboard only.
 
 mod all;
 mod cache;
+mod shared;
 mod triggers;
 
 use std::collections::{HashMap, HashSet};
@@ -38,7 +40,8 @@ pub use triggers::{JobTriggers, ShardTriggers};
 /// one per job of its shards. Runners fetch the full spec of the jobs they run.
 #[derive(Debug)]
 pub struct CatalogJob {
-    pub name: String,
+    /// Shared with the fire queue's index of names, so a leader keeps one copy per job.
+    pub name: Arc<str>,
     pub revision: u64,
     /// Why the stored spec is refused, if it is.
     pub summary: Result<JobSummary, Error>,
@@ -46,50 +49,70 @@ pub struct CatalogJob {
 
 #[derive(Debug)]
 pub struct JobSummary {
-    pub schedule: Schedule,
+    pub schedule: Arc<Schedule>,
     pub tz: Tz,
     pub paused: bool,
-    pub pool: Box<str>,
+    pub pool: Arc<str>,
     pub starting_deadline: Option<Duration>,
     pub jitter: Duration,
     pub retries: Retries,
     pub catchup: Catchup,
     pub catchup_window: Duration,
     pub history: History,
-    pub notify: Vec<crate::spec::notify::Notify>,
     /// A Wasm job (a shell job otherwise).
     pub wasm: bool,
-    /// The jobs whose runs start this one.
-    pub after: Vec<After>,
-    /// The subject whose messages start runs of this one.
-    pub on: Option<OnMessage>,
+    /// Notifications and triggers, which most jobs have none of: boxed, so that those pay
+    /// one pointer for them.
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Debug)]
+struct Rare {
+    notify: Vec<crate::spec::notify::Notify>,
+    after: Vec<After>,
+    on: Option<OnMessage>,
 }
 
 impl JobSummary {
     pub fn of(spec: &JobSpec) -> Result<Self, Error> {
         let (schedule, tz) = spec.parsed_schedule()?;
         Ok(Self {
-            schedule,
+            schedule: shared::schedule(schedule),
             tz,
             paused: spec.paused,
-            pool: spec.pool.as_str().into(),
+            pool: shared::pool(&spec.pool),
             starting_deadline: spec.starting_deadline,
             jitter: spec.jitter,
             retries: spec.retries.clone(),
             catchup: spec.catchup,
             catchup_window: spec.catchup_window,
             history: spec.history.clone(),
-            notify: spec.notify.clone(),
             wasm: spec.wasm.is_some(),
-            after: spec.after.clone(),
-            on: spec.on.clone(),
+            rare: (!spec.notify.is_empty() || !spec.after.is_empty() || spec.on.is_some()).then(|| {
+                Box::new(Rare { notify: spec.notify.clone(), after: spec.after.clone(), on: spec.on.clone() })
+            }),
         })
+    }
+
+    /// Where the job's run events are sent besides the defaults.
+    pub fn notify(&self) -> &[crate::spec::notify::Notify] {
+        self.rare.as_ref().map_or(&[], |r| &r.notify)
+    }
+
+    /// The jobs whose runs start this one.
+    pub fn after(&self) -> &[After] {
+        self.rare.as_ref().map_or(&[], |r| &r.after)
+    }
+
+    /// The subject whose messages start runs of this one.
+    pub fn on(&self) -> Option<&OnMessage> {
+        self.rare.as_ref().and_then(|r| r.on.as_ref())
     }
 }
 
 impl CatalogJob {
     pub fn from_spec(spec: &JobSpec, revision: u64) -> Self {
-        Self { name: spec.name.clone(), revision, summary: JobSummary::of(spec) }
+        Self { name: spec.name.as_str().into(), revision, summary: JobSummary::of(spec) }
     }
 
     /// The job stored as `value` under `name`; a spec that is refused is kept as its error,
@@ -100,7 +123,7 @@ impl CatalogJob {
             error!(job = %name, revision = value.revision, "job skipped: {e}");
         }
         let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
-        Arc::new(Self { name: stored.name, revision: stored.revision, summary })
+        Arc::new(Self { name: stored.name.into(), revision: stored.revision, summary })
     }
 }
 

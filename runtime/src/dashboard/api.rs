@@ -78,7 +78,7 @@ fn is_late(d: &Dashboard, name: &str, job: &crate::catalog::JobSummary, now: Dat
 fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
     let runs = d.view.summary(&job.name);
     let mut row = json!({
-        "name": job.name,
+        "name": &*job.name,
         "last_status": runs.last_status.map(|s| s.as_str()),
         "last_run": runs.last_run,
         "success_rate": runs.success_rate,
@@ -91,7 +91,7 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
                 "kind": if s.wasm { "wasm" } else { "shell" },
                 "schedule": s.schedule.expr(),
                 "timezone": s.tz.name(),
-                "schedule_words": words::describe_job(s.schedule.expr(), &s.after, s.on.as_ref()),
+                "schedule_words": words::describe_job(s.schedule.expr(), s.after(), s.on()),
                 "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
                 "pool": &*s.pool,
                 "paused": s.paused,

@@ -111,9 +111,9 @@ impl RunsView {
         let Ok(mut seen) = self.revisions.write() else { return };
         seen.retain(|name, _| catalog.get(name).is_some());
         for job in jobs {
-            let known = seen.get(&job.name).is_some_and(|(revision, _)| *revision == job.revision);
+            let known = seen.get(&*job.name).is_some_and(|(revision, _)| *revision == job.revision);
             if !known {
-                seen.insert(job.name.clone(), (job.revision, now));
+                seen.insert(job.name.to_string(), (job.revision, now));
             }
         }
     }

@@ -112,7 +112,7 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         for job in to_check.drain(..) {
             let unheard = match ctx.catalog.get(&job).await {
                 Ok(None) => true,
-                Ok(Some(entry)) => entry.summary.as_ref().is_ok_and(|s| s.on.is_none()),
+                Ok(Some(entry)) => entry.summary.as_ref().is_ok_and(|s| s.on().is_none()),
                 // Looked at again next time.
                 Err(_) => {
                     still.push(job);

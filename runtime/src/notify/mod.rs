@@ -287,7 +287,7 @@ impl Notifier {
     /// not be read (the event is looked at again).
     async fn rules(&self, job: &str) -> Result<Vec<Notify>, ()> {
         let job = self.catalog.get(job).await.map_err(|e| warn!(job, "notifications: reading the job: {e}"))?;
-        Ok(match job.as_ref().and_then(|j| j.summary.as_ref().ok()).map(|s| s.notify.clone()) {
+        Ok(match job.as_ref().and_then(|j| j.summary.as_ref().ok()).map(|s| s.notify().to_vec()) {
             Some(rules) if !rules.is_empty() => rules,
             _ => self.config.default.clone(),
         })

@@ -92,7 +92,7 @@ pub(super) async fn run_lease_expired(
     let policy = catalog
         .get(job)
         .await?
-        .and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone(), s.on.clone())));
+        .and_then(|j| j.summary.as_ref().ok().map(|s| (s.retries.clone(), s.pool.clone(), s.on().cloned())));
     // A retried attempt goes from its last record straight to the next attempt in one
     // compare-and-set, as a runner's failed attempt does: a `lost` record is final, and
     // what follows final records (chains, message triggers) must not see one that is not.

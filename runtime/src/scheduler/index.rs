@@ -126,7 +126,7 @@ impl PublishedTriggers {
 
     /// Notes the job's triggers now (None: removed, or without any).
     pub fn set(&mut self, job: &CatalogJob) {
-        let now = job.summary.as_ref().ok().and_then(|s| JobTriggers::of(&s.after, s.on.as_ref()));
+        let now = job.summary.as_ref().ok().and_then(|s| JobTriggers::of(s.after(), s.on()));
         self.put(&job.name, now);
     }
 

@@ -302,7 +302,7 @@ async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigg
     let deadline = summary.starting_deadline.unwrap_or(default_deadline);
     async {
         let msg = DispatchMsg {
-            job: name.clone(),
+            job: name.to_string(),
             run_id: run_id.clone(),
             attempt: 1,
             trigger,

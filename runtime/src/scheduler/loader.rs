@@ -100,7 +100,7 @@ pub async fn read(
     let filters: Vec<String> = wanted.iter().map(|n| format!("{n}.>")).collect();
     let mut watch = index.watch_all_of(&filters).await?;
     // By shard and name: a job removed or edited during the pass is seen again, later.
-    let mut seen: HashMap<u32, HashMap<String, Option<Arc<CatalogJob>>>> = HashMap::new();
+    let mut seen: HashMap<u32, HashMap<Arc<str>, Option<Arc<CatalogJob>>>> = HashMap::new();
     let (mut after, mut errors) = (floor, 0);
     while !watch.initially_empty {
         let change = match tokio::time::timeout(PASS_IDLE_MAX, watch.next()).await {
@@ -120,8 +120,13 @@ pub async fn read(
         let caught_up = change.caught_up;
         after = after.max(change.sequence);
         if let Some((n, name)) = change.key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name))) {
-            let name = name.to_string();
-            seen.entry(n).or_default().insert(name, decode(n, shards, change));
+            // Keyed by the job's own name (no copy), or the removed job's.
+            let removed: Option<Arc<str>> = change.value.is_none().then(|| name.into());
+            match (decode(n, shards, change), removed) {
+                (Some(job), _) => seen.entry(n).or_default().insert(job.name.clone(), Some(job)),
+                (None, Some(name)) => seen.entry(n).or_default().insert(name, None),
+                (None, None) => None,
+            };
         }
         if caught_up {
             break;

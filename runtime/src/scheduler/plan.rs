@@ -65,7 +65,7 @@ impl Planner {
             match catchup::judge(summary, due.fire, now, self.default_deadline) {
                 Verdict::Run(trigger) => actions.push(Action::Run(due, trigger)),
                 Verdict::Missed(why) => {
-                    let count = self.missed_per_job.entry(due.job.name.clone()).or_default();
+                    let count = self.missed_per_job.entry(due.job.name.to_string()).or_default();
                     *count += 1;
                     let record = match *count {
                         n if n <= MISSED_RECORDS_MAX => Record::One,
@@ -120,7 +120,7 @@ mod tests {
         let due = match a {
             Action::Run(due, _) | Action::Missed(due, _, _) => due,
         };
-        (due.job.name.clone(), (a.fire() - t(0)).num_seconds(), what)
+        (due.job.name.to_string(), (a.fire() - t(0)).num_seconds(), what)
     }
 
     /// A leader that takes a shard over after a five-minute outage (its queue resumes from

@@ -60,20 +60,20 @@ impl FireQueue {
             self.remove(&job.name);
             return;
         }
-        let queued = self.by_name.get(job.name.as_str()).and_then(|&i| self.slots[i as usize].as_ref());
+        let queued = self.by_name.get(&*job.name).and_then(|&i| self.slots[i as usize].as_ref());
         if queued.is_some_and(|slot| slot.job.revision == job.revision) {
             return;
         }
         self.generation = self.generation.wrapping_add(1);
         let slot = Slot { generation: self.generation, job: job.clone() };
-        let index = match self.by_name.get(job.name.as_str()) {
+        let index = match self.by_name.get(&*job.name) {
             Some(&i) => i,
             None => {
                 let i = self.free.pop().unwrap_or_else(|| {
                     self.slots.push(None);
                     (self.slots.len() - 1) as u32
                 });
-                self.by_name.insert(Arc::from(job.name.as_str()), i);
+                self.by_name.insert(job.name.clone(), i);
                 i
             }
         };
@@ -116,7 +116,7 @@ impl FireQueue {
     }
 
     /// Every queued job's next fire, in Unix milliseconds.
-    pub fn next_fires(&self) -> Vec<(String, i64)> {
+    pub fn next_fires(&self) -> Vec<(Arc<str>, i64)> {
         self.heap
             .iter()
             .filter(|Reverse((_, index, generation))| self.is_current(*index, *generation))

@@ -1,0 +1,73 @@
+//! Values shared by the jobs that have equal ones. A leader holds one summary per job of
+//! its shards, millions in a large deployment, and most jobs share a handful of schedule
+//! expressions (`0 * * * *`, `*/5 * * * *`, ...) and pools: each distinct one is kept once
+//! (a parsed schedule is about 100 bytes with its text) instead of once per job.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use crate::schedule::Schedule;
+
+/// Values in use, by their text; an entry whose jobs are all gone is dropped when the map
+/// has doubled since it was last swept.
+struct Shared<T: ?Sized> {
+    by_text: HashMap<Box<str>, Weak<T>>,
+    sweep_at: usize,
+}
+
+const SWEEP_FLOOR: usize = 1024;
+
+impl<T: ?Sized> Shared<T> {
+    fn new() -> Mutex<Self> {
+        Mutex::new(Self { by_text: HashMap::new(), sweep_at: SWEEP_FLOOR })
+    }
+
+    fn get_or_make(this: &Mutex<Self>, text: &str, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
+        let mut shared = this.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(found) = shared.by_text.get(text).and_then(Weak::upgrade) {
+            return found;
+        }
+        if shared.by_text.len() >= shared.sweep_at {
+            shared.by_text.retain(|_, w| w.strong_count() > 0);
+            shared.sweep_at = (shared.by_text.len() * 2).max(SWEEP_FLOOR);
+        }
+        let value = make();
+        shared.by_text.insert(text.into(), Arc::downgrade(&value));
+        value
+    }
+}
+
+static SCHEDULES: LazyLock<Mutex<Shared<Schedule>>> = LazyLock::new(Shared::new);
+static POOLS: LazyLock<Mutex<Shared<str>>> = LazyLock::new(Shared::new);
+
+/// `schedule`, or the equal one already in use.
+pub fn schedule(schedule: Schedule) -> Arc<Schedule> {
+    let text: Box<str> = schedule.expr().into();
+    Shared::get_or_make(&SCHEDULES, &text, || Arc::new(schedule))
+}
+
+/// The pool named `name`, shared.
+pub fn pool(name: &str) -> Arc<str> {
+    Shared::get_or_make(&POOLS, name, || name.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_values_are_shared_and_unused_ones_are_swept() {
+        let parse = |expr: &str| schedule(Schedule::parse(expr).unwrap());
+        let (a, b) = (parse("*/7 * * * * *"), parse("*/7 * * * * *"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &parse("*/8 * * * * *")));
+        assert!(Arc::ptr_eq(&pool("gpu"), &pool("gpu")));
+        // Thousands used once and dropped: the map does not keep them all.
+        for i in 0..5 * SWEEP_FLOOR {
+            drop(parse(&format!("@every {}s", 1000 + i)));
+        }
+        let len = SCHEDULES.lock().unwrap().by_text.len();
+        assert!(len < 3 * SWEEP_FLOOR, "{len} entries kept of {}", 5 * SWEEP_FLOOR);
+        assert!(Arc::ptr_eq(&a, &parse("*/7 * * * * *")), "one in use stays shared");
+    }
+}
