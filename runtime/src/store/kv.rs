@@ -13,6 +13,7 @@ use async_nats::jetstream::kv::{Operation, Store as Kv};
 use async_nats::jetstream::{self};
 use bytes::Bytes;
 use futures::StreamExt;
+use tracing::warn;
 
 use crate::error::{Error, ErrorKind};
 
@@ -77,17 +78,20 @@ pub struct Fenced {
 /// revision, so at most one lands, and the first ones sent are the likeliest.
 const UNCONFIRMED_MAX: usize = 4;
 
-/// How long each attempt to create a watch's consumer waits for the server's answer (see
-/// `Bucket::create_ordered`).
-const CREATE_WAITS: [Duration; 7] = [
-    Duration::from_secs(1),
+/// How long each attempt to create a watch's consumer waits for the server's answer on a
+/// replicated stream (see `Bucket::create_ordered`), and on a stream of one replica, where
+/// only a large stream makes it slow (a filtered consumer of 10,000,000 entries took over
+/// 30 s to make with three others made alongside).
+const CREATE_WAITS_REPLICATED: [Duration; 7] = [
     Duration::from_secs(1),
     Duration::from_secs(2),
     Duration::from_secs(2),
     Duration::from_secs(4),
     Duration::from_secs(8),
     Duration::from_secs(16),
+    Duration::from_secs(32),
 ];
+const CREATE_WAIT_SINGLE: Duration = Duration::from_secs(180);
 
 impl Fenced {
     pub fn at(revision: u64) -> Self {
@@ -400,24 +404,35 @@ impl Bucket {
         Ok(Watch { initially_empty, messages, prefix, sourced: self.sourced })
     }
 
-    /// Creates an ordered consumer, asking again when no answer comes soon. The server
-    /// puts a one-replica consumer on a node of the stream picked at random, and counts a
-    /// node that died without a word (killed, cut off) as live for up to 150 s: a consumer
-    /// put there is never made, and its request only times out. Each attempt is another
-    /// pick; the waits grow so that a creation that is only slow (a large stream) ends.
+    /// Creates an ordered consumer. On a replicated stream, asks again when no answer comes
+    /// soon: the server puts a one-replica consumer on a node of the stream picked at
+    /// random, and counts a node that died without a word (killed, cut off) as live for up
+    /// to 150 s, so a consumer put there is never made and its request only times out.
+    /// Each attempt is another pick. The waits grow, because asking again also means
+    /// another consumer to make for a server that was only slow (a large stream).
     async fn create_ordered(
         &self,
         config: push::OrderedConfig,
     ) -> Result<jetstream::consumer::Consumer<push::OrderedConfig>, Error> {
         let what = || format!("watching {}", self.name());
-        let mut last = None;
-        for wait in CREATE_WAITS {
-            match tokio::time::timeout(wait, self.kv.stream.create_consumer(config.clone())).await {
-                Ok(created) => return created.map_err(|e| Error::nats(&what(), e)),
-                Err(_) => last = Some(format!("no answer to the consumer's creation within {wait:?}")),
+        let info = self.kv.stream.cached_info();
+        let waits: &[Duration] = match info.config.num_replicas {
+            0 | 1 => &[CREATE_WAIT_SINGLE],
+            _ => &CREATE_WAITS_REPLICATED,
+        };
+        for &wait in waits {
+            // The request itself waits this long (the connection's default is shorter).
+            let mut js = self.js.clone();
+            js.set_timeout(wait);
+            let stream = js.get_stream_no_info(&info.config.name).await.map_err(|e| Error::nats(&what(), e))?;
+            match stream.create_consumer(config.clone()).await {
+                Err(e) if e.kind() == jetstream::stream::ConsumerErrorKind::TimedOut => {
+                    warn!("{}: no answer to a consumer's creation within {wait:?}", what());
+                }
+                created => return created.map_err(|e| Error::nats(&what(), e)),
             }
         }
-        Err(Error::nats(&what(), last.unwrap_or_default()))
+        Err(Error::nats(&what(), "no answer to the consumer's creation"))
     }
 
     /// The latest live value of every key matching `filter`.
