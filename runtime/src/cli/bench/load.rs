@@ -14,59 +14,96 @@ use crate::scheduler::loader::read;
 use crate::scheduler::{DEFAULT_SHARDS, FireQueue};
 use crate::store::Store;
 
-/// Writes N jobs, then loads them in a fresh process as schedulers leading every shard do
-/// (each shard's jobs from the schedules index, validated, into its fire queue) and
-/// reports time and resident memory.
-pub(super) async fn run(ctx: &Ctx, url: &str, schedules: usize, probe: bool) -> Result<()> {
+pub(super) struct LoadArgs {
+    pub schedules: usize,
+    /// Processes loading at once, each an equal share of the shards.
+    pub agents: u32,
+    /// Set in a loading process: the shards it loads, `FIRST-LAST`.
+    pub probe: Option<String>,
+    /// The nats-server's, when the bench started it: its memory is reported beside.
+    pub server_pid: Option<u32>,
+}
+
+/// Writes N jobs, then loads them in fresh processes as schedulers leading every shard do
+/// (each shard's jobs from the schedules index, validated, into its fire queue), `agents`
+/// processes at once each leading its share of the shards, and reports their time and
+/// resident memory.
+pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
     let namespace = "benchload";
-    if probe {
-        let store = open(url, namespace).await?;
-        let index = store.schedules_index(DEFAULT_SHARDS).await?;
-        let rss_before = rss_kib();
-        let start = Instant::now();
-        let now = Utc::now();
-        // All shards in one pass, as an agent's shard tasks read them when it starts.
-        let every: Vec<u32> = (0..DEFAULT_SHARDS).collect();
-        let (by_shard, _) = read(&index, DEFAULT_SHARDS, &every).await?;
-        let queues: Vec<FireQueue> = by_shard
-            .into_values()
-            .map(|jobs| {
-                let mut queue = FireQueue::default();
-                for job in jobs {
-                    queue.upsert(job, now);
-                }
-                queue
-            })
-            .collect();
-        let took = start.elapsed();
-        let value = json!({ "schedules": queues.iter().map(FireQueue::len).sum::<usize>(), "load_s": took.as_secs_f64(),
-                            "rss_before_kib": rss_before, "rss_after_kib": rss_kib() });
-        println!("{value}");
-        return Ok(());
+    if let Some(shards) = &a.probe {
+        return probe(url, namespace, shards).await;
     }
     let store = open(url, namespace).await?;
     let write_start = Instant::now();
-    write_jobs(&store, schedules).await?;
-    eprintln!("wrote {schedules} jobs in {:.1}s", write_start.elapsed().as_secs_f64());
-    filed(&store, schedules).await?;
+    write_jobs(&store, a.schedules).await?;
+    eprintln!("wrote {} jobs in {:.1}s", a.schedules, write_start.elapsed().as_secs_f64());
+    filed(&store, a.schedules).await?;
     let exe = std::env::current_exe().context("finding the cronrun binary")?;
-    let out = tokio::process::Command::new(exe)
-        .args(["--nats", url, "bench", "load", "--probe", "--schedules", &schedules.to_string()])
-        .output()
-        .await
-        .context("running the load probe")?;
-    if !out.status.success() {
-        bail!("load probe failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("reading the probe's report")?;
+    let per_agent = DEFAULT_SHARDS.div_ceil(a.agents);
+    let probes = (0..a.agents).map(|i| {
+        let (first, last) = (i * per_agent, ((i + 1) * per_agent).min(DEFAULT_SHARDS) - 1);
+        let exe = exe.clone();
+        async move {
+            let args = ["--nats", url, "bench", "load", "--probe", &format!("{first}-{last}")];
+            let out = tokio::process::Command::new(exe).args(args).output().await.context("running a load probe")?;
+            if !out.status.success() {
+                bail!("load probe failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).context("reading a probe's report")
+        }
+    });
+    let loads: Vec<serde_json::Value> = futures::future::try_join_all(probes).await?;
+    let server_kib = a.server_pid.map(super::deployment::rss_kib);
+    let v = json!({ "agents": loads, "nats_server_rss_kib": server_kib });
     ctx.print(&v, || {
-        format!(
-            "loaded {} schedules into 64 shard queues, all shards in one pass, in {:.1}s; resident memory {} MiB",
-            v["schedules"],
-            v["load_s"].as_f64().unwrap_or(f64::NAN),
-            v["rss_after_kib"].as_u64().unwrap_or(0) / 1024
-        )
+        let mut lines: Vec<String> = loads
+            .iter()
+            .map(|l| {
+                format!(
+                    "shards {}: loaded {} schedules in {:.1}s; resident memory {} MiB",
+                    l["shards"].as_str().unwrap_or("?"),
+                    l["schedules"],
+                    l["load_s"].as_f64().unwrap_or(f64::NAN),
+                    l["rss_after_kib"].as_u64().unwrap_or(0) / 1024
+                )
+            })
+            .collect();
+        if let Some(kib) = server_kib {
+            lines.push(format!("nats-server resident memory {} MiB", kib / 1024));
+        }
+        lines.join("\n")
     })
+}
+
+/// Loads shards `FIRST-LAST` in one pass, as an agent's shard tasks read them when it
+/// starts, and prints time and memory as JSON.
+async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
+    let range = shards.split_once('-').and_then(|(a, b)| Some(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?));
+    let Some(range) = range.filter(|r| *r.end() < DEFAULT_SHARDS) else {
+        bail!("--probe {shards:?}: give FIRST-LAST shards below {DEFAULT_SHARDS}")
+    };
+    let store = open(url, namespace).await?;
+    let index = store.schedules_index(DEFAULT_SHARDS).await?;
+    let rss_before = rss_kib();
+    let start = Instant::now();
+    let now = Utc::now();
+    let wanted: Vec<u32> = range.collect();
+    let (by_shard, _) = read(&index, DEFAULT_SHARDS, &wanted).await?;
+    let queues: Vec<FireQueue> = by_shard
+        .into_values()
+        .map(|jobs| {
+            let mut queue = FireQueue::default();
+            for job in jobs {
+                queue.upsert(job, now);
+            }
+            queue
+        })
+        .collect();
+    let took = start.elapsed();
+    let value = json!({ "shards": shards, "schedules": queues.iter().map(FireQueue::len).sum::<usize>(),
+                        "load_s": took.as_secs_f64(), "rss_before_kib": rss_before, "rss_after_kib": rss_kib() });
+    println!("{value}");
+    Ok(())
 }
 
 /// A mix of schedule shapes and zones, written with many publishes in flight.

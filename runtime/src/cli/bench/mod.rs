@@ -78,9 +78,13 @@ pub enum BenchKind {
     Load {
         #[arg(long, default_value_t = 1_000_000)]
         schedules: usize,
-        /// Internal: only load (the jobs exist) and report, in a fresh process
+        /// Loading processes, each leading an equal share of the shards, all at once (as
+        /// the agents of a deployment starting together)
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        agents: u32,
+        /// Internal: only load shards FIRST-LAST (the jobs exist) and report, in a fresh process
         #[arg(long, hide = true)]
-        probe: bool,
+        probe: Option<String>,
     },
     /// Every-second jobs for a long time through agent and nats-server restarts, on
     /// agents running as separate processes; fails when a fire ran twice or state grew
@@ -125,7 +129,10 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
         BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm).await,
         BenchKind::Nats { runs } => raw_nats::run(ctx, &url, runs).await,
-        BenchKind::Load { schedules, probe } => load::run(ctx, &url, schedules, probe).await,
+        BenchKind::Load { schedules, agents, probe } => {
+            let server_pid = server.as_ref().and_then(EmbeddedNats::pid);
+            load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await
+        }
         // Run on their own deployment above.
         BenchKind::Soak { .. } | BenchKind::Lateness { .. } => Ok(()),
     };
