@@ -38,9 +38,9 @@ async fn kill_a_node_under_load(trial: usize) {
     tokio::time::sleep(Duration::from_millis(3000 + rand::random::<u64>() % 1000)).await;
     let killed_at = Utc::now();
     // The first trial kills the node leading the schedules index, the others any node.
-    let index_leader = index.cluster.and_then(|c| c.leader).and_then(|l| l.strip_prefix('n')?.parse().ok());
-    let victim = match (trial, index_leader) {
-        (0, Some(leader)) => leader,
+    let leader = index.cluster.and_then(|c| c.leader).and_then(|l| l.strip_prefix('n')?.parse::<usize>().ok());
+    let victim = match trial {
+        0 => leader.expect("the index's leader, a node named n<i>"),
         _ => rand::random::<u64>() as usize % 3,
     };
     cluster.kill(victim);

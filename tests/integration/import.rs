@@ -158,6 +158,17 @@ spec:
         spec:
           containers: [{ name: cleanup, image: alpine:3, command: ["true"] }]
 ---
+apiVersion: batch/v1
+kind: CronJob
+metadata: { name: sweep }
+spec:
+  schedule: "*/5 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers: [{ name: sweep, image: alpine:3, command: ["true"] }]
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: web }
@@ -180,7 +191,7 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
         "CronJob report: report `0 6 * * *` (Europe/Berlin): sh -c echo $GREETING from k8s",
         "Deployment web: not imported: not a CronJob",
         "CronJob report: the command runs on the runner's host, not in image alpine:3",
-        "dry run: 2 job(s) would be imported, nothing written",
+        "dry run: 3 job(s) would be imported, nothing written",
     ] {
         assert!(dry.contains(expected), "{expected:?} missing from:\n{dry}");
     }
@@ -192,7 +203,7 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     assert!(err.contains("bad.yaml: document 1: CronJob report: concurrencyPolicy \"Sometimes\""), "{err}");
     nats.fails(&["get", "report"]);
 
-    assert!(nats.ok(&["import", "k8s-cronjob", file]).contains("imported 2 job(s)"));
+    assert!(nats.ok(&["import", "k8s-cronjob", file]).contains("imported 3 job(s)"));
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "report", "--output", "json"])).unwrap();
     let spec = &got["spec"];
     assert_eq!((spec["overlap"].as_str(), spec["retries"]["max"].as_u64()), (Some("skip"), Some(1)));
@@ -200,11 +211,15 @@ async fn a_kubernetes_cron_job_is_imported_and_runs_its_command() {
     // `suspend: true` is a paused job: stored, and not queued to fire until resumed.
     let got: serde_json::Value = serde_json::from_str(&nats.ok(&["get", "cleanup", "--output", "json"])).unwrap();
     assert_eq!(got["spec"]["paused"].as_bool(), Some(true), "{got}");
-    // Both in one shard, whose leader publishes its queue's next fires at once.
+    // `sweep`, written after it in the same shard, is queued: so was `cleanup` seen.
     let shard = |job| cronrun::scheduler::shard_of(job, TEST_SHARDS);
-    assert_eq!(shard("report"), shard("cleanup"));
-    eventually(Duration::from_secs(10), "report's next fire", || async { next_fire(port, "report") }).await;
-    assert_eq!(next_fire(port, "cleanup"), None, "a suspended CronJob is not queued");
+    assert_eq!(shard("sweep"), shard("cleanup"));
+    let metrics = eventually(Duration::from_secs(10), "sweep's next fire", || async {
+        next_fire(port, "sweep")?;
+        http_get(port, "/metrics").map(|(_, text)| text)
+    })
+    .await;
+    assert!(!metrics.contains(r#"job="cleanup""#), "a suspended CronJob is not queued:\n{metrics}");
     let record = final_record(&nats.store().await, &nats.trigger("report")).await;
     assert_eq!(record.output, ["hello from k8s"], "{record:?}");
 }

@@ -22,18 +22,16 @@ impl<T: ?Sized> Shared<T> {
         Mutex::new(Self { by_text: HashMap::new(), sweep_at: SWEEP_FLOOR })
     }
 
-    fn get_or_make(this: &Mutex<Self>, text: &str, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
-        let mut shared = this.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(found) = shared.by_text.get(text).and_then(Weak::upgrade) {
-            return found;
+    fn get(&self, text: &str) -> Option<Arc<T>> {
+        self.by_text.get(text).and_then(Weak::upgrade)
+    }
+
+    fn insert(&mut self, text: &str, value: &Arc<T>) {
+        if self.by_text.len() >= self.sweep_at {
+            self.by_text.retain(|_, w| w.strong_count() > 0);
+            self.sweep_at = (self.by_text.len() * 2).max(SWEEP_FLOOR);
         }
-        if shared.by_text.len() >= shared.sweep_at {
-            shared.by_text.retain(|_, w| w.strong_count() > 0);
-            shared.sweep_at = (shared.by_text.len() * 2).max(SWEEP_FLOOR);
-        }
-        let value = make();
-        shared.by_text.insert(text.into(), Arc::downgrade(&value));
-        value
+        self.by_text.insert(text.into(), Arc::downgrade(value));
     }
 }
 
@@ -42,13 +40,24 @@ static POOLS: LazyLock<Mutex<Shared<str>>> = LazyLock::new(Shared::new);
 
 /// `schedule`, or the equal one already in use.
 pub fn schedule(schedule: Schedule) -> Arc<Schedule> {
-    let text: Box<str> = schedule.expr().into();
-    Shared::get_or_make(&SCHEDULES, &text, || Arc::new(schedule))
+    let mut shared = SCHEDULES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = shared.get(schedule.expr()) {
+        return found;
+    }
+    let schedule = Arc::new(schedule);
+    shared.insert(schedule.expr(), &schedule);
+    schedule
 }
 
 /// The pool named `name`, shared.
 pub fn pool(name: &str) -> Arc<str> {
-    Shared::get_or_make(&POOLS, name, || name.into())
+    let mut shared = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = shared.get(name) {
+        return found;
+    }
+    let pool: Arc<str> = name.into();
+    shared.insert(name, &pool);
+    pool
 }
 
 #[cfg(test)]

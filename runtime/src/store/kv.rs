@@ -78,20 +78,21 @@ pub struct Fenced {
 /// revision, so at most one lands, and the first ones sent are the likeliest.
 const UNCONFIRMED_MAX: usize = 4;
 
-/// How long each attempt to create a watch's consumer waits for the server's answer on a
-/// replicated stream (see `Bucket::create_ordered`), and on a stream of one replica, where
-/// only a large stream makes it slow (a filtered consumer of 10,000,000 entries took over
-/// 30 s to make with three others made alongside).
-const CREATE_WAITS_REPLICATED: [Duration; 7] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(2),
-    Duration::from_secs(4),
-    Duration::from_secs(8),
-    Duration::from_secs(16),
-    Duration::from_secs(32),
-];
-const CREATE_WAIT_SINGLE: Duration = Duration::from_secs(180);
+/// How long an attempt to create a watch's consumer waits for the server's answer when
+/// the stream has a replica that looks gone (see `Bucket::create_ordered`), and when none
+/// does: only a large stream then makes it slow (a filtered consumer of 10,000,000 entries
+/// took over 30 s to make with three others made alongside).
+const CREATE_WAIT_PEER_GONE: Duration = Duration::from_secs(1);
+const CREATE_WAIT: Duration = Duration::from_secs(180);
+/// The waits of the first attempts on a replicated stream, before a replica killed a
+/// moment ago looks gone.
+const CREATE_WAITS_FIRST: [Duration; 4] =
+    [Duration::from_secs(1), Duration::from_secs(2), Duration::from_secs(4), Duration::from_secs(8)];
+/// How long a consumer's creation is asked for in all.
+const CREATE_GIVE_UP: Duration = Duration::from_secs(300);
+/// A replica not heard of for this long looks gone (the stream's leader hears from a live
+/// one every second).
+const REPLICA_SILENT: Duration = Duration::from_secs(3);
 
 impl Fenced {
     pub fn at(revision: u64) -> Self {
@@ -404,35 +405,64 @@ impl Bucket {
         Ok(Watch { initially_empty, messages, prefix, sourced: self.sourced })
     }
 
-    /// Creates an ordered consumer. On a replicated stream, asks again when no answer comes
-    /// soon: the server puts a one-replica consumer on a node of the stream picked at
-    /// random, and counts a node that died without a word (killed, cut off) as live for up
-    /// to 150 s, so a consumer put there is never made and its request only times out.
-    /// Each attempt is another pick. The waits grow, because asking again also means
-    /// another consumer to make for a server that was only slow (a large stream).
+    /// Creates an ordered consumer, asking again on a failure that passes (see `passing`).
+    /// The server puts a one-replica consumer on a replica of the stream picked at random,
+    /// and counts a node that died without a word (killed, cut off) as live for up to
+    /// 150 s: a consumer put there is never made and its request only times out. So while
+    /// a replica looks gone, an attempt waits a second, and the next is another pick. A
+    /// replica killed a moment ago does not look gone yet: the first attempts wait 1, 2, 4
+    /// and 8 s. Then an attempt waits long, since asking again would only give a server
+    /// that is slow (a large stream) another consumer to make.
     async fn create_ordered(
         &self,
         config: push::OrderedConfig,
     ) -> Result<jetstream::consumer::Consumer<push::OrderedConfig>, Error> {
         let what = || format!("watching {}", self.name());
-        let info = self.kv.stream.cached_info();
-        let waits: &[Duration] = match info.config.num_replicas {
-            0 | 1 => &[CREATE_WAIT_SINGLE],
-            _ => &CREATE_WAITS_REPLICATED,
-        };
-        for &wait in waits {
+        let started = std::time::Instant::now();
+        let replicated = self.kv.stream.cached_info().config.num_replicas > 1;
+        let mut attempt = 0;
+        loop {
+            let wait = match (replicated && self.replica_gone().await, CREATE_WAITS_FIRST.get(attempt)) {
+                (true, _) => CREATE_WAIT_PEER_GONE,
+                (false, Some(&first)) if replicated => first,
+                _ => CREATE_WAIT,
+            };
             // The request itself waits this long (the connection's default is shorter).
             let mut js = self.js.clone();
             js.set_timeout(wait);
-            let stream = js.get_stream_no_info(&info.config.name).await.map_err(|e| Error::nats(&what(), e))?;
+            let name = &self.kv.stream.cached_info().config.name;
+            let stream = js.get_stream_no_info(name).await.map_err(|e| Error::nats(&what(), e))?;
+            attempt += 1;
+            // An inbox of its own: an attempt given up may still be made, and must not
+            // deliver into the watch that another attempt made.
+            let config = push::OrderedConfig { deliver_subject: self.js.client().new_inbox(), ..config.clone() };
             match stream.create_consumer(config.clone()).await {
-                Err(e) if e.kind() == jetstream::stream::ConsumerErrorKind::TimedOut => {
-                    warn!("{}: no answer to a consumer's creation within {wait:?}", what());
+                Err(e) if passing(&e) && started.elapsed() < CREATE_GIVE_UP => {
+                    warn!("{}: a consumer's creation, asked again: {e}", what());
+                    // Not at once when it failed at once (no server to take it).
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                created => return created.map_err(|e| Error::nats(&what(), e)),
+                Err(e) => return Err(Error::nats(&what(), e)),
+                // The consumer makes itself again (after missed heartbeats) through the
+                // context it holds: the connection's, with its usual wait, not this one.
+                Ok(created) => {
+                    let info = created.cached_info().clone();
+                    return Ok(jetstream::consumer::Consumer::new(config, info, self.js.clone()));
+                }
             }
         }
-        Err(Error::nats(&what(), "no answer to the consumer's creation"))
+    }
+
+    /// Whether a replica of the bucket's stream looks gone, or the stream's state cannot
+    /// be read (JetStream electing a leader): a consumer may be put where it is never made.
+    async fn replica_gone(&self) -> bool {
+        let mut stream = self.kv.stream.clone();
+        match tokio::time::timeout(CREATE_WAIT_PEER_GONE * 2, stream.info()).await {
+            Ok(Ok(info)) => {
+                info.cluster.as_ref().is_some_and(|c| c.replicas.iter().any(|r| r.offline || r.active > REPLICA_SILENT))
+            }
+            _ => true,
+        }
     }
 
     /// The latest live value of every key matching `filter`.
@@ -452,6 +482,19 @@ impl Bucket {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whether a consumer's creation may succeed when asked again: no answer in time, no
+/// server to take the request, or JetStream without a leader for a moment (an election).
+fn passing(e: &jetstream::stream::ConsumerError) -> bool {
+    use jetstream::stream::ConsumerErrorKind;
+    match e.kind() {
+        ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
+        ConsumerErrorKind::JetStream(js) => {
+            js.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE || js.code() == 503
+        }
+        _ => false,
     }
 }
 

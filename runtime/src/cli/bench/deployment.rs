@@ -150,6 +150,8 @@ impl Deployment {
             .env_remove("CRONRUN_CREDS")
             .env_remove("CRONRUN_NAMESPACE")
             .env_remove("CRONRUN_CONFIG")
+            // Their info lines say when they are ready: read here, whatever the bench logs.
+            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file.with_context(|| format!("opening {}", log.display()))?)

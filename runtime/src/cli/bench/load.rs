@@ -39,9 +39,9 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
     eprintln!("wrote {} jobs in {:.1}s", a.schedules, write_start.elapsed().as_secs_f64());
     filed(&store, a.schedules).await?;
     let exe = std::env::current_exe().context("finding the cronrun binary")?;
-    let per_agent = DEFAULT_SHARDS.div_ceil(a.agents);
     let probes = (0..a.agents).map(|i| {
-        let (first, last) = (i * per_agent, ((i + 1) * per_agent).min(DEFAULT_SHARDS) - 1);
+        // `agents` is 1..=64: every share holds one shard at least.
+        let (first, last) = (i * DEFAULT_SHARDS / a.agents, (i + 1) * DEFAULT_SHARDS / a.agents - 1);
         let exe = exe.clone();
         async move {
             let args = ["--nats", url, "bench", "load", "--probe", &format!("{first}-{last}")];
@@ -79,7 +79,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
 /// starts, and prints time and memory as JSON.
 async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
     let range = shards.split_once('-').and_then(|(a, b)| Some(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?));
-    let Some(range) = range.filter(|r| *r.end() < DEFAULT_SHARDS) else {
+    let Some(range) = range.filter(|r| !r.is_empty() && *r.end() < DEFAULT_SHARDS) else {
         bail!("--probe {shards:?}: give FIRST-LAST shards below {DEFAULT_SHARDS}")
     };
     let store = open(url, namespace).await?;
