@@ -80,10 +80,11 @@ const UNCONFIRMED_MAX: usize = 4;
 
 /// How long an attempt to create a watch's consumer waits for the server's answer when
 /// the stream has a replica that looks gone (see `Bucket::create_ordered`), and when none
-/// does: only a large stream then makes it slow (a filtered consumer of 10,000,000 entries
-/// took over 30 s to make with three others made alongside).
+/// does, first and at most: a large stream makes it slow (a filtered consumer of
+/// 10,000,000 entries took over 30 s to make with three others made alongside).
 const CREATE_WAIT_PEER_GONE: Duration = Duration::from_secs(1);
-const CREATE_WAIT: Duration = Duration::from_secs(180);
+const CREATE_WAIT: Duration = Duration::from_secs(10);
+const CREATE_WAIT_MAX: Duration = Duration::from_secs(160);
 /// The waits of the first attempts on a replicated stream, before a replica killed a
 /// moment ago looks gone.
 const CREATE_WAITS_FIRST: [Duration; 4] =
@@ -411,8 +412,9 @@ impl Bucket {
     /// 150 s: a consumer put there is never made and its request only times out. So while
     /// a replica looks gone, an attempt waits a second, and the next is another pick. A
     /// replica killed a moment ago does not look gone yet: the first attempts wait 1, 2, 4
-    /// and 8 s. Then an attempt waits long, since asking again would only give a server
-    /// that is slow (a large stream) another consumer to make.
+    /// and 8 s. Then attempts wait 10 s, twice as long each time up to 160 s: a request
+    /// lost with a server that restarted is asked again soon, and a server that is only
+    /// slow (a large stream) is given few consumers to make again.
     async fn create_ordered(
         &self,
         config: push::OrderedConfig,
@@ -420,12 +422,16 @@ impl Bucket {
         let what = || format!("watching {}", self.name());
         let started = std::time::Instant::now();
         let replicated = self.kv.stream.cached_info().config.num_replicas > 1;
-        let mut attempt = 0;
+        let (mut attempt, mut long) = (0, CREATE_WAIT);
         loop {
             let wait = match (replicated && self.replica_gone().await, CREATE_WAITS_FIRST.get(attempt)) {
                 (true, _) => CREATE_WAIT_PEER_GONE,
                 (false, Some(&first)) if replicated => first,
-                _ => CREATE_WAIT,
+                _ => {
+                    let wait = long;
+                    long = (long * 2).min(CREATE_WAIT_MAX);
+                    wait
+                }
             };
             // The request itself waits this long (the connection's default is shorter).
             let mut js = self.js.clone();
