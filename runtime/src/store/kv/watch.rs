@@ -114,8 +114,8 @@ impl Bucket {
             1 => (filters.remove(0), Vec::new()),
             _ => (String::new(), filters),
         };
+        // Each attempt to create it gives the consumer its own inbox (`create_ordered`).
         let config = push::OrderedConfig {
-            deliver_subject: self.js.client().new_inbox(),
             filter_subject,
             filter_subjects,
             deliver_policy,
@@ -147,7 +147,10 @@ impl Bucket {
         let replicated = self.kv.stream.cached_info().config.num_replicas > 1;
         let (mut attempt, mut long) = (0, CREATE_WAIT);
         loop {
-            let wait = match (replicated && self.replica_gone().await, CREATE_WAITS_FIRST.get(attempt)) {
+            // Whether a replica looks gone is asked only once an attempt has failed: the
+            // first wait is a second then anyway, and most watches are made at once.
+            let gone = replicated && attempt > 0 && self.replica_gone().await;
+            let wait = match (gone, CREATE_WAITS_FIRST.get(attempt)) {
                 (true, _) => CREATE_WAIT_PEER_GONE,
                 (false, Some(&first)) if replicated => first,
                 _ => {
