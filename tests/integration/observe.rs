@@ -2,28 +2,9 @@
 //! `/readyz` (ready, then not once NATS is gone, with the reason) and `/metrics` (what the
 //! runs did, in Prometheus text); a taken address is refused with one line.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::support::*;
-
-/// Prometheus text as `name{label="value",...}` (labels sorted) to value.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
-        let key = match series.split_once('{') {
-            Some((name, labels)) => {
-                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
-                labels.sort();
-                format!("{name}{{{}}}", labels.join(","))
-            }
-            None => series.to_string(),
-        };
-        out.insert(key, value.parse().unwrap_or(f64::NAN));
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_and_metrics_say_what_the_agent_did() {

@@ -131,3 +131,21 @@ pub fn login_cookie(port: u16, token: &str) -> String {
     let cookie = response.lines().find_map(|l| l.strip_prefix("set-cookie: ")).expect("a session cookie");
     cookie.split(';').next().unwrap().to_string()
 }
+
+/// Prometheus text as `name{label="value",...}` (labels sorted) to value.
+pub fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                labels.sort();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => series.to_string(),
+        };
+        out.insert(key, value.parse().unwrap_or(f64::NAN));
+    }
+    out
+}
