@@ -75,8 +75,12 @@ struct Rare {
 
 impl JobSummary {
     pub fn of(spec: &JobSpec) -> Result<Self, Error> {
-        let (schedule, tz) = spec.parsed_schedule()?;
-        Ok(Self {
+        Ok(Self::of_parsed(spec, spec.parsed_schedule()?))
+    }
+
+    /// The summary of `spec`, whose schedule and zone are parsed already.
+    fn of_parsed(spec: &JobSpec, (schedule, tz): (Schedule, Tz)) -> Self {
+        Self {
             schedule: shared::schedule(schedule),
             tz,
             paused: spec.paused,
@@ -91,7 +95,7 @@ impl JobSummary {
             rare: (!spec.notify.is_empty() || !spec.after.is_empty() || spec.on.is_some()).then(|| {
                 Box::new(Rare { notify: spec.notify.clone(), after: spec.after.clone(), on: spec.on.clone() })
             }),
-        })
+        }
     }
 
     /// Where the job's run events are sent besides the defaults.
@@ -118,12 +122,14 @@ impl CatalogJob {
     /// The job stored as `value` under `name`; a spec that is refused is kept as its error,
     /// logged here, so that every reader skips it and none trips over it.
     pub fn decode(name: &str, value: &Versioned) -> Arc<Self> {
-        let stored = StoredJob::decode(name, value);
-        if let Err(e) = &stored.spec {
+        let summary = JobSpec::from_json_checked(&value.value).and_then(|(spec, parsed)| {
+            StoredJob::check_name(name, &spec)?;
+            Ok(JobSummary::of_parsed(&spec, parsed))
+        });
+        if let Err(e) = &summary {
             error!(job = %name, revision = value.revision, "job skipped: {e}");
         }
-        let summary = stored.spec.and_then(|spec| JobSummary::of(&spec));
-        Arc::new(Self { name: stored.name.into(), revision: stored.revision, summary })
+        Arc::new(Self { name: name.into(), revision: value.revision, summary })
     }
 }
 

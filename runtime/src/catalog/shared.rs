@@ -3,8 +3,9 @@
 //! expressions (`0 * * * *`, `*/5 * * * *`, ...) and pools: each distinct one is kept once
 //! (a parsed schedule is about 100 bytes with its text) instead of once per job.
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use foldhash::HashMap;
 
 use crate::schedule::Schedule;
 
@@ -19,7 +20,7 @@ const SWEEP_FLOOR: usize = 1024;
 
 impl<T: ?Sized> Shared<T> {
     fn new() -> Mutex<Self> {
-        Mutex::new(Self { by_text: HashMap::new(), sweep_at: SWEEP_FLOOR })
+        Mutex::new(Self { by_text: HashMap::default(), sweep_at: SWEEP_FLOOR })
     }
 
     fn get(&self, text: &str) -> Option<Arc<T>> {

@@ -103,7 +103,7 @@ pub async fn read(
     let filters: Vec<String> = wanted.iter().map(|n| format!("{n}.>")).collect();
     let mut watch = index.watch_all_of(&filters).await?;
     // By shard and name: a job removed or edited during the pass is seen again, later.
-    let mut seen: HashMap<u32, HashMap<Arc<str>, Option<Arc<CatalogJob>>>> = HashMap::new();
+    let mut seen: HashMap<u32, foldhash::HashMap<Arc<str>, Option<Arc<CatalogJob>>>> = HashMap::new();
     let (mut after, mut errors) = (floor, 0);
     while !watch.initially_empty {
         let change = match tokio::time::timeout(PASS_IDLE_MAX, watch.next()).await {

@@ -3,11 +3,12 @@
 //! entries of an older generation are dropped when they surface (lazy invalidation).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::catalog::{CatalogJob, JobSummary};
 use chrono::{DateTime, Utc};
+use foldhash::HashMap;
 
 struct Slot {
     generation: u32,

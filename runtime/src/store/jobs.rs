@@ -20,14 +20,16 @@ pub struct StoredJob {
 
 impl StoredJob {
     pub fn decode(name: &str, v: &Versioned) -> Self {
-        let spec = JobSpec::from_json(&v.value).and_then(|spec| {
-            if spec.name == name {
-                Ok(spec)
-            } else {
-                Err(Error::invalid("name", format!("name: spec says {:?} but is stored under {name:?}", spec.name)))
-            }
-        });
+        let spec = JobSpec::from_json(&v.value).and_then(|spec| Self::check_name(name, &spec).map(|()| spec));
         Self { name: name.to_string(), revision: v.revision, spec }
+    }
+
+    /// A spec must be stored under its own name.
+    pub fn check_name(name: &str, spec: &JobSpec) -> Result<(), Error> {
+        if spec.name == name {
+            return Ok(());
+        }
+        Err(Error::invalid("name", format!("name: spec says {:?} but is stored under {name:?}", spec.name)))
     }
 }
 

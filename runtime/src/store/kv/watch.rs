@@ -250,14 +250,20 @@ impl Watch {
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
         let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
+        // One pass over the headers: `HeaderMap::get` makes a name and hashes it each time.
+        let (mut source, mut deleted, mut expired) = (None, false, false);
+        for (name, values) in message.headers.iter().flat_map(|h| h.iter()) {
+            let Some(value) = values.first().map(|v| v.as_str()) else { continue };
+            match name.as_ref() {
+                STREAM_SOURCE => source = Some(value),
+                "KV-Operation" => deleted |= value != "PUT",
+                "Nats-Marker-Reason" => (deleted, expired) = (true, value == "MaxAge"),
+                _ => {}
+            }
+        }
         let revision = match self.sourced {
             false => stream_sequence,
-            true => match message
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(STREAM_SOURCE))
-                .and_then(|v| source_sequence(v.as_str()))
-            {
+            true => match source.and_then(source_sequence) {
                 Some(original) => original,
                 None => {
                     return Some(Err(Error::nats(
@@ -267,11 +273,6 @@ impl Watch {
                 }
             },
         };
-        let deleted = message.headers.as_ref().is_some_and(|h| {
-            h.get("KV-Operation").is_some_and(|op| op.as_str() != "PUT") || h.get("Nats-Marker-Reason").is_some()
-        });
-        let expired =
-            message.headers.as_ref().and_then(|h| h.get("Nats-Marker-Reason")).is_some_and(|r| r.as_str() == "MaxAge");
         Some(Ok(Change {
             sequence: stream_sequence,
             key,
