@@ -195,6 +195,11 @@ impl Names {
                 let schedules = kv_stream(&self.schedules_bucket());
                 api.read_stream(&schedules);
                 api.add(format!("$JS.API.STREAM.CREATE.{schedules}"));
+                // Acknowledging the index's messages, which its consumers (ordered, no
+                // acks) ignore: with this the server does not track each delivered
+                // message's reply subject as one the agent may answer (a runner's
+                // `allow_responses`), millions of entries while a shard loads.
+                api.add(format!("$JS.ACK.{schedules}.>"));
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
@@ -308,6 +313,8 @@ mod tests {
             (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", false),
             (Scheduler, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", true),
             (Scheduler, "$JS.API.STREAM.UPDATE.KV_cronrun_schedules", false),
+            (Scheduler, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", false),
             (Scheduler, "$KV.cronrun_schedules.7.backup", false),
             (Scheduler, "$KV.cronrun_leases.triggers.7", true),
             (Runner, "$KV.cronrun_leases.triggers.7", false),

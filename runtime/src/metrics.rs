@@ -108,6 +108,12 @@ pub fn shards_led(change: f64) {
     metrics::gauge!("cronrun_shards_led").increment(change);
 }
 
+/// Jobs in the fire queues of the shards this agent leads: up (or, negative, down) by
+/// `change`.
+pub fn schedules_led(change: f64) {
+    metrics::gauge!("cronrun_schedules_led").increment(change);
+}
+
 /// The runner's slots, used and free.
 pub fn runner_slots(used: usize, total: usize) {
     metrics::gauge!("cronrun_runner_slots", "state" => "used").set(used as f64);
@@ -121,9 +127,15 @@ pub fn nats_connected(up: bool) {
 
 /// The next fire of each job of the shards led here, by shard: rendered at each scrape
 /// as `cronrun_job_next_fire_timestamp_seconds`, so that a shard led elsewhere now takes
-/// its series with it (the facade cannot remove a series).
+/// its series with it (the facade cannot remove a series). A shard shows the
+/// `NEXT_FIRE_SERIES_PER_SHARD` jobs that fire soonest: a series per job of a deployment
+/// of millions would make every scrape hundreds of megabytes.
 #[derive(Clone, Default)]
 pub struct NextFires(Arc<Mutex<HashMap<u32, JobInstants>>>);
+
+/// Series of `cronrun_job_next_fire_timestamp_seconds` per shard at most: every job's
+/// up to 64,000 jobs in 64 shards.
+pub const NEXT_FIRE_SERIES_PER_SHARD: usize = 1_000;
 
 /// Job names and instants in Unix milliseconds.
 type JobInstants = Vec<(Arc<str>, i64)>;

@@ -29,6 +29,24 @@ struct Watermark {
     revision: u64,
 }
 
+/// The jobs a led shard adds to `cronrun_schedules_led`, taken back when it stops.
+struct Counted(usize);
+
+impl Counted {
+    fn set(&mut self, jobs: usize) {
+        if jobs != self.0 {
+            crate::metrics::schedules_led(jobs as f64 - self.0 as f64);
+            self.0 = jobs;
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 /// The shard being led.
 pub(super) struct Led<'a> {
     pub n: u32,
@@ -77,8 +95,10 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
     renew.tick().await;
     let lead = TimeDelta::from_std(s.ctx.config.lead).unwrap_or_default();
+    let mut counted = Counted(0);
 
     loop {
+        counted.set(queue.len());
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
         let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
@@ -131,7 +151,7 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 publish_triggers(s, &mut triggers).await;
             }
             _ = renew.tick() => {
-                s.ctx.next_fires.set(s.n, queue.next_fires());
+                s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
                 lease.renew().await?;
                 let low = low_water(&mut queue, &in_flight, now + lead);
                 write_watermark(s, &mut watermark, low).await?;

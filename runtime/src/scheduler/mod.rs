@@ -2,7 +2,8 @@
 //! into dispatched runs.
 //!
 //! - `shards.rs`: a job's shard, the shard count, who owns which shard.
-//! - `members.rs`: scheduler presence, so all agree on the member list.
+//! - `members.rs`: scheduler presence, so all agree on the member list; `settle.rs`:
+//!   when a change of it is acted on.
 //! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
 //! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
 //! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass;
@@ -29,6 +30,7 @@ mod members;
 mod plan;
 mod queue;
 mod reaper;
+mod settle;
 mod shard;
 mod shards;
 pub mod sweep;
@@ -163,6 +165,7 @@ impl Scheduler {
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
+        let (mut seen, mut settle) = (Vec::new(), settle::Settle::default());
         info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
         loop {
             tokio::select! {
@@ -184,8 +187,17 @@ impl Scheduler {
                         continue; // the member list task ended: `tasks.ended` says why
                     }
                     let list = members.borrow_and_update().clone();
+                    let now = settle.changed(&seen, &list, tokio::time::Instant::now());
+                    seen = list;
+                    if now {
+                        stopping.retain(|h| !h.is_finished());
+                        stopping.extend(self.rebalance(&seen, &mut running, &state_tx));
+                    }
+                }
+                _ = tokio::time::sleep_until(settle.due().unwrap_or_else(tokio::time::Instant::now)), if settle.due().is_some() => {
+                    settle.done();
                     stopping.retain(|h| !h.is_finished());
-                    stopping.extend(self.rebalance(&list, &mut running, &state_tx));
+                    stopping.extend(self.rebalance(&seen, &mut running, &state_tx));
                 }
             }
         }

@@ -116,12 +116,21 @@ impl FireQueue {
         Some(Due { job: slot.job.clone(), fire: at })
     }
 
-    /// Every queued job's next fire, in Unix milliseconds.
-    pub fn next_fires(&self) -> Vec<(Arc<str>, i64)> {
-        self.heap
+    /// The next fires of the `max` queued jobs that fire soonest, in Unix milliseconds.
+    pub fn next_fires(&self, max: usize) -> Vec<(Arc<str>, i64)> {
+        let mut current: Vec<(i64, u32)> = self
+            .heap
             .iter()
             .filter(|Reverse((_, index, generation))| self.is_current(*index, *generation))
-            .filter_map(|Reverse((at, index, _))| Some((self.slots[*index as usize].as_ref()?.job.name.clone(), *at)))
+            .map(|Reverse((at, index, _))| (*at, *index))
+            .collect();
+        if current.len() > max {
+            current.select_nth_unstable(max);
+            current.truncate(max);
+        }
+        current
+            .into_iter()
+            .filter_map(|(at, index)| Some((self.slots[index as usize].as_ref()?.job.name.clone(), at)))
             .collect()
     }
 
@@ -183,5 +192,22 @@ mod tests {
         q.upsert(a.clone(), t(0));
         q.upsert(a, t(30));
         assert_eq!(q.pop_due(t(60)).map(|d| d.fire), Some(t(1)));
+    }
+
+    #[test]
+    fn next_fires_are_the_soonest_current_ones() {
+        let mut q = FireQueue::default();
+        for (name, every) in [("a", 7), ("b", 3), ("c", 5), ("d", 2)] {
+            q.upsert(job(name, &format!("*/{every} * * * * *"), false), t(0));
+        }
+        // An edit leaves its old entry in the heap: only the current one counts.
+        q.upsert(job("d", "*/11 * * * * *", false), t(0));
+        let mut soonest = q.next_fires(2);
+        soonest.sort_by_key(|(_, at)| *at);
+        let at = |s| t(s).timestamp_millis();
+        assert_eq!(soonest, [("b".into(), at(3)), ("c".into(), at(5))]);
+        let mut all = q.next_fires(10);
+        all.sort_by_key(|(_, at)| *at);
+        assert_eq!(all.iter().map(|(n, _)| &**n).collect::<Vec<_>>(), ["b", "c", "a", "d"]);
     }
 }

@@ -44,6 +44,8 @@ pub(super) struct AgentProcess {
     pub name: String,
     child: Child,
     log: PathBuf,
+    /// Its `/metrics`.
+    metrics_url: String,
 }
 
 impl Deployment {
@@ -78,14 +80,26 @@ impl Deployment {
         };
         // The layout exists before the agents start, as after `cronrun up` or an apply.
         deployment.store().await?;
-        for i in 0..agents {
-            let agent = deployment.spawn_agent(&format!("a{i}"))?;
-            deployment.agents.push(agent);
+        deployment.add_agents(agents).await?;
+        Ok(deployment)
+    }
+
+    /// Starts `n` more agents at once and waits until each has loaded its job catalog.
+    pub async fn add_agents(&mut self, n: usize) -> Result<()> {
+        let first = self.agents.len();
+        for i in first..first + n {
+            let agent = self.spawn_agent(&format!("a{i}"))?;
+            self.agents.push(agent);
         }
-        for agent in &deployment.agents {
+        for agent in &self.agents[first..] {
             agent.wait_ready().await?;
         }
-        Ok(deployment)
+        Ok(())
+    }
+
+    /// Stops agent `index` with SIGTERM (it leaves the deployment) and forgets it.
+    pub async fn remove_agent(&mut self, index: usize) -> Result<()> {
+        self.agents.remove(index).stop().await
     }
 
     /// The deployment's directory, for files the jobs write.
@@ -98,6 +112,12 @@ impl Deployment {
         let admin = path_str(&self.ids.path("admin"));
         let client = crate::connect::connect(&self.url, Some(&admin), "cronrun-bench").await?;
         Ok(Store::open(client, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
+    }
+
+    /// A store as the unrestricted `bench` user: it may make what only agents make (the
+    /// schedules index).
+    pub async fn bench_store(&self) -> Result<Store> {
+        Ok(Store::open(self.bench_client().await?, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
     }
 
     /// A client as the unrestricted `bench` user.
@@ -131,8 +151,13 @@ impl Deployment {
     /// An agent process; its log (`<name>.log`) is appended to across restarts.
     fn spawn_agent(&self, name: &str) -> Result<AgentProcess> {
         let config = self.path.join(format!("{name}.toml"));
+        // A free port for its /metrics (taken back an instant before the agent binds it).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("finding a free port")?
+            .port();
         let toml = format!(
-            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}{}",
+            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
             self.namespace,
             self.url,
             path_str(&self.ids.path("agent")),
@@ -158,7 +183,7 @@ impl Deployment {
             .kill_on_drop(true)
             .spawn()
             .context("starting cronrun agent")?;
-        Ok(AgentProcess { name: name.into(), child, log })
+        Ok(AgentProcess { name: name.into(), child, log, metrics_url: format!("http://127.0.0.1:{port}/metrics") })
     }
 
     /// Stops agent `index` with SIGTERM (a deploy's restart) and starts it again.
@@ -227,6 +252,14 @@ impl AgentProcess {
             (Ok(None), Some(pid)) => Ok(rss_kib(pid)),
             _ => bail!("agent {} has exited: see {}", self.name, self.log.display()),
         }
+    }
+
+    /// The value of gauge `name` (a series without labels) at its `/metrics`.
+    pub async fn gauge(&self, http: &reqwest::Client, name: &str) -> Result<f64> {
+        let text = http.get(&self.metrics_url).send().await?.error_for_status()?.text().await?;
+        let value = text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok());
+        // A gauge never set is not rendered yet.
+        Ok(value.unwrap_or(0.0))
     }
 
     /// Open file descriptors: the fewest of ten readings 100 ms apart, over a second.

@@ -196,6 +196,6 @@ fn fires_within(schedule: &crate::schedule::Schedule, from: DateTime<Utc>, to: D
     schedule.fires_after(before, chrono_tz::UTC).take_while(|at| *at < to).collect()
 }
 
-fn whole_second(at: DateTime<Utc>) -> DateTime<Utc> {
+pub(super) fn whole_second(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
 }

@@ -35,7 +35,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
     }
     let store = open(url, namespace).await?;
     let write_start = Instant::now();
-    write_jobs(&store, a.schedules).await?;
+    write_jobs(&store, a.schedules, &LOAD_SHAPES.map(String::from)).await?;
     eprintln!("wrote {} jobs in {:.1}s", a.schedules, write_start.elapsed().as_secs_f64());
     filed(&store, a.schedules).await?;
     let exe = std::env::current_exe().context("finding the cronrun binary")?;
@@ -106,15 +106,19 @@ async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
     Ok(())
 }
 
-/// A mix of schedule shapes and zones, written with many publishes in flight.
-async fn write_jobs(store: &Store, n: usize) -> Result<()> {
-    const SHAPES: [&str; 6] =
-        ["*/5 * * * *", "0 3 * * *", "*/10 * * * * *", "0 0 1 * *", "30 9 * * MON-FRI", "@every 90s"];
+/// The mix of schedule shapes the loaders load.
+const LOAD_SHAPES: [&str; 6] =
+    ["*/5 * * * *", "0 3 * * *", "*/10 * * * * *", "0 0 1 * *", "30 9 * * MON-FRI", "@every 90s"];
+
+/// Jobs `load-0000000`, ... on `shapes` in turn and a mix of zones, written straight to the
+/// jobs bucket with many publishes in flight (millions through `cronrun apply` would take
+/// hours).
+pub(super) async fn write_jobs(store: &Store, n: usize, shapes: &[String]) -> Result<()> {
     const ZONES: [&str; 4] = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"];
     let mut acks = FuturesUnordered::new();
     for i in 0..n {
         let mut spec = every_second_job(format!("load-{i:07}"), 10);
-        spec.schedule = SHAPES[i % SHAPES.len()].into();
+        spec.schedule = shapes[i % shapes.len()].clone();
         spec.timezone = ZONES[i % ZONES.len()].into();
         let subject = format!("$KV.{}.{}", store.names.jobs_bucket(), spec.name);
         let ack = store.js.publish(subject, spec.to_json()).await.context("publishing a job")?;
@@ -131,7 +135,7 @@ async fn write_jobs(store: &Store, n: usize) -> Result<()> {
 
 /// Waits until the server has filed every job in the schedules index (it sources them
 /// from the jobs bucket as they come).
-async fn filed(store: &Store, schedules: usize) -> Result<()> {
+pub(super) async fn filed(store: &Store, schedules: usize) -> Result<()> {
     let index = store.schedules_index(DEFAULT_SHARDS).await?;
     let start = Instant::now();
     loop {

@@ -1,4 +1,4 @@
-//! `cronrun bench lateness|throughput|nats|dispatch|load|soak`: measurements on this
+//! `cronrun bench lateness|throughput|nats|dispatch|load|scale|soak`: measurements on this
 //! machine, reported in the README (Benchmarks). Each starts its own nats-server in a temp
 //! directory unless --nats is given, and works in a namespace of its own.
 //!
@@ -9,6 +9,8 @@
 //! - `dispatch.rs`: fires per second through the dispatch path.
 //! - `load.rs`: load time and memory with a million schedules.
 //! - `soak.rs`: many runs through agent and nats-server restarts, on `deployment.rs`.
+//! - `scale.rs`: whole agents loading millions of schedules, and one leaving, on
+//!   `deployment.rs`.
 
 mod anchor;
 mod deployment;
@@ -16,6 +18,7 @@ mod dispatch;
 mod lateness;
 mod load;
 mod raw_nats;
+mod scale;
 mod soak;
 mod throughput;
 
@@ -86,6 +89,18 @@ pub enum BenchKind {
         #[arg(long, hide = true)]
         probe: Option<String>,
     },
+    /// Whole agents at scale: N schedules led and loaded by agents starting together (each
+    /// only its shards' jobs), then one leaving and the others taking its shards over,
+    /// while every-second jobs record their own fires. Always starts its own nats-server
+    Scale {
+        #[arg(long, default_value_t = 1_000_000)]
+        schedules: usize,
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
+        agents: u32,
+        /// Every-second shell jobs among the schedules, judged once each through the handover
+        #[arg(long, default_value_t = 64)]
+        firing: usize,
+    },
     /// Every-second jobs for a long time through agent and nats-server restarts, on
     /// agents running as separate processes; fails when a fire ran twice or state grew
     /// with the runs. Always starts its own nats-server (it restarts it)
@@ -105,8 +120,11 @@ pub enum BenchKind {
 pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     // These start a deployment of their own: nats-server and agent processes.
     match a.what {
-        BenchKind::Soak { .. } | BenchKind::Lateness { .. } if ctx.global.nats.is_some() => {
-            anyhow::bail!("bench soak and lateness start their own nats-server and agents: leave out --nats")
+        BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } if ctx.global.nats.is_some() => {
+            anyhow::bail!("bench soak, lateness and scale start their own nats-server and agents: leave out --nats")
+        }
+        BenchKind::Scale { schedules, agents, firing } => {
+            return scale::run(ctx, scale::ScaleArgs { schedules, agents: agents as usize, firing }).await;
         }
         BenchKind::Soak { jobs, minutes, agents, restart_every } => {
             let restart_every = std::time::Duration::from_secs(restart_every);
@@ -134,7 +152,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await
         }
         // Run on their own deployment above.
-        BenchKind::Soak { .. } | BenchKind::Lateness { .. } => Ok(()),
+        BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } => Ok(()),
     };
     if let Some(server) = server {
         server.stop().await;

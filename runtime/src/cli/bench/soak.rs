@@ -169,7 +169,7 @@ pub(super) async fn run(ctx: &Ctx, a: SoakArgs) -> Result<()> {
 }
 
 /// Every-second jobs that append their fire instant to a file of their own.
-fn jobs_toml(names: &[String], fires: &Path) -> String {
+pub(super) fn jobs_toml(names: &[String], fires: &Path) -> String {
     names
         .iter()
         .map(|name| {
@@ -217,18 +217,18 @@ async fn messages(store: &Store, name: &str) -> Result<u64> {
 }
 
 #[derive(Debug, Default, Clone, Copy, Serialize)]
-struct Fired {
-    seconds: i64,
-    expected: usize,
-    once: usize,
-    twice: usize,
-    not_run: usize,
-    not_run_in_outage: usize,
+pub(super) struct Fired {
+    pub seconds: i64,
+    pub expected: usize,
+    pub once: usize,
+    pub twice: usize,
+    pub not_run: usize,
+    pub not_run_in_outage: usize,
 }
 
 /// How often each job ran for each second of `[from, to)`, from the files the jobs wrote.
 /// A fire not run counts as in an outage when nats-server was down within 5 s of it.
-fn judge_fires(
+pub(super) fn judge_fires(
     names: &[String],
     fires: &Path,
     from: DateTime<Utc>,

@@ -1,0 +1,137 @@
+//! Whole agents at scale: N schedules, K `cronrun agent` processes started together leading
+//! and loading them (each only its shards' jobs), then one leaving and the others taking
+//! its shards over, while every-second jobs record their own fires so that a fire lost or
+//! doubled in the handover is seen.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chrono::{Datelike, Utc};
+use serde_json::{Value, json};
+
+use super::deployment::{AgentProcess, Deployment};
+use super::lateness::whole_second;
+use super::{load, soak};
+use crate::cli::Ctx;
+use crate::scheduler::DEFAULT_SHARDS;
+
+const NAMESPACE: &str = "benchscale";
+/// How long the agents have to lead every shard and load every job, at start and after one
+/// leaves.
+const LEAD_WAIT: Duration = Duration::from_secs(1800);
+
+pub(super) struct ScaleArgs {
+    pub schedules: usize,
+    pub agents: usize,
+    /// Every-second jobs among the schedules, judged through the handover.
+    pub firing: usize,
+}
+
+pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
+    if a.agents < 2 || a.firing == 0 || a.schedules <= a.firing {
+        bail!("bench scale needs --agents of 2 or more, --firing above 0 and --schedules above --firing");
+    }
+    let mut deployment = Deployment::start(NAMESPACE, 0, "").await?;
+    let store = deployment.store().await?;
+    let fires = deployment.path().join("fires");
+    std::fs::create_dir_all(&fires).context("creating the fires directory")?;
+    let names: Vec<String> = (0..a.firing).map(|i| format!("fire-{i:04}")).collect();
+    deployment.apply(&soak::jobs_toml(&names, &fires)).await?;
+    let write_start = Instant::now();
+    load::write_jobs(&store, a.schedules - a.firing, &rare_shapes()).await?;
+    eprintln!("wrote {} jobs in {:.1}s", a.schedules - a.firing, write_start.elapsed().as_secs_f64());
+    // Filed in the index before the agents start, as in a deployment running for a while.
+    load::filed(&deployment.bench_store().await?, a.schedules).await?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+
+    let start = Instant::now();
+    deployment.add_agents(a.agents).await?;
+    led_by(&http, &deployment.agents, a.schedules).await.context("the agents starting")?;
+    let load_s = start.elapsed().as_secs_f64();
+    let mut agents_rss_kib = Vec::new();
+    for agent in &mut deployment.agents {
+        agents_rss_kib.push(agent.rss_kib()?);
+    }
+    let server_rss_kib = deployment.server_rss_kib();
+    eprintln!("{} agents lead every shard and {} jobs after {load_s:.1}s", a.agents, a.schedules);
+
+    // Fires run a few seconds before and after the leaving.
+    let from = whole_second(Utc::now()) + chrono::Duration::seconds(2);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let leaving = deployment.agents[0].name.clone();
+    let left_at = Instant::now();
+    deployment.remove_agent(0).await?;
+    let stop_s = left_at.elapsed().as_secs_f64();
+    led_by(&http, &deployment.agents, a.schedules).await.context("the agents taking over")?;
+    let handover_s = left_at.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The last second judged has had two to run and be written.
+    let to = whole_second(Utc::now()) - chrono::Duration::seconds(2);
+    let fired = soak::judge_fires(&names, &fires, from, to, &[])?;
+    deployment.stop().await?;
+
+    let value = json!({
+        "schedules": a.schedules, "agents": a.agents, "load_s": load_s,
+        "agents_rss_kib": agents_rss_kib, "nats_server_rss_kib": server_rss_kib,
+        "leaving": leaving, "stop_s": stop_s, "handover_s": handover_s, "fires": fired,
+    });
+    ctx.print(&value, || text(&value))?;
+    if fired.not_run > 0 || fired.twice > 0 {
+        bail!("through the handover {} fires did not run and {} ran twice", fired.not_run, fired.twice);
+    }
+    Ok(())
+}
+
+/// Schedules that do not fire while the bench runs: once a year, about half a year from now.
+fn rare_shapes() -> Vec<String> {
+    let day = Utc::now() + chrono::Duration::days(180);
+    let (d, m) = (day.day().min(28), day.month());
+    vec![format!("0 0 {d} {m} *"), format!("30 6 {d} {m} *"), format!("15 12 {d} {m} *")]
+}
+
+/// Waits until `agents` together lead every shard and hold `jobs` jobs in their queues.
+async fn led_by(http: &reqwest::Client, agents: &[AgentProcess], jobs: usize) -> Result<()> {
+    let deadline = Instant::now() + LEAD_WAIT;
+    let (mut shards, mut held) = (0.0, 0.0);
+    while Instant::now() < deadline {
+        (shards, held) = (0.0, 0.0);
+        for agent in agents {
+            shards += agent.gauge(http, "cronrun_shards_led").await?;
+            held += agent.gauge(http, "cronrun_schedules_led").await?;
+        }
+        if shards == f64::from(DEFAULT_SHARDS) && held == jobs as f64 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("after {LEAD_WAIT:?} the agents lead {shards} of {DEFAULT_SHARDS} shards and hold {held} of {jobs} jobs")
+}
+
+fn text(v: &Value) -> String {
+    let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let mib: Vec<String> = v["agents_rss_kib"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| (k.as_u64().unwrap_or(0) / 1024).to_string())
+        .collect();
+    let fired = &v["fires"];
+    format!(
+        "{} schedules on {} agents started together: every shard led and every job loaded after {:.1}s; \
+         agents' resident memory {} MiB, nats-server {} MiB\n\
+         {} left (SIGTERM, stopped in {:.1}s): its shards led and loaded by the others {:.1}s after it was told\n\
+         every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all",
+        v["schedules"],
+        v["agents"],
+        f("load_s"),
+        mib.join(", "),
+        v["nats_server_rss_kib"].as_u64().unwrap_or(0) / 1024,
+        v["leaving"].as_str().unwrap_or("?"),
+        f("stop_s"),
+        f("handover_s"),
+        fired["once"],
+        fired["expected"],
+        fired["twice"],
+        fired["not_run"],
+    )
+}
