@@ -133,8 +133,8 @@ pub fn nats_connected(up: bool) {
 #[derive(Clone, Default)]
 pub struct NextFires(Arc<Mutex<HashMap<u32, JobInstants>>>);
 
-/// Series of `cronrun_job_next_fire_timestamp_seconds` per shard at most: every job's
-/// up to 64,000 jobs in 64 shards.
+/// Series of `cronrun_job_next_fire_timestamp_seconds` per shard at most: every job's up
+/// to 64,000 jobs with the default 64 shards.
 pub const NEXT_FIRE_SERIES_PER_SHARD: usize = 1_000;
 
 /// Job names and instants in Unix milliseconds.

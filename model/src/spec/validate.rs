@@ -34,14 +34,12 @@ fn token_ok(s: &str) -> bool {
 impl JobSpec {
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), Error> {
-        self.checked(|| self.to_json().len()).map(drop)
+        self.checked().map(drop)
     }
 
-    /// `validate` with the spec's size as JSON given by `size` (a stored spec's is the
-    /// stored value's: a scheduler loading millions of jobs does not serialize each
-    /// again), returning the schedule and zone it parsed, so that a reader needing them
-    /// parses each once.
-    pub fn checked(&self, size: impl FnOnce() -> usize) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
+    /// `validate`, returning the schedule and zone it parsed, so that a reader needing
+    /// them parses each once.
+    pub fn checked(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
         validate_job_name(&self.name)?;
         let parsed = self.parsed_schedule()?;
         super::after::validate(&self.name, &self.after)?;
@@ -183,7 +181,7 @@ impl JobSpec {
                 "input_schema must be a JSON Schema object, e.g. { type = \"object\" }",
             ));
         }
-        let size = size();
+        let size = self.encoded_len();
         if size > MAX_SPEC_BYTES {
             return Err(invalid(
                 "spec",
@@ -363,20 +361,24 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_spec_is_read_as_written_and_measured_as_stored() {
+    fn a_stored_spec_read_once_is_judged_as_from_json_judges_it() {
         // Read once: the same spec as `from_json`, and the schedule its validation parsed.
         let json = r#"{"name":"a","schedule":"*/5 * * * *","timezone":"Europe/Berlin","shell":"true"}"#;
         let (spec, (schedule, tz)) = JobSpec::from_json_checked(json.as_bytes()).unwrap();
         assert_eq!(spec, JobSpec::from_json(json.as_bytes()).unwrap());
         assert_eq!((schedule.expr(), tz), ("*/5 * * * *", chrono_tz::Europe::Berlin));
+        assert_eq!(spec.encoded_len(), spec.to_json().len());
         // A refusal still names the field, from the decoder that tracks the path.
         let bad =
             JobSpec::from_json_checked(br#"{"name":"a","schedule":"* * * * *","shell":"x","retries":{"max":"x"}}"#);
         assert!(matches!(bad.unwrap_err().kind(), ErrorKind::Invalid { field } if field == "retries.max"));
-        // The size is the stored value's: padding that encodes away still counts.
+        // The size is the spec's as it encodes, whoever reads it: padding that encodes
+        // away does not count, characters that encode long do.
         let padded = format!(r#"{{"name":"a","schedule":"* * * * *","shell":"true"{}}}"#, " ".repeat(MAX_SPEC_BYTES));
-        assert!(JobSpec::from_json(padded.as_bytes()).is_ok());
-        let refused = JobSpec::from_json_checked(padded.as_bytes()).unwrap_err();
+        assert!(JobSpec::from_json_checked(padded.as_bytes()).is_ok());
+        let escaped =
+            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0000".repeat(MAX_SPEC_BYTES / 5));
+        let refused = JobSpec::from_json_checked(escaped.as_bytes()).unwrap_err();
         assert!(matches!(refused.kind(), ErrorKind::Invalid { field } if field == "spec"), "{refused}");
     }
 

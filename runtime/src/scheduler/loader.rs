@@ -23,7 +23,8 @@ use crate::store::Bucket;
 
 /// How long a request waits for others to share its pass.
 const BATCH_WINDOW: Duration = Duration::from_millis(100);
-/// Up to this many jobs in the index, a pass reads all of it and keeps the shards wanted.
+/// Up to this many jobs in the index, a pass for several shards reads all of it and keeps
+/// the shards wanted (one filter is not affected by what follows).
 /// nats-server (2.14) looks for the next block holding a match of a consumer filtering on
 /// several subjects by walking the stream's whole subject tree whenever the rest of a
 /// block holds none (`checkSkipFirstBlockMulti`, skipped above 1,000,000 subjects): once
@@ -109,7 +110,7 @@ pub async fn read(
     let mut stream = index.kv.stream.clone();
     let info = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?;
     let floor = info.state.last_sequence;
-    let filters: Vec<String> = match info.state.subjects_count <= WHOLE_INDEX_UP_TO {
+    let filters: Vec<String> = match wanted.len() > 1 && info.state.subjects_count <= WHOLE_INDEX_UP_TO {
         true => vec![">".to_string()],
         false => wanted.iter().map(|n| format!("{n}.>")).collect(),
     };

@@ -89,17 +89,22 @@ fn rare_shapes() -> Vec<String> {
     vec![format!("0 0 {d} {m} *"), format!("30 6 {d} {m} *"), format!("15 12 {d} {m} *")]
 }
 
-/// Waits until `agents` together lead every shard and hold `jobs` jobs in their queues.
+/// Waits until `agents` together lead every shard, each its share (the assignment has
+/// settled), and hold `jobs` jobs in their queues.
 async fn led_by(http: &reqwest::Client, agents: &[AgentProcess], jobs: usize) -> Result<()> {
     let deadline = Instant::now() + LEAD_WAIT;
+    let share = f64::from(DEFAULT_SHARDS) / agents.len() as f64;
     let (mut shards, mut held) = (0.0, 0.0);
     while Instant::now() < deadline {
+        let mut shared = true;
         (shards, held) = (0.0, 0.0);
         for agent in agents {
-            shards += agent.gauge(http, "cronrun_shards_led").await?;
+            let led = agent.gauge(http, "cronrun_shards_led").await?;
+            shared &= led == share.floor() || led == share.ceil();
+            shards += led;
             held += agent.gauge(http, "cronrun_schedules_led").await?;
         }
-        if shards == f64::from(DEFAULT_SHARDS) && held == jobs as f64 {
+        if shared && shards == f64::from(DEFAULT_SHARDS) && held == jobs as f64 {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
