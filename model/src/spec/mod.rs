@@ -286,9 +286,7 @@ impl JobSpec {
 
     /// Parses and validates a spec as stored in KV.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Error> {
-        let spec = Self::decode(bytes)?;
-        spec.validate()?;
-        Ok(spec)
+        Self::from_json_checked(bytes).map(|(spec, _)| spec)
     }
 
     /// `from_json`, with the schedule and zone its validation parsed: a scheduler loading

@@ -28,7 +28,7 @@ const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// nats-server (2.14) looks for the next block holding a match of a consumer filtering on
 /// several subjects by walking the stream's whole subject tree whenever the rest of a
 /// block holds none (`checkSkipFirstBlockMulti`, skipped above 1,000,000 subjects): once
-/// per block and consumer. Four agents leading 16 shards each of 1,000,000 jobs took 36-57
+/// per block and consumer. Four agents leading 16 shards each of 1,000,000 jobs took 36-62
 /// s to load that way; reading everything, each drops what is not its own unread.
 const WHOLE_INDEX_UP_TO: u64 = 1_000_000;
 /// A pass that delivers nothing for this long has stalled (the index purged by hand?).

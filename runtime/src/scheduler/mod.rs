@@ -190,14 +190,12 @@ impl Scheduler {
                     let now = settle.changed(&seen, &list, tokio::time::Instant::now());
                     seen = list;
                     if now {
-                        stopping.retain(|h| !h.is_finished());
-                        stopping.extend(self.rebalance(&seen, &mut running, &state_tx));
+                        self.rebalance(&seen, &mut running, &mut stopping, &state_tx);
                     }
                 }
                 _ = tokio::time::sleep_until(settle.due().unwrap_or_else(tokio::time::Instant::now)), if settle.due().is_some() => {
                     settle.done();
-                    stopping.retain(|h| !h.is_finished());
-                    stopping.extend(self.rebalance(&seen, &mut running, &state_tx));
+                    self.rebalance(&seen, &mut running, &mut stopping, &state_tx);
                 }
             }
         }
@@ -225,25 +223,23 @@ impl Scheduler {
         }
     }
 
-    /// Starts tasks for shards assigned to us and stops those assigned elsewhere;
-    /// returns the stopping ones, which release their leases on the way out.
+    /// Starts tasks for shards assigned to us and stops those assigned elsewhere, adding
+    /// them to `stopping` (they release their leases on the way out; those done leave it).
     fn rebalance(
         &self,
         members: &[String],
         running: &mut HashMap<u32, Running>,
+        stopping: &mut Vec<JoinHandle<()>>,
         state: &mpsc::UnboundedSender<(u32, bool)>,
-    ) -> Vec<JoinHandle<()>> {
+    ) {
         let owners = shards::assign(members, self.ctx.shards);
         let ours = |shard: u32| owners.get(shard as usize).is_some_and(|&i| members[i] == self.ctx.holder);
         let moved: Vec<u32> = running.keys().copied().filter(|&s| !ours(s)).collect();
-        let stopping = moved
-            .into_iter()
-            .filter_map(|shard| running.remove(&shard))
-            .map(|task| {
-                task.cancel.cancel();
-                task.handle
-            })
-            .collect();
+        stopping.retain(|h| !h.is_finished());
+        stopping.extend(moved.into_iter().filter_map(|shard| running.remove(&shard)).map(|task| {
+            task.cancel.cancel();
+            task.handle
+        }));
         let missing: Vec<u32> = (0..self.ctx.shards).filter(|&s| ours(s) && !running.contains_key(&s)).collect();
         for n in missing {
             let cancel = CancellationToken::new();
@@ -252,6 +248,5 @@ impl Scheduler {
             running.insert(n, Running { cancel, handle });
         }
         info!(members = members.len(), owned = running.len(), "shards rebalanced");
-        stopping
     }
 }

@@ -254,12 +254,14 @@ impl AgentProcess {
         }
     }
 
-    /// The value of gauge `name` (a series without labels) at its `/metrics`.
-    pub async fn gauge(&self, http: &reqwest::Client, name: &str) -> Result<f64> {
+    /// The values of gauges `names` (series without labels) at one reading of its
+    /// `/metrics`.
+    pub async fn gauges<const N: usize>(&self, http: &reqwest::Client, names: [&str; N]) -> Result<[f64; N]> {
         let text = http.get(&self.metrics_url).send().await?.error_for_status()?.text().await?;
-        let value = text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok());
+        let value =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok());
         // A gauge never set is not rendered yet.
-        Ok(value.unwrap_or(0.0))
+        Ok(names.map(|name| value(name).unwrap_or(0.0)))
     }
 
     /// Open file descriptors: the fewest of ten readings 100 ms apart, over a second.

@@ -99,10 +99,10 @@ async fn led_by(http: &reqwest::Client, agents: &[AgentProcess], jobs: usize) ->
         let mut shared = true;
         (shards, held) = (0.0, 0.0);
         for agent in agents {
-            let led = agent.gauge(http, "cronrun_shards_led").await?;
+            let [led, queued] = agent.gauges(http, ["cronrun_shards_led", "cronrun_schedules_led"]).await?;
             shared &= led == share.floor() || led == share.ceil();
             shards += led;
-            held += agent.gauge(http, "cronrun_schedules_led").await?;
+            held += queued;
         }
         if shared && shards == f64::from(DEFAULT_SHARDS) && held == jobs as f64 {
             return Ok(());
