@@ -236,7 +236,9 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
     .await;
     let body = told[0].json();
     assert_eq!((body["job"].as_str(), body["notice"].as_str()), (Some("slow"), Some("late")), "{body}");
-    assert_eq!(body["status"], "running", "{body}");
+    // Queued or running, whichever the run had reached one second after its instant on a
+    // loaded machine; never an end, since the command sleeps 4 s.
+    assert!(matches!(body["status"].as_str(), Some("queued" | "running")), "{body}");
     let run_id = body["run_id"].as_str().unwrap().to_string();
     // The slow run ends and quick's fire of the same instant is long past its deadline:
     // nothing more about that instant, for either job.
