@@ -149,6 +149,18 @@ impl Names {
         streams
     }
 
+    /// Acknowledging what the watches of the jobs and leases buckets deliver (ordered
+    /// consumers, no acks: nothing happens). Without it, the server records every message
+    /// delivered to an identity with a runner's `allow_responses` as a reply it may send,
+    /// keeps it two minutes and walks all of them every 4,096 deliveries: with an agent's
+    /// watch of run leases (a few changes per run) that was an eighth of the server's CPU
+    /// at 1,500 runs a second. No cronrun consumer of these buckets takes acks.
+    fn ack_watched(&self, api: &mut Api) {
+        for bucket in [self.jobs_bucket(), self.leases_bucket()] {
+            api.add(format!("$JS.ACK.{}.>", kv_stream(&bucket)));
+        }
+    }
+
     /// The permissions of `role`, whose replies arrive under `inbox` (see [`inbox_prefix`]).
     /// `guest_publish` lists the subjects Wasm jobs on a runner may publish to (their grants
     /// are checked by the runner first; this is the server's own bound on them).
@@ -195,11 +207,10 @@ impl Names {
                 let schedules = kv_stream(&self.schedules_bucket());
                 api.read_stream(&schedules);
                 api.add(format!("$JS.API.STREAM.CREATE.{schedules}"));
-                // Acknowledging the index's messages, which its consumers (ordered, no
-                // acks) ignore: with this the server does not track each delivered
-                // message's reply subject as one the agent may answer (a runner's
-                // `allow_responses`), millions of entries while a shard loads.
+                // Acknowledging the messages of the streams it watches, whose consumers
+                // (ordered, no acks) ignore acks: see `ack_watched`.
                 api.add(format!("$JS.ACK.{schedules}.>"));
+                self.ack_watched(&mut api);
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
@@ -277,6 +288,7 @@ impl Names {
                 }
                 subscribe.push(self.wildcard("ctl"));
                 allow_responses = true;
+                self.ack_watched(&mut api);
             }
         }
         Permissions { publish, subscribe, allow_responses }
@@ -315,6 +327,12 @@ mod tests {
             (Scheduler, "$JS.API.STREAM.UPDATE.KV_cronrun_schedules", false),
             (Scheduler, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", true),
             (Runner, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", false),
+            (Scheduler, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", false),
+            (Viewer, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", false),
+            (Admin, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", false),
             (Scheduler, "$KV.cronrun_schedules.7.backup", false),
             (Scheduler, "$KV.cronrun_leases.triggers.7", true),
             (Runner, "$KV.cronrun_leases.triggers.7", false),

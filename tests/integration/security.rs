@@ -44,6 +44,12 @@ const CASES: &[(Op, &str, &[&str])] = &[
         "acknowledge the schedules index's messages",
         &["scheduler", "agent"],
     ),
+    (
+        Op::Publish("$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7"),
+        "acknowledge the leases bucket's messages",
+        &["scheduler", "runner", "agent"],
+    ),
+    (Op::Publish("$JS.ACK.KV_cronrun_runs.x.1.2.3.4.5.6.7"), "acknowledge another's run records", &[]),
     (Op::Publish("$JS.API.STREAM.DELETE.KV_cronrun_jobs"), "delete the jobs bucket", &[]),
     (Op::Publish("$JS.API.STREAM.UPDATE.CRONRUN_DISPATCH"), "reconfigure the dispatch stream", &[]),
     (Op::Publish("$JS.API.STREAM.CREATE.KV_cronrun_jobs"), "create the jobs bucket", &["admin", "scheduler", "agent"]),

@@ -6,6 +6,7 @@
 //! - `plain_spawn`: the same shell command started by one process for every job at every
 //!   whole second, fire to the command's own clock.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -17,14 +18,13 @@ use futures::stream::FuturesUnordered;
 
 const STREAM: &str = "BENCH_ANCHOR";
 
-/// `count` schedules of the cron expression `schedule` (six fields) over `[from, to)`;
-/// for each generated message, milliseconds from its whole second to its store time (a
+/// A message schedule for each of the cron expressions `schedules` (six fields) over
+/// `[from, to)`; for each generated message, milliseconds from its whole second to its store time (a
 /// fire is stored well under a second after its instant here, so the second it was stored
 /// in is the one it fired for).
 pub(super) async fn nats_schedules(
     client: async_nats::Client,
-    schedule: &str,
-    count: usize,
+    schedules: &[String],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<f64>> {
@@ -41,9 +41,9 @@ pub(super) async fn nats_schedules(
     // async-nats lets 5,000 acknowledgements be awaited at once; the next publish waits
     // for one of them to be taken, so they are awaited as they come, not all at the end.
     let mut acks = FuturesUnordered::new();
-    for i in 0..count {
+    for (i, schedule) in schedules.iter().enumerate() {
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Schedule", schedule);
+        headers.insert("Nats-Schedule", schedule.as_str());
         headers.insert("Nats-Schedule-Target", format!("anchor.fired.{i}").as_str());
         let ack = js.publish_with_headers(format!("anchor.schedule.{i}"), headers, "".into()).await?;
         acks.push(ack.into_future());
@@ -55,7 +55,7 @@ pub(super) async fn nats_schedules(
         ack.context("storing a message schedule")?;
     }
     if Utc::now() >= from {
-        bail!("storing {count} message schedules took past the first fire at {from}");
+        bail!("storing {} message schedules took past the first fire at {from}", schedules.len());
     }
     sleep_until(to + chrono::Duration::seconds(1)).await;
     // Stop the schedules, then read what they stored.
@@ -83,11 +83,11 @@ pub(super) async fn nats_schedules(
     Ok(late_ms)
 }
 
-/// `count` processes of `sh -c COMMAND` started at once at each of `fires`; the command
-/// prints its clock (ns since the epoch), as the shell jobs do.
-pub(super) async fn plain_spawn(command: &str, count: usize, fires: &[DateTime<Utc>]) -> Result<Vec<f64>> {
+/// At each of `fires`, as many processes of `sh -c COMMAND` as it gives, started at once;
+/// the command prints its clock (ns since the epoch), as the shell jobs do.
+pub(super) async fn plain_spawn(command: &str, fires: &BTreeMap<DateTime<Utc>, usize>) -> Result<Vec<f64>> {
     let mut seconds = Vec::new();
-    for &at in fires {
+    for (&at, &count) in fires {
         sleep_until(at).await;
         let command = command.to_string();
         seconds.push(tokio::spawn(async move {

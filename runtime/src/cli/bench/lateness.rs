@@ -2,6 +2,7 @@
 //! processes, added with the CLI, each job reporting its own clock; beside it the anchor,
 //! measured in the same run.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -21,15 +22,38 @@ const SHELL_CLOCK: &str = "date +%s%N";
 
 pub(super) struct LatenessArgs {
     pub jobs: usize,
-    /// Every job's schedule (six fields: NATS's scheduler takes the same for the anchor).
-    pub schedule: String,
+    pub schedules: Schedules,
     pub seconds: i64,
     pub agents: usize,
     /// A component that logs its own clock first (plugins/clock), instead of a shell job.
     pub wasm: Option<PathBuf>,
 }
 
-/// Jobs fire on one schedule (every second by default) over a window after a warm-up. For each fire: from the fire to
+/// The jobs' schedules (six fields: NATS's scheduler takes the same for the anchor).
+pub(super) enum Schedules {
+    /// Every job on this one.
+    One(String),
+    /// Job i at second i mod 60 of every minute: a steady rate, jobs/60 fires a second.
+    Spread,
+}
+
+impl Schedules {
+    fn of(&self, job: usize) -> String {
+        match self {
+            Schedules::One(schedule) => schedule.clone(),
+            Schedules::Spread => format!("{} * * * * *", job % 60),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Schedules::One(schedule) => schedule.clone(),
+            Schedules::Spread => "S * * * * *, S = the job's number mod 60".into(),
+        }
+    }
+}
+
+/// Jobs fire on their schedules (every second by default) over a window after a warm-up. For each fire: from the fire to
 /// the job's own code (the clock a shell job's `date` or the `clock` guest printed) and to
 /// `started_at` (the runner's release of the run). The anchor runs after, over a
 /// window as long: NATS's own message scheduler for Wasm jobs, a plain spawn of the same
@@ -39,7 +63,16 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     if a.agents == 0 || a.jobs == 0 || a.seconds <= 0 {
         bail!("bench lateness needs --agents, --jobs and --seconds above 0");
     }
-    let schedule = crate::schedule::Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+    let schedules: Vec<String> = (0..a.jobs).map(|i| a.schedules.of(i)).collect();
+    let mut sharing: HashMap<&str, usize> = HashMap::new();
+    for schedule in &schedules {
+        *sharing.entry(schedule).or_default() += 1;
+    }
+    let sharing: Vec<(crate::schedule::Schedule, usize)> = sharing
+        .into_iter()
+        .map(|(text, jobs)| Ok((crate::schedule::Schedule::parse(text).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?, jobs)))
+        .collect::<Result<_>>()?;
+    let described = a.schedules.describe();
     // A runner holds at most `slots` runs; one may be handed every job of an instant.
     let slots = a.jobs.max(crate::runner::RunnerConfig::default().slots);
     let mut deployment = Deployment::start(NAMESPACE, a.agents, &format!("slots = {slots}\n")).await?;
@@ -48,16 +81,16 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         Some(path) => Some(deploy_plugin(&deployment, path, &names[0]).await?),
         None => None,
     };
-    deployment.apply(&jobs_toml(&names, &a.schedule, plugin.as_deref(), a.seconds as u32 + 30)).await?;
+    deployment.apply(&jobs_toml(&names, &schedules, plugin.as_deref(), a.seconds as u32 + 30)).await?;
     let store = deployment.store().await?;
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
     let to = from + chrono::Duration::seconds(a.seconds);
-    let fires = fires_within(&schedule, from, to);
-    if fires.is_empty() {
-        bail!("--schedule {:?} does not fire within {} s from {from}: give a longer --seconds", a.schedule, a.seconds);
+    let expected: usize = fires_within(&sharing, from, to).values().sum();
+    if expected == 0 {
+        bail!("--schedule {described:?} does not fire within {} s from {from}: give a longer --seconds", a.seconds);
     }
     let kind = if plugin.is_some() { "Wasm (clock)" } else { "shell" };
-    eprintln!("{} {kind} jobs ({}) on {} agents; measuring {from} .. {to}", a.jobs, a.schedule, a.agents);
+    eprintln!("{} {kind} jobs ({described}) on {} agents; measuring {from} .. {to}", a.jobs, a.agents);
     sleep_until(to + chrono::Duration::seconds(3)).await;
     // The agents stop before the records are read (no prune takes the window's runs away)
     // and before the anchor runs alone on the machine; the server stays.
@@ -68,26 +101,26 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // Time to store the schedules before the first fire.
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
     let to = from + chrono::Duration::seconds(a.seconds);
-    let anchor_fires = fires_within(&schedule, from, to);
+    let anchor_fires = fires_within(&sharing, from, to);
     let (anchor_name, mut anchor_ms) = if plugin.is_some() {
         let client = deployment.bench_client().await?;
-        let late = anchor::nats_schedules(client, &a.schedule, a.jobs, from, to).await?;
+        let late = anchor::nats_schedules(client, &schedules, from, to).await?;
         ("NATS message schedules, fire to stored", late)
     } else {
-        let late = anchor::plain_spawn(SHELL_CLOCK, a.jobs, &anchor_fires).await?;
+        let late = anchor::plain_spawn(SHELL_CLOCK, &anchor_fires).await?;
         ("a plain spawn of the same commands, fire to their clock", late)
     };
     deployment.stop().await?;
     anchor_ms.sort_by(f64::total_cmp);
-    if anchor_ms.len() != a.jobs * anchor_fires.len() {
-        bail!("the anchor ({anchor_name}) measured {} of {} fires", anchor_ms.len(), a.jobs * anchor_fires.len());
+    let anchor_expected: usize = anchor_fires.values().sum();
+    if anchor_ms.len() != anchor_expected {
+        bail!("the anchor ({anchor_name}) measured {} of {anchor_expected} fires", anchor_ms.len());
     }
 
-    let expected = a.jobs * fires.len();
     let figures = |ms: &[f64]| json!({ "p50": percentile(ms, 50.0), "p99": percentile(ms, 99.0), "max": ms.last().copied().unwrap_or(f64::NAN) });
     let ratio = percentile(&measured.code_ms, 99.0) / percentile(&anchor_ms, 99.0);
     let value = json!({
-        "jobs": a.jobs, "schedule": a.schedule, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
+        "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
@@ -139,15 +172,16 @@ async fn deploy_plugin(deployment: &Deployment, path: &std::path::Path, name: &s
     report["plugin"].as_str().map(str::to_string).context("deploy reported no plugin digest")
 }
 
-/// Jobs on `schedule`, shell (`SHELL_CLOCK`) or running `plugin`, keeping `history` runs.
-fn jobs_toml(names: &[String], schedule: &str, plugin: Option<&str>, history: u32) -> String {
+/// Jobs on their `schedules`, shell (`SHELL_CLOCK`) or running `plugin`, keeping `history` runs.
+fn jobs_toml(names: &[String], schedules: &[String], plugin: Option<&str>, history: u32) -> String {
     let what = match plugin {
         Some(digest) => format!("wasm = {{ plugin = \"{digest}\" }}"),
         None => format!("shell = \"{SHELL_CLOCK}\""),
     };
     names
         .iter()
-        .map(|name| {
+        .zip(schedules)
+        .map(|(name, schedule)| {
             format!(
                 "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\noverlap = \"allow\"\n\
                  history = {{ succeeded = {history}, failed = {history} }}\n{what}\n"
@@ -190,10 +224,21 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
     Ok(m)
 }
 
-/// The fires of `schedule` (UTC) in `[from, to)`.
-fn fires_within(schedule: &crate::schedule::Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+/// The instants in `[from, to)` at which the jobs fire (UTC), and how many jobs fire at
+/// each: `sharing` gives each schedule with the number of jobs on it.
+fn fires_within(
+    sharing: &[(crate::schedule::Schedule, usize)],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> BTreeMap<DateTime<Utc>, usize> {
     let before = from - chrono::Duration::nanoseconds(1);
-    schedule.fires_after(before, chrono_tz::UTC).take_while(|at| *at < to).collect()
+    let mut fires = BTreeMap::new();
+    for (schedule, jobs) in sharing {
+        for at in schedule.fires_after(before, chrono_tz::UTC).take_while(|at| *at < to) {
+            *fires.entry(at).or_default() += jobs;
+        }
+    }
+    fires
 }
 
 pub(super) fn whole_second(at: DateTime<Utc>) -> DateTime<Utc> {

@@ -51,8 +51,12 @@ pub enum BenchKind {
         agents: usize,
         /// Every job's schedule, six fields (the NATS anchor takes the same), e.g.
         /// "0 * * * * *" with --seconds 60 for all jobs firing at one instant
-        #[arg(long, default_value = "* * * * * *")]
+        #[arg(long, default_value = "* * * * * *", conflicts_with = "spread")]
         schedule: String,
+        /// Spread the jobs over the minute instead: job i fires at second i mod 60 of
+        /// every minute ("S * * * * *"), e.g. --jobs 100000 for 100,000 jobs a minute
+        #[arg(long)]
+        spread: bool,
         /// Run this Wasm component instead of a shell command: one that logs its own clock
         /// first, target/wasm32-wasip2/release/clock.wasm from plugins/build.sh
         #[arg(long)]
@@ -130,8 +134,9 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
             let restart_every = std::time::Duration::from_secs(restart_every);
             return soak::run(ctx, soak::SoakArgs { jobs, minutes, agents, restart_every }).await;
         }
-        BenchKind::Lateness { jobs, seconds, agents, schedule, wasm } => {
-            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedule, seconds, agents, wasm }).await;
+        BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm } => {
+            let schedule = if spread { lateness::Schedules::Spread } else { lateness::Schedules::One(schedule) };
+            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules: schedule, seconds, agents, wasm }).await;
         }
         _ => {}
     }
