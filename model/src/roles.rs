@@ -150,11 +150,12 @@ impl Names {
     }
 
     /// Acknowledging what the watches of the jobs and leases buckets deliver (ordered
-    /// consumers, no acks: nothing happens). Without it, the server records every message
-    /// delivered to an identity with a runner's `allow_responses` as a reply it may send,
-    /// keeps it two minutes and walks all of them every 4,096 deliveries: with an agent's
-    /// watch of run leases (a few changes per run) that was an eighth of the server's CPU
-    /// at 1,500 runs a second. No cronrun consumer of these buckets takes acks.
+    /// consumers, no acks: nothing happens), for identities with a runner's
+    /// `allow_responses` (runners, agents). Without it, the server records every message
+    /// delivered to them as a reply they may send, keeps it two minutes and walks all of
+    /// them after every 4,096 new ones: with an agent's watch of run leases (a few changes
+    /// per run) that was an eighth of the server's CPU at 1,500 runs a second. No cronrun
+    /// consumer of these buckets takes acks.
     fn ack_watched(&self, api: &mut Api) {
         for bucket in [self.jobs_bucket(), self.leases_bucket()] {
             api.add(format!("$JS.ACK.{}.>", kv_stream(&bucket)));
@@ -207,10 +208,9 @@ impl Names {
                 let schedules = kv_stream(&self.schedules_bucket());
                 api.read_stream(&schedules);
                 api.add(format!("$JS.API.STREAM.CREATE.{schedules}"));
-                // Acknowledging the messages of the streams it watches, whose consumers
-                // (ordered, no acks) ignore acks: see `ack_watched`.
+                // Acknowledging the index's messages, which its consumers (ordered, no
+                // acks) ignore: for an agent (scheduler and runner), see `ack_watched`.
                 api.add(format!("$JS.ACK.{schedules}.>"));
-                self.ack_watched(&mut api);
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
@@ -327,7 +327,7 @@ mod tests {
             (Scheduler, "$JS.API.STREAM.UPDATE.KV_cronrun_schedules", false),
             (Scheduler, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", true),
             (Runner, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", false),
-            (Scheduler, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", true),
+            (Scheduler, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", false),
             (Runner, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", true),
             (Runner, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", true),
             (Runner, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", false),

@@ -218,11 +218,11 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
         ready(agent).await;
     }
     let rule =
-        |path: &str| format!("notify = [{{ on = [\"late\"], late = \"1s\", webhook = \"{}\" }}]", receiver.url(path));
+        |path: &str| format!("notify = [{{ on = [\"late\"], late = \"3s\", webhook = \"{}\" }}]", receiver.url(path));
     apply(
         &nats,
         &format!(
-            "[[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\nshell = \"sleep 4\"\n{}\n\
+            "[[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\nshell = \"sleep 6\"\n{}\n\
              [[job]]\nname = \"quick\"\nschedule = \"*/10 * * * * *\"\nshell = \"true\"\n{}\n",
             rule("/slow"),
             rule("/quick")
@@ -236,8 +236,8 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
     .await;
     let body = told[0].json();
     assert_eq!((body["job"].as_str(), body["notice"].as_str()), (Some("slow"), Some("late")), "{body}");
-    // Queued or running, whichever the run had reached one second after its instant on a
-    // loaded machine; never an end, since the command sleeps 4 s.
+    // Queued or running, whichever the run had reached 3 s after its instant on a loaded
+    // machine; never an end, since the command sleeps 6 s.
     assert!(matches!(body["status"].as_str(), Some("queued" | "running")), "{body}");
     let run_id = body["run_id"].as_str().unwrap().to_string();
     // The slow run ends and quick's fire of the same instant is long past its deadline:

@@ -47,7 +47,17 @@ const CASES: &[(Op, &str, &[&str])] = &[
     (
         Op::Publish("$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7"),
         "acknowledge the leases bucket's messages",
-        &["scheduler", "runner", "agent"],
+        &["runner", "agent"],
+    ),
+    (
+        Op::Publish("$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7"),
+        "acknowledge the jobs bucket's messages",
+        &["runner", "agent"],
+    ),
+    (
+        Op::Publish("$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7"),
+        "acknowledge the chains' records",
+        &["scheduler", "agent"],
     ),
     (Op::Publish("$JS.ACK.KV_cronrun_runs.x.1.2.3.4.5.6.7"), "acknowledge another's run records", &[]),
     (Op::Publish("$JS.API.STREAM.DELETE.KV_cronrun_jobs"), "delete the jobs bucket", &[]),

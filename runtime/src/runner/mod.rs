@@ -154,7 +154,7 @@ pub(crate) struct RunnerCtx {
 }
 
 /// Specs of jobs this runner ran, by revision; cleared when it grows past this.
-const SPEC_CACHE_MAX: usize = 10_000;
+const SPEC_CACHE_MAX: usize = 100_000;
 
 impl RunnerCtx {
     /// The job's current revision and spec, at least `at_least` (the revision it was

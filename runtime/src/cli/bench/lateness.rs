@@ -1,4 +1,4 @@
-//! Lateness as users feel it: N every-second jobs on agents running as separate
+//! Lateness as users feel it: N jobs (every second by default) on agents running as separate
 //! processes, added with the CLI, each job reporting its own clock; beside it the anchor,
 //! measured in the same run.
 
@@ -70,10 +70,13 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     }
     let sharing: Vec<(crate::schedule::Schedule, usize)> = sharing
         .into_iter()
-        .map(|(text, jobs)| Ok((crate::schedule::Schedule::parse(text).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?, jobs)))
+        .map(|(text, jobs)| {
+            Ok((crate::schedule::Schedule::parse(text).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?, jobs))
+        })
         .collect::<Result<_>>()?;
     let described = a.schedules.describe();
-    // A runner holds at most `slots` runs; one may be handed every job of an instant.
+    // A runner holds at most `slots` runs; one may be handed every job of an instant (of
+    // one schedule; spread, jobs/60 an instant, and the slots are more than needed).
     let slots = a.jobs.max(crate::runner::RunnerConfig::default().slots);
     let mut deployment = Deployment::start(NAMESPACE, a.agents, &format!("slots = {slots}\n")).await?;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
@@ -123,6 +126,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
+        "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
     });
     ctx.print(&value, || text(&value))?;
@@ -137,7 +141,15 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
 
 fn text(v: &Value) -> String {
     let ms = |figures: &Value, p: &str| figures[p].as_f64().unwrap_or(f64::NAN);
-    format!(
+    let by_minute: Vec<String> = v["job_code_p99_ms_by_minute"]
+        .as_array()
+        .map(|all| all.iter().map(|p99| format!("{:.1}", p99.as_f64().unwrap_or(f64::NAN))).collect())
+        .unwrap_or_default();
+    let drift = match by_minute.len() > 1 {
+        true => format!("\nfire to the job's own code, p99 of each minute: {} ms", by_minute.join(", ")),
+        false => String::new(),
+    };
+    let summary = format!(
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
@@ -161,7 +173,8 @@ fn text(v: &Value) -> String {
         ms(&v["anchor_ms"], "max"),
         v["anchor_fires"],
         v["p99_ratio"].as_f64().unwrap_or(f64::NAN),
-    )
+    );
+    summary + &drift
 }
 
 /// `cronrun deploy` of the component as the first job; returns its digest for the others.
@@ -193,6 +206,8 @@ fn jobs_toml(names: &[String], schedules: &[String], plugin: Option<&str>, histo
 #[derive(Default)]
 struct Measured {
     code_ms: Vec<f64>,
+    /// Fire to the job's code, by whole minute from the window's start: does it drift?
+    code_ms_by_minute: BTreeMap<i64, Vec<f64>>,
     started_ms: Vec<f64>,
     not_succeeded: usize,
     /// Succeeded without printing a clock first.
@@ -212,7 +227,9 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
         let printed = r.output.first().and_then(|line| line.trim().parse::<i64>().ok());
         match (r.status, r.started_at, printed) {
             (Status::Succeeded, Some(started), Some(ns)) => {
-                m.code_ms.push((ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6);
+                let ms = (ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6;
+                m.code_ms.push(ms);
+                m.code_ms_by_minute.entry((at - from).num_minutes()).or_default().push(ms);
                 m.started_ms.push((started - at).num_microseconds().unwrap_or(0) as f64 / 1e3);
             }
             (Status::Succeeded, Some(_), None) => m.no_clock += 1,
@@ -221,6 +238,9 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
     }
     m.code_ms.sort_by(f64::total_cmp);
     m.started_ms.sort_by(f64::total_cmp);
+    for ms in m.code_ms_by_minute.values_mut() {
+        ms.sort_by(f64::total_cmp);
+    }
     Ok(m)
 }
 

@@ -2,7 +2,8 @@
 //! machine, reported in the README (Benchmarks). Each starts its own nats-server in a temp
 //! directory unless --nats is given, and works in a namespace of its own.
 //!
-//! - `lateness.rs`: fire to the job's own code of N every-second jobs, on `deployment.rs`
+//! - `lateness.rs`: fire to the job's own code of N jobs (every second, on one
+//!   schedule, or spread over the minute), on `deployment.rs`
 //!   (nats-server with authentication and `cronrun agent` processes, as users deploy),
 //!   beside its anchor (`anchor.rs`: NATS's own scheduler, a plain spawn).
 //! - `throughput.rs`: runs per second end to end; `raw_nats.rs` the same NATS work alone.
@@ -39,7 +40,7 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 pub enum BenchKind {
-    /// Lateness from the fire to the job's own code of N every-second jobs on agents
+    /// Lateness from the fire to the job's own code of N jobs (every second by default) on agents
     /// running as separate processes, beside its anchor measured in the same run. Always
     /// starts its own nats-server
     Lateness {
@@ -136,7 +137,8 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         }
         BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm } => {
             let schedule = if spread { lateness::Schedules::Spread } else { lateness::Schedules::One(schedule) };
-            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules: schedule, seconds, agents, wasm }).await;
+            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules: schedule, seconds, agents, wasm })
+                .await;
         }
         _ => {}
     }
