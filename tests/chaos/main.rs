@@ -38,9 +38,19 @@ const EVERY_SECOND: &str = "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"
     overlap = \"allow\"\nhistory = { succeeded = 1000, failed = 1000 }\n";
 
 /// The run's record; None while NATS cannot be asked (it is restarting).
+/// The run's record, None if it has none; a read that fails (NATS electing a leader) is
+/// tried again for up to 20 s, not taken for an absent record.
 async fn record(store: &cronrun::store::Store, key: &str) -> Option<RunRecord> {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
-    store.get_run(job, run).await.ok().map(|r| r.record)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.get_run(job, run).await {
+            Ok(run) => return Some(run.record),
+            Err(e) if *e.kind() == cronrun::ErrorKind::NotFound => return None,
+            Err(e) if Instant::now() > deadline => panic!("reading {key}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// The first line of `path` as a number, once the job has written it.

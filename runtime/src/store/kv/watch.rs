@@ -187,12 +187,16 @@ impl Bucket {
 
     /// Whether a replica of the bucket's stream looks gone, or the stream's state cannot
     /// be read (JetStream electing a leader): a consumer may be put where it is never made.
+    /// A leader elected after a replica died has never heard from it: nats-server reports
+    /// it active 0 s ago, but not current, so a replica not current counts as gone too (a
+    /// live one catching up costs only a shorter wait).
     async fn replica_gone(&self) -> bool {
         let mut stream = self.kv.stream.clone();
         match tokio::time::timeout(CREATE_WAIT_PEER_GONE * 2, stream.info()).await {
-            Ok(Ok(info)) => {
-                info.cluster.as_ref().is_some_and(|c| c.replicas.iter().any(|r| r.offline || r.active > REPLICA_SILENT))
-            }
+            Ok(Ok(info)) => info
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.replicas.iter().any(|r| r.offline || !r.current || r.active > REPLICA_SILENT)),
             _ => true,
         }
     }
