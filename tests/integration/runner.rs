@@ -270,6 +270,56 @@ history = { succeeded = 2, failed = 2 }
     .await;
 }
 
+/// A job's records are read in one direct get of their latest values; past the keys one
+/// answer may hold, with a watch. Either way: every record kept, in fire order, with its
+/// revision, none removed, none of a job whose name only begins like this one's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_runs_are_listed_whole_below_and_above_what_one_read_answers() {
+    use cronrun::record::{RunRecord, Trigger};
+    use cronrun::store::kv::MAX_KEYS;
+    use futures::StreamExt;
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+    let record = |job: &str, i: usize| {
+        RunRecord::queued(job, &format!("r{i:05}"), Trigger::Manual, at + chrono::Duration::seconds(i as i64), 1)
+    };
+    // (job, records): `few` loses one of its three, `few-more` and `fewer` begin like it.
+    let jobs = [("few", 3), ("few-more", 2), ("fewer", 1), ("many", MAX_KEYS + 5)];
+    let records: Vec<RunRecord> = jobs.iter().flat_map(|&(job, n)| (0..n).map(move |i| record(job, i))).collect();
+    let revisions: std::collections::HashMap<String, u64> = futures::stream::iter(records)
+        .map(|r| {
+            let store = store.clone();
+            async move { (r.key(), store.create_run(&r).await.unwrap()) }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let removed = record("few", 1).key();
+    store.runs.delete_at(&removed, revisions[&removed]).await.unwrap();
+
+    let few = store.list_runs("few").await.unwrap();
+    let listed: Vec<(String, u64)> = few.iter().map(|r| (r.record.key(), r.revision)).collect();
+    let kept = [record("few", 0).key(), record("few", 2).key()];
+    assert_eq!(listed, kept.iter().map(|k| (k.clone(), revisions[k])).collect::<Vec<_>>());
+    assert!(store.runs.last_values("few.*").await.unwrap().is_some(), "one answer holds few's records");
+    assert!(store.list_runs("none").await.unwrap().is_empty());
+    assert!(store.runs.last_values("many.*").await.unwrap().is_none(), "one answer holds at most {MAX_KEYS} keys");
+    let many = store.list_runs("many").await.unwrap();
+    assert_eq!(many.len(), MAX_KEYS + 5);
+    assert!(many.windows(2).all(|w| w[0].record.scheduled_at < w[1].record.scheduled_at), "in fire order");
+    // The CLI as a viewer reads them the same way.
+    let mut viewer = nats.command();
+    let out = viewer
+        .args(["runs", "few", "--output", "json"])
+        .env("CRONRUN_CREDS", nats.identity("viewer"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_jobs_pool_picks_the_runners_that_may_take_it() {
     let nats = Nats::start().await;

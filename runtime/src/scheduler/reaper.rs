@@ -41,6 +41,8 @@ pub(super) struct Reaper {
     /// Expired run leases of shards not led here, with when they were seen.
     pending: HashMap<String, Instant>,
     default_deadline: Duration,
+    /// How often a sweep starts (`reconcile_every`); it spreads its reads over half of it.
+    sweep_every: Duration,
     /// The sweep in progress, if any (see `sweep`): one at a time.
     sweeping: Option<tokio::task::JoinHandle<()>>,
     /// The shards led here changed since they were last logged.
@@ -60,6 +62,7 @@ impl Reaper {
             leading: HashSet::new(),
             pending: HashMap::new(),
             default_deadline: ctx.config.default_deadline,
+            sweep_every: ctx.config.reconcile_every,
             sweeping: None,
             leading_changed: false,
         };
@@ -150,8 +153,9 @@ impl Reaper {
         if self.leading.is_empty() || self.sweeping.as_ref().is_some_and(|s| !s.is_finished()) {
             return;
         }
-        let (store, catalog, index, now, deadline) =
-            (self.store.clone(), self.catalog.clone(), self.index.clone(), self.clock.now(), self.default_deadline);
+        let (store, catalog, index, clock, deadline) =
+            (self.store.clone(), self.catalog.clone(), self.index.clone(), self.clock.clone(), self.default_deadline);
+        let every = self.sweep_every;
         let leading = self.leading.clone();
         self.sweeping = Some(tokio::spawn(async move {
             let mut jobs = Vec::new();
@@ -163,7 +167,8 @@ impl Reaper {
                     Err(e) => return warn!(shard = n, "sweep: listing the shard's jobs: {e}"),
                 }
             }
-            let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, now).await;
+            let spacing = super::sweep::spacing(jobs.len(), every);
+            let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, &clock, spacing).await;
             if settled > 0 {
                 info!(settled, jobs = jobs.len(), "sweep settled runs left without an owner");
             }

@@ -14,7 +14,9 @@
 //!   `skipped` as missed.
 //!
 //! The decision is `settle`, a function of the record, the lease and the time, tested on
-//! its own; the cost of a sweep is one scan of each led job's records.
+//! its own. The cost of a sweep is one read of each led job's records (a direct get, see
+//! `store::kv::last`), paced: at tens of thousands of jobs, reads back to back took the
+//! server from the runs due meanwhile.
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use crate::catalog::Catalog;
+use crate::clock::SharedClock;
 use crate::dispatch::{Queued, publish_queued};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -66,16 +69,30 @@ pub fn settle(record: &RunRecord, lease_held: bool, now: DateTime<Utc>, deadline
     }
 }
 
-/// Sweeps the records of `jobs`; returns how many runs it settled.
+/// The most jobs a sweep reads a second. Above `JOBS_PER_SECOND_MAX` × half the interval
+/// jobs, a sweep outlasts its interval, and the next starts when it ends.
+const JOBS_PER_SECOND_MAX: u32 = 200;
+
+/// How far apart a sweep of `jobs` jobs every `every` starts its reads of them: spread
+/// over half the interval, no closer than `JOBS_PER_SECOND_MAX` allows.
+pub fn spacing(jobs: usize, every: Duration) -> Duration {
+    let spread = every / 2 / u32::try_from(jobs.max(1)).unwrap_or(u32::MAX);
+    spread.max(Duration::from_secs(1) / JOBS_PER_SECOND_MAX)
+}
+
+/// Sweeps the records of `jobs`, one job every `spacing`; returns how many runs it settled.
 pub async fn sweep(
     store: &Store,
     catalog: &Catalog,
     jobs: &[String],
     default_deadline: Duration,
-    now: DateTime<Utc>,
+    clock: &SharedClock,
+    spacing: Duration,
 ) -> usize {
-    let mut settled = 0;
-    for job in jobs {
+    let (mut settled, start) = (0, tokio::time::Instant::now());
+    for (i, job) in jobs.iter().enumerate() {
+        tokio::time::sleep_until(start + spacing * u32::try_from(i).unwrap_or(u32::MAX)).await;
+        let now = clock.now();
         let runs = match store.list_runs(job).await {
             Ok(runs) => runs,
             Err(e) => {
@@ -136,6 +153,17 @@ async fn settle_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_spreads_its_reads_over_half_its_interval_at_most_200_a_second() {
+        let (ms, every) = (Duration::from_millis, Duration::from_secs(300));
+        // (jobs, spacing)
+        let cases = [(0, ms(150_000)), (1, ms(150_000)), (100, ms(1_500)), (30_000, ms(5)), (2_500_000, ms(5))];
+        for (jobs, want) in cases {
+            assert_eq!(spacing(jobs, every), want, "{jobs} jobs");
+        }
+        assert_eq!(spacing(10, Duration::from_secs(1)), ms(50));
+    }
 
     #[test]
     fn what_the_sweep_does_with_each_run() {

@@ -50,7 +50,7 @@ impl Store {
     pub async fn list_runs(&self, job: &str) -> Result<Vec<StoredRun>, Error> {
         let mut runs: Vec<StoredRun> = self
             .runs
-            .scan(&format!("{job}.*"))
+            .scan_last(&format!("{job}.*"))
             .await?
             .into_iter()
             .filter_map(|(_, v)| {
@@ -71,7 +71,7 @@ impl Store {
 
     /// Removes every record of `job` (after `rm`); returns how many.
     pub async fn purge_runs(&self, job: &str) -> Result<usize, Error> {
-        let runs = self.runs.scan(&format!("{job}.*")).await?;
+        let runs = self.runs.scan_last(&format!("{job}.*")).await?;
         for (key, _) in &runs {
             self.runs.purge(key, PRUNE_MARKER_TTL).await?;
         }

@@ -6,6 +6,7 @@
 //!
 //! - `mod.rs`: `Bucket`, its reads and its writes.
 //! - `watch.rs`: watches of a bucket's keys (ordered consumers), and how they are made.
+//! - `last.rs`: the latest values of a few keys in one direct get, without a consumer.
 
 use std::time::Duration;
 
@@ -17,8 +18,10 @@ use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind};
 
+mod last;
 mod watch;
 
+pub use last::MAX_KEYS;
 pub use watch::{Change, Watch};
 
 /// How long the marker of a released lease or presence key stays: long enough for every

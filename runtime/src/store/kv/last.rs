@@ -1,0 +1,79 @@
+//! The latest values of many keys in one request: JetStream's direct get with
+//! `multi_last`, answered by any replica from its store, without a consumer.
+//!
+//! Listing a job's runs used to create an ordered consumer each time. The sweep lists every
+//! led job's runs every few minutes and a runner lists a job's runs to prune them: at tens
+//! of thousands of jobs those consumers were made and deleted by the thousand, and the
+//! server stalled for a minute at each sweep (README, Benchmarks). A direct get costs the
+//! server what a key read does. It answers at most `MAX_KEYS` keys; above that, the caller
+//! falls back to a watch.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::{Bucket, Versioned};
+use crate::error::Error;
+
+/// The most keys nats-server answers one `multi_last` request with (`maxAllowedResponses`
+/// in its `getDirectMulti`); more is refused with status 413.
+pub const MAX_KEYS: usize = 1024;
+
+/// How long each message of the answer is waited for.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+impl Bucket {
+    /// The keys matching `filter` (NATS wildcards) that hold a value, with their values;
+    /// None when more than `MAX_KEYS` keys match (deleted ones included).
+    pub async fn last_values(&self, filter: &str) -> Result<Option<Vec<(String, Versioned)>>, Error> {
+        let fail = |e: &dyn std::fmt::Display| Error::nats(&format!("reading {filter} from {}", self.name()), e);
+        let prefix = format!("$KV.{}.", self.name());
+        let client = self.js.client();
+        let inbox = client.new_inbox();
+        let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| fail(&e))?;
+        let request = serde_json::json!({ "multi_last": [format!("{prefix}{filter}")] }).to_string();
+        let subject = format!("$JS.API.DIRECT.GET.KV_{}", self.name());
+        client.publish_with_reply(subject, inbox, request.into()).await.map_err(|e| fail(&e))?;
+        let mut values = Vec::new();
+        loop {
+            let message = match tokio::time::timeout(ANSWER_WAIT, answers.next()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Err(fail(&"the answer ended early")),
+                Err(_) => return Err(fail(&format!("no answer within {ANSWER_WAIT:?}"))),
+            };
+            match message.status.map(|s| s.as_u16()) {
+                None => {}
+                // The end of the answer.
+                Some(204) => return Ok(Some(values)),
+                Some(404) => return Ok(Some(Vec::new())),
+                Some(413) => return Ok(None),
+                Some(_) => return Err(fail(&format!("{:?}", message.description))),
+            }
+            let (mut key, mut revision, mut removed) = (None, None, false);
+            for (name, value) in message.headers.iter().flat_map(|h| h.iter()) {
+                let Some(value) = value.first().map(|v| v.as_str()) else { continue };
+                match name.as_ref() {
+                    "Nats-Subject" => key = value.strip_prefix(prefix.as_str()).map(str::to_string),
+                    "Nats-Sequence" => revision = value.parse::<u64>().ok(),
+                    "KV-Operation" => removed |= value != "PUT",
+                    "Nats-Marker-Reason" => removed = true,
+                    _ => {}
+                }
+            }
+            let (Some(key), Some(revision)) = (key, revision) else {
+                return Err(fail(&"an answer without its subject or sequence"));
+            };
+            if !removed {
+                values.push((key, Versioned { value: message.payload, revision }));
+            }
+        }
+    }
+
+    /// `last_values`, or a watch's pass when too many keys match for one request.
+    pub async fn scan_last(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
+        match self.last_values(filter).await? {
+            Some(values) => Ok(values),
+            None => self.scan(filter).await,
+        }
+    }
+}
