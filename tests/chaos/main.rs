@@ -38,9 +38,14 @@ const EVERY_SECOND: &str = "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"
     overlap = \"allow\"\nhistory = { succeeded = 1000, failed = 1000 }\n";
 
 /// The run's record; None while NATS cannot be asked (it is restarting).
-/// The run's record, None if it has none; a read that fails (NATS electing a leader) is
-/// tried again for up to 20 s, not taken for an absent record.
 async fn record(store: &cronrun::store::Store, key: &str) -> Option<RunRecord> {
+    let (job, run) = cronrun::record::parse_run_key(key).unwrap();
+    store.get_run(job, run).await.ok().map(|r| r.record)
+}
+
+/// The run's record, None if it has none: a read that fails (NATS electing a leader) is
+/// tried again for up to 20 s, not taken for an absent record.
+async fn stored_record(store: &cronrun::store::Store, key: &str) -> Option<RunRecord> {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

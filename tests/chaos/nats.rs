@@ -67,7 +67,7 @@ async fn kill_a_node_under_load(trial: usize) {
         }
         for (at, n) in seconds_not_run_once(name, cluster.dir.path(), from, 12) {
             assert_eq!(n, 0, "{name} ran {n} times for {at}");
-            let run = record(&store, &format!("{name}.{}", cronrun::record::fire_run_id(at))).await;
+            let run = stored_record(&store, &format!("{name}.{}", cronrun::record::fire_run_id(at))).await;
             let status = run.as_ref().map(|r| r.status);
             assert!(
                 matches!(status, Some(Status::Lost | Status::Failed)),

@@ -204,7 +204,7 @@ impl RunnerCtx {
         Some(self.alive_dir.as_ref()?.path().join(format!("{key}.{attempt}")))
     }
 
-    /// Trims the job's finished runs to its history. A prune scans the job's records, so
+    /// Trims the job's finished runs to its history. A prune reads all the job's records, so
     /// it runs after every K runs finished here (K = half the history, at least 5): the
     /// bucket holds at most history + K per runner of each job.
     async fn prune(&self, job: &str, history: &History) {

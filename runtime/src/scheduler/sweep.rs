@@ -70,7 +70,8 @@ pub fn settle(record: &RunRecord, lease_held: bool, now: DateTime<Utc>, deadline
 }
 
 /// The most jobs a sweep reads a second. Above `JOBS_PER_SECOND_MAX` × half the interval
-/// jobs, a sweep outlasts its interval, and the next starts when it ends.
+/// jobs (30,000 at 5 min), a sweep takes more than half its interval; above twice that,
+/// more than the interval, and the next begins at the first tick after it ends.
 const JOBS_PER_SECOND_MAX: u32 = 200;
 
 /// How far apart a sweep of `jobs` jobs every `every` starts its reads of them: spread
@@ -89,9 +90,12 @@ pub async fn sweep(
     clock: &SharedClock,
     spacing: Duration,
 ) -> usize {
-    let (mut settled, start) = (0, tokio::time::Instant::now());
-    for (i, job) in jobs.iter().enumerate() {
-        tokio::time::sleep_until(start + spacing * u32::try_from(i).unwrap_or(u32::MAX)).await;
+    let (mut settled, mut next) = (0, tokio::time::Instant::now());
+    for job in jobs {
+        // From the later of the planned time and now: reads held up (a slow server) do
+        // not come all at once after.
+        tokio::time::sleep_until(next).await;
+        next = next.max(tokio::time::Instant::now()) + spacing;
         let now = clock.now();
         let runs = match store.list_runs(job).await {
             Ok(runs) => runs,

@@ -24,7 +24,8 @@ const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 impl Bucket {
     /// The keys matching `filter` (NATS wildcards) that hold a value, with their values;
-    /// None when more than `MAX_KEYS` keys match (deleted ones included).
+    /// None when one answer cannot hold them: more than `MAX_KEYS` keys match (deleted ones
+    /// included), or their values pass the server's limit on one answer's bytes.
     pub async fn last_values(&self, filter: &str) -> Result<Option<Vec<(String, Versioned)>>, Error> {
         let fail = |e: &dyn std::fmt::Display| Error::nats(&format!("reading {filter} from {}", self.name()), e);
         let prefix = format!("$KV.{}.", self.name());
@@ -41,13 +42,18 @@ impl Bucket {
                 Ok(None) => return Err(fail(&"the answer ended early")),
                 Err(_) => return Err(fail(&format!("no answer within {ANSWER_WAIT:?}"))),
             };
+            let header = |name: &str| message.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
+            let description = message.description.as_deref().unwrap_or_default();
             match message.status.map(|s| s.as_u16()) {
                 None => {}
-                // The end of the answer.
-                Some(204) => return Ok(Some(values)),
-                Some(404) => return Ok(Some(Vec::new())),
+                // The end of the answer; with messages still pending, it was cut short.
+                Some(204) => {
+                    let pending = header("Nats-Num-Pending").and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+                    return Ok((pending == 0).then_some(values));
+                }
+                Some(404) if values.is_empty() && description == "No Results" => return Ok(Some(values)),
                 Some(413) => return Ok(None),
-                Some(_) => return Err(fail(&format!("{:?}", message.description))),
+                Some(code) => return Err(fail(&format!("status {code} {description}"))),
             }
             let (mut key, mut revision, mut removed) = (None, None, false);
             for (name, value) in message.headers.iter().flat_map(|h| h.iter()) {
@@ -69,11 +75,17 @@ impl Bucket {
         }
     }
 
-    /// `last_values`, or a watch's pass when too many keys match for one request.
+    /// `last_values`, or a watch's pass when one answer cannot hold them or the request
+    /// fails (a replica not ready, a node dead and not yet noticed): a watch's creation is
+    /// asked again for minutes (see `watch.rs`).
     pub async fn scan_last(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
-        match self.last_values(filter).await? {
-            Some(values) => Ok(values),
-            None => self.scan(filter).await,
+        match self.last_values(filter).await {
+            Ok(Some(values)) => Ok(values),
+            Ok(None) => self.scan(filter).await,
+            Err(e) => {
+                tracing::debug!("{e}; reading them with a watch");
+                self.scan(filter).await
+            }
         }
     }
 }

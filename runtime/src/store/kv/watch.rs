@@ -188,15 +188,15 @@ impl Bucket {
     /// Whether a replica of the bucket's stream looks gone, or the stream's state cannot
     /// be read (JetStream electing a leader): a consumer may be put where it is never made.
     /// A leader elected after a replica died has never heard from it: nats-server reports
-    /// it active 0 s ago, but not current, so a replica not current counts as gone too (a
-    /// live one catching up costs only a shorter wait).
+    /// it not current and active 0 s ago (not heard from at all), which counts as gone too.
+    /// A live replica merely behind is not current but heard from: it does not count.
     async fn replica_gone(&self) -> bool {
         let mut stream = self.kv.stream.clone();
         match tokio::time::timeout(CREATE_WAIT_PEER_GONE * 2, stream.info()).await {
             Ok(Ok(info)) => info
                 .cluster
                 .as_ref()
-                .is_some_and(|c| c.replicas.iter().any(|r| r.offline || !r.current || r.active > REPLICA_SILENT)),
+                .is_some_and(|c| c.replicas.iter().any(|r| r.offline || r.active > REPLICA_SILENT || never_heard(r))),
             _ => true,
         }
     }
@@ -286,6 +286,11 @@ impl Watch {
             expired,
         }))
     }
+}
+
+/// A replica the stream's leader has not heard from since it was elected.
+fn never_heard(replica: &jetstream::stream::PeerInfo) -> bool {
+    !replica.current && replica.active.is_zero()
 }
 
 /// The sequence a sourced message had in the stream it was copied from.
