@@ -30,6 +30,11 @@ const CASES: &[(Op, &str, &[&str])] = &[
     (Op::Publish("cronrun.dispatch.default"), "dispatch a run", &["admin", "scheduler", "agent"]),
     (Op::Publish("$KV.cronrun_runs.job.run1"), "write a run record", &["admin", "scheduler", "runner", "agent"]),
     (Op::Publish("$KV.cronrun_leases.run.job.run1"), "write a run lease", &["runner", "agent"]),
+    (
+        Op::Publish("$JS.API.DIRECT.GET.KV_cronrun_runs"),
+        "read a job's run records in one request",
+        &["admin", "viewer", "scheduler", "runner", "agent"],
+    ),
     (Op::Publish("$KV.cronrun_leases.shard.1"), "write a shard lease", &["scheduler", "agent"]),
     (Op::Publish("$KV.cronrun_leases.shards"), "change the shard count", &["scheduler", "agent"]),
     (Op::Publish("cronrun.logs.job.run1"), "write a run's output", &["runner", "agent"]),
