@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{Bucket, Versioned};
+use super::{Bucket, Removal, Versioned};
 use crate::error::Error;
 
 /// The most keys nats-server answers one `multi_last` request with (`maxAllowedResponses`
@@ -55,21 +55,19 @@ impl Bucket {
                 Some(413) => return Ok(None),
                 Some(code) => return Err(fail(&format!("status {code} {description}"))),
             }
-            let (mut key, mut revision, mut removed) = (None, None, false);
+            let (mut key, mut revision, mut removal) = (None, None, Removal::default());
             for (name, value) in message.headers.iter().flat_map(|h| h.iter()) {
                 let Some(value) = value.first().map(|v| v.as_str()) else { continue };
                 match name.as_ref() {
                     "Nats-Subject" => key = value.strip_prefix(prefix.as_str()).map(str::to_string),
                     "Nats-Sequence" => revision = value.parse::<u64>().ok(),
-                    "KV-Operation" => removed |= value != "PUT",
-                    "Nats-Marker-Reason" => removed = true,
-                    _ => {}
+                    other => _ = removal.read(other, value),
                 }
             }
             let (Some(key), Some(revision)) = (key, revision) else {
                 return Err(fail(&"an answer without its subject or sequence"));
             };
-            if !removed {
+            if !removal.removed {
                 values.push((key, Versioned { value: message.payload, revision }));
             }
         }

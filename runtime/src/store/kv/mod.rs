@@ -37,6 +37,27 @@ const MESSAGE_TTL: &str = "Nats-TTL";
 pub const WRITTEN_BY: &str = "Cronrun-By";
 const KV_OPERATION: &str = "KV-Operation";
 
+/// Whether a message of a bucket's stream removes its key, read header by header: a
+/// delete or purge (`KV-Operation`), or a marker the server wrote (`Nats-Marker-Reason`;
+/// `MaxAge`: the key's TTL ran out). Watches and direct gets read the same headers.
+#[derive(Debug, Default)]
+struct Removal {
+    removed: bool,
+    expired: bool,
+}
+
+impl Removal {
+    /// Takes in one header; false when it says nothing of removal.
+    fn read(&mut self, name: &str, value: &str) -> bool {
+        match name {
+            KV_OPERATION => self.removed |= value != "PUT",
+            "Nats-Marker-Reason" => (self.removed, self.expired) = (true, value == "MaxAge"),
+            _ => return false,
+        }
+        true
+    }
+}
+
 /// A KV bucket with the JetStream context its writes go through.
 #[derive(Clone, Debug)]
 pub struct Bucket {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::warn;
 
-use super::{Bucket, Versioned};
+use super::{Bucket, Removal, Versioned};
 use crate::error::Error;
 
 /// The header of a sourced message: `<stream> <sequence> <filter> <transform> <subject>`.
@@ -255,14 +255,12 @@ impl Watch {
         };
         let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
         // One pass over the headers: `HeaderMap::get` makes a name and hashes it each time.
-        let (mut source, mut deleted, mut expired) = (None, false, false);
+        let (mut source, mut removal) = (None, Removal::default());
         for (name, values) in message.headers.iter().flat_map(|h| h.iter()) {
             let Some(value) = values.first().map(|v| v.as_str()) else { continue };
-            match name.as_ref() {
-                STREAM_SOURCE => source = Some(value),
-                "KV-Operation" => deleted |= value != "PUT",
-                "Nats-Marker-Reason" => (deleted, expired) = (true, value == "MaxAge"),
-                _ => {}
+            let name: &str = name.as_ref();
+            if !removal.read(name, value) && name == STREAM_SOURCE {
+                source = Some(value);
             }
         }
         let revision = match self.sourced {
@@ -280,10 +278,10 @@ impl Watch {
         Some(Ok(Change {
             sequence: stream_sequence,
             key,
-            value: (!deleted).then(|| message.payload.clone()),
+            value: (!removal.removed).then(|| message.payload.clone()),
             revision,
             caught_up: pending == 0,
-            expired,
+            expired: removal.expired,
         }))
     }
 }
