@@ -37,6 +37,9 @@ pub async fn run(
     let bound = config.runner.drain_timeout + config.runner.kill_grace + Duration::from_secs(2) + STOP_MARGIN;
     // Installed before anything is counted: what is recorded earlier is lost.
     crate::metrics::handle();
+    let metrics_stop = CancellationToken::new();
+    let _stop_metrics = metrics_stop.clone().drop_guard();
+    tokio::spawn(crate::metrics::upkeep(metrics_stop));
     let health = Arc::new(Health::new(client.clone(), config.roles.len()));
     // Served from the start, so that /livez answers while the layout is awaited; stopped
     // with the agent, after the roles.

@@ -54,6 +54,24 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
+/// How often the histograms' samples are folded into their buckets.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Folds the histograms' samples into their buckets every `UPKEEP_EVERY`, until `cancel`.
+/// The exporter keeps every sample recorded until a scrape or an upkeep folds it: without
+/// this, an agent nobody scrapes grows by two samples a run (lateness and duration, about
+/// 16 bytes) for as long as it lives: at 1,000 runs a second, over a GiB a day.
+pub async fn upkeep(cancel: tokio_util::sync::CancellationToken) {
+    let Some(handle) = handle() else { return };
+    let mut every = tokio::time::interval(UPKEEP_EVERY);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = every.tick() => handle.run_upkeep(),
+        }
+    }
+}
+
 /// A run that started: its lateness (fire to start) is observed now, and it counts as
 /// running until the returned guard drops.
 pub fn run_started(scheduled_at: DateTime<Utc>, started: DateTime<Utc>) -> Running {

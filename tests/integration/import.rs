@@ -266,3 +266,51 @@ async fn cronken_jobs_are_imported_and_fire_as_cronken_fired_them_and_a_bad_file
     let from = ceil_second(chrono::Utc::now()) + chrono::Duration::seconds(2);
     assert_jobs_ran_each_second_once(&["ticker".to_string()], dir, from, 4).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_import_files_are_refused_in_one_line_and_write_nothing() {
+    let nats = Nats::start().await;
+    let dir = nats.dir.path();
+    // A stored job runs after `backup`: importing a `backup` that keeps no successful runs
+    // would leave it never running, as `apply` refuses.
+    let chained = dir.join("chained.toml");
+    std::fs::write(&chained, "[[job]]\nname = \"report\"\nshell = \"true\"\nafter = [{ job = \"backup\" }]\n").unwrap();
+    nats.ok(&["apply", "-f", chained.to_str().unwrap()]);
+    let cron_job = |name: &str, schedule: &str, command: &str, extra: &str| {
+        format!(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: {name}\nspec:\n  schedule: {schedule:?}\n{extra}  \
+             jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - name: c\n            \
+             image: alpine\n            command: [{command:?}]\n"
+        )
+    };
+    // (format, file text, job it would have written, what the one line says)
+    let cases = [
+        (
+            "cronken",
+            r#"{"nul": {"cron_args": {"second": "*"}, "job_args": {"cmd": "true\u0000", "lock": false}}}"#.to_string(),
+            "nul",
+            "NUL",
+        ),
+        ("k8s-cronjob", cron_job("argv", "* * * * *", "date\0", ""), "argv", "NUL"),
+        (
+            "k8s-cronjob",
+            cron_job("backup", "@daily", "true", "  successfulJobsHistoryLimit: 0\n"),
+            "backup",
+            "report runs after backup, which keeps no succeeded runs",
+        ),
+        // A name that would split the line, told escaped.
+        ("k8s-cronjob", cron_job("\"two\\nlines\"", "61 * * * *", "true", ""), "two-lines", r#"CronJob "two\nlines""#),
+    ];
+    for (format, text, job, needle) in cases {
+        let file = dir.join(format!("{job}.in"));
+        std::fs::write(&file, &text).unwrap();
+        let err = nats.fails(&["import", format, file.to_str().unwrap(), "--tz", "UTC"]);
+        assert!(err.contains(needle), "{format} {text:?}: {needle:?} missing from {err}");
+        nats.fails(&["get", job]);
+    }
+    // A file that never ends is refused once past the limit, not read to the end.
+    let err = nats.fails(&["import", "crontab", "/dev/zero"]);
+    assert!(err.contains("over 67108864 bytes"), "{err}");
+    let err = nats.fails(&["apply", "-f", "/dev/zero"]);
+    assert!(err.contains("over 67108864 bytes"), "{err}");
+}

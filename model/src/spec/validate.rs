@@ -79,6 +79,15 @@ impl JobSpec {
                         ));
                     }
                 }
+                // A process's arguments, environment and directory are C strings: a NUL
+                // would be accepted here and then fail every run at its start.
+                let texts = shell.command.iter().map(|c| ("shell.command", c.as_str()));
+                let texts = texts.chain(shell.argv.iter().flatten().map(|a| ("shell.argv", a.as_str())));
+                let texts = texts.chain(shell.env.values().map(|v| ("shell.env", v.as_str())));
+                let texts = texts.chain(shell.cwd.iter().map(|c| ("shell.cwd", c.as_str())));
+                if let Some((field, text)) = texts.into_iter().find(|(_, t)| t.contains('\0')) {
+                    return Err(invalid(field, format!("{text:?} holds a NUL byte, which no process can be given")));
+                }
                 if let Some(cwd) = &shell.cwd
                     && !cwd.starts_with('/')
                 {
@@ -298,6 +307,17 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"cmd":"x"}}"#), "shell.cmd");
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","wasm":{"plugin":"abc"}}"#), "wasm.plugin");
         assert_eq!(field_of("not json"), "spec");
+        // NUL, which JSON carries as \u0000 and no process accepts.
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":"true\u0000"}"#), "shell.command");
+        assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"argv":["a","b\u0000"]}}"#), "shell.argv");
+        assert_eq!(
+            field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","env":{"A":"\u0000"}}}"#),
+            "shell.env"
+        );
+        assert_eq!(
+            field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","cwd":"/t\u0000"}}"#),
+            "shell.cwd"
+        );
         let counting = r#""notify":[{"on":["recovered"],"webhook":"https://h/x"}]"#;
         assert_eq!(field_of(&format!("{{{base},{counting},\"history\":{{\"succeeded\":0}}}}")), "notify[0]");
         assert_eq!(
@@ -354,9 +374,9 @@ mod tests {
         // A spec too large to keep: one line, naming the size.
         let huge = format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "x".repeat(MAX_SPEC_BYTES));
         assert_eq!(field_of(&huge), "spec");
-        // Characters JSON escapes (quotes, NUL) count at their escaped size.
+        // Characters JSON escapes (quotes, control characters) count at their escaped size.
         let escaped =
-            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0000".repeat(MAX_SPEC_BYTES / 5));
+            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0001".repeat(MAX_SPEC_BYTES / 5));
         assert_eq!(field_of(&escaped), "spec");
     }
 
@@ -377,7 +397,7 @@ mod tests {
         let padded = format!(r#"{{"name":"a","schedule":"* * * * *","shell":"true"{}}}"#, " ".repeat(MAX_SPEC_BYTES));
         assert!(JobSpec::from_json_checked(padded.as_bytes()).is_ok());
         let escaped =
-            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0000".repeat(MAX_SPEC_BYTES / 5));
+            format!(r#"{{"name":"a","schedule":"* * * * *","shell":"{}"}}"#, "\\u0001".repeat(MAX_SPEC_BYTES / 5));
         let refused = JobSpec::from_json_checked(escaped.as_bytes()).unwrap_err();
         assert!(matches!(refused.kind(), ErrorKind::Invalid { field } if field == "spec"), "{refused}");
     }

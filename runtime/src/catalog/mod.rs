@@ -246,13 +246,20 @@ impl Inner {
 /// ends is opened again, with everything kept forgotten, since changes may have been
 /// missed in between.
 async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
+    use futures::FutureExt;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            result = follow(&inner) => {
+            // A panic is caught too: the feed is the cache's only source of changes, and
+            // a cache left live without it would serve stale specs for ever.
+            result = std::panic::AssertUnwindSafe(follow(&inner)).catch_unwind() => {
                 inner.cache.set_live(false);
-                if let Err(e) = result {
-                    warn!("job feed interrupted, opening it again: {e}");
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => warn!("job feed interrupted, opening it again: {e}"),
+                    Err(panic) => {
+                        error!("job feed panicked, opening it again: {}", crate::supervise::panic_message(panic.as_ref()));
+                    }
                 }
             }
         }

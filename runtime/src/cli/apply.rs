@@ -2,6 +2,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use std::sync::atomic::Ordering;
+
 use futures::StreamExt;
 use serde_json::json;
 
@@ -35,7 +37,7 @@ pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[Jo
 
 pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let origin = a.file.display().to_string();
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {origin}"))?;
+    let text = super::read_definitions(&a.file)?;
     let jobs = parse_jobs_file(&text, &origin)?;
     for spec in &jobs {
         crate::input::check_schema(spec).with_context(|| origin.clone())?;
@@ -48,20 +50,44 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
         ctx.warn_if_unserved(&store, pool).await;
     }
     let store = &store;
+    let failed = &std::sync::atomic::AtomicBool::new(false);
     let write = |spec| async move {
         let spec: &JobSpec = spec;
         let name = &spec.name;
-        let (revision, changed) = store.put_job(spec).await.with_context(|| format!("writing job {name}"))?;
+        // After a failure (NATS gone, most likely) the rest are not tried: each would wait
+        // out its own timeout.
+        if failed.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let (revision, changed) = store
+            .put_job(spec)
+            .await
+            .with_context(|| format!("writing job {name}"))
+            .inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
         if changed {
             ctx.audit(store, name, EventKind::Changed, format!("applied, revision {revision}")).await;
         }
-        Ok::<_, anyhow::Error>(json!({ "name": name, "revision": revision, "changed": changed }))
+        Ok::<_, anyhow::Error>(Some(json!({ "name": name, "revision": revision, "changed": changed })))
     };
     // Several at once, reported in the file's order: one at a time, 100,000 jobs took
     // minutes of round trips. Every write under way ends (with its audit event) before a
     // failure is reported; applying again is safe (jobs written already are unchanged).
     let written: Vec<Result<_>> = futures::stream::iter(&jobs).map(write).buffered(WRITES_IN_FLIGHT).collect().await;
-    let results = written.into_iter().collect::<Result<Vec<_>>>()?;
+    let done = written.iter().filter(|w| matches!(w, Ok(Some(_)))).count();
+    let mut results = Vec::with_capacity(done);
+    for w in written {
+        match w {
+            Ok(Some(result)) => results.push(result),
+            Ok(None) => {}
+            Err(e) => {
+                let rest = jobs.len() - done;
+                return Err(e.context(format!(
+                    "{origin}: {done} of {} jobs written, {rest} not: apply the file again (jobs written already stay unchanged)",
+                    jobs.len()
+                )));
+            }
+        }
+    }
     ctx.print(&results, || {
         results
             .iter()

@@ -225,6 +225,25 @@ pub fn out(text: &str) -> Result<bool> {
     }
 }
 
+/// The most a definitions file (`apply -f`, `validate -f`, `import`) may hold: 100,000
+/// jobs of a few hundred bytes each fit several times over.
+pub const MAX_DEFINITIONS_BYTES: u64 = 64 << 20;
+
+/// `path` read as text, refused past `MAX_DEFINITIONS_BYTES` without reading further
+/// (its size is not trusted: `/dev/zero` has none and never ends).
+pub fn read_definitions(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let origin = path.display();
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {origin}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_DEFINITIONS_BYTES + 1).read_to_end(&mut bytes).with_context(|| format!("cannot read {origin}"))?;
+    if bytes.len() as u64 > MAX_DEFINITIONS_BYTES {
+        anyhow::bail!("{origin} is over {MAX_DEFINITIONS_BYTES} bytes, the most a definitions file may hold: split it");
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("{origin}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+}
+
 pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
     let ctx = Ctx { global: cli.global };
     match cli.command {

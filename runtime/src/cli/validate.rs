@@ -26,7 +26,7 @@ pub struct ValidateArgs {
 pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
     if let Some(path) = &a.file {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
+        let text = super::read_definitions(path)?;
         let jobs = parse_jobs_file(&text, &origin)?;
         for spec in &jobs {
             crate::input::check_schema(spec).with_context(|| origin.clone())?;

@@ -198,6 +198,9 @@ fn message_input(msg: &Message, record_budget: usize) -> Result<Value, String> {
     Ok(input)
 }
 
+/// The longest a dead letter waits to be sent.
+const DEAD_LETTER_SEND: Duration = Duration::from_secs(5);
+
 /// Publishes the message to `<ns>.dead.<job>`: its payload and headers, and `Cronrun-*`
 /// headers naming its subject, run and why.
 async fn dead_letter(store: &Store, job: &str, msg: &Message, why: &str, run: &str) -> Result<(), Error> {
@@ -218,12 +221,18 @@ async fn dead_letter(store: &Store, job: &str, msg: &Message, why: &str, run: &s
     headers.insert("Cronrun-Error", one_line(why).as_str());
     let subject = store.names.dead_letter_subject(job);
     warn!(job, run, "messages: to {subject}: {why}");
-    store
-        .client
-        .publish_with_headers(subject, headers, msg.payload.clone())
-        .await
-        .map_err(|e| Error::nats("publishing a dead letter", e))?;
-    store.client.flush().await.map_err(|e| Error::nats("publishing a dead letter", e))
+    // Bounded: with NATS away the client stops taking messages once its buffer is full,
+    // and a flush waits for NATS to return, holding the message's handler. Not sent in
+    // time, the message is redelivered and dead-lettered again.
+    let send = async {
+        let publish = store.client.publish_with_headers(subject, headers, msg.payload.clone());
+        publish.await.map_err(|e| Error::nats("publishing a dead letter", e))?;
+        store.client.flush().await.map_err(|e| Error::nats("publishing a dead letter", e))
+    };
+    match tokio::time::timeout(DEAD_LETTER_SEND, send).await {
+        Ok(sent) => sent,
+        Err(_) => Err(Error::nats("publishing a dead letter", format!("not sent within {DEAD_LETTER_SEND:?}"))),
+    }
 }
 
 #[cfg(test)]

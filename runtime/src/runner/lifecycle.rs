@@ -193,7 +193,7 @@ async fn run_claimed(
 
     // 4. Release.
     let (ready, started, starting) = match ticket {
-        Some(ticket) if ticket.confirm() => match ticket.released().await {
+        Some(ticket) if ticket.confirm() => match ticket.released(ctx.config.heartbeat / 2).await {
             Some((at, starting)) => (ready, at, Some(starting)),
             None => {
                 ready.discard().await;

@@ -279,7 +279,10 @@ impl Runner {
     /// finish within `drain_timeout` (or are stopped).
     pub async fn run(self, cancel: CancellationToken) -> Result<(), Error> {
         let ctx = self.ctx;
-        ctx.catalog.wait_loaded().await;
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = ctx.catalog.wait_loaded() => {}
+        }
         let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
         let tracker = TaskTracker::new();
         let stops = Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };

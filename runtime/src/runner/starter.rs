@@ -153,11 +153,17 @@ impl Ticket {
         self.with_member(|m| m.go = true).is_some()
     }
 
-    /// Waits for the release of a run that confirmed; returns its time and the run's
-    /// place at the start gate.
-    pub async fn released(mut self) -> Option<(DateTime<Utc>, Starting)> {
-        let value = self.released.wait_for(Option::is_some).await.ok()?;
+    /// Waits for the release of a run that confirmed, at most `late` past its instant;
+    /// returns its time and the run's place at the start gate. None if it did not come
+    /// (the release thread gone): the run is still held, so it must not wait for ever.
+    pub async fn released(mut self, late: Duration) -> Option<(DateTime<Utc>, Starting)> {
+        let until = (self.instant() - self.starter.clock.now()).to_std().unwrap_or_default() + late;
+        let value = tokio::time::timeout(until, self.released.wait_for(Option::is_some)).await.ok()?.ok()?;
         value.as_ref().map(|(at, gate)| (*at, Starting(gate.clone())))
+    }
+
+    fn instant(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(self.key).unwrap_or_default()
     }
 
     /// Applies `f` to this run's member while its group is not released yet.
@@ -315,6 +321,20 @@ mod tests {
         for runs_before in [10_001, 1 << 40, usize::MAX] {
             assert_eq!(confirm_time(instant, runs_before), margin - TimeDelta::seconds(1), "{runs_before}");
         }
+    }
+
+    /// A confirmed run whose release never comes (here the clock never reaches its
+    /// instant, as if the release thread were gone) stops waiting half a heartbeat past
+    /// its instant: it holds a runner slot and its leases meanwhile.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_that_never_comes_is_awaited_until_half_a_heartbeat_past_its_instant() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let starter = Starter::new(Arc::new(crate::clock::ManualClock::new(now)));
+        let ticket = starter.ticket(now + TimeDelta::seconds(10)).unwrap();
+        assert!(ticket.confirm());
+        let before = tokio::time::Instant::now();
+        assert!(ticket.released(HEARTBEAT / 2).await.is_none());
+        assert_eq!(before.elapsed(), Duration::from_secs(10) + HEARTBEAT / 2);
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back

@@ -57,7 +57,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
     let mut out = Imported::default();
     let mut names = std::collections::BTreeMap::new();
     for (name, definition) in &all {
-        let place = format!("job {name}");
+        let place = format!("job {}", super::shown(name));
         let at = |why: String| format!("{origin}: {place}: {why}");
         let definition = match definition {
             Value::String(text) => serde_json::from_str(text).map_err(|e| at(format!("not JSON: {e}")))?,
@@ -88,7 +88,7 @@ fn job(
     let cron = definition.get("cron_args").and_then(Value::as_object).ok_or("no cron_args object")?;
     let args = definition.get("job_args").and_then(Value::as_object).ok_or("no job_args object")?;
     let command = args.get("cmd").and_then(Value::as_str).filter(|c| !c.is_empty()).ok_or("job_args.cmd is empty")?;
-    let mut note = |text: String| notes.push(format!("job {name}: {text}"));
+    let mut note = |text: String| notes.push(format!("job {}: {text}", super::shown(name)));
     let schedule = match cron.get("cronstring").and_then(Value::as_str) {
         Some("@never") => return Ok(Err("@never (run only when triggered) has no equivalent: add it paused".into())),
         Some(text) => match cronstring(text, &mut note)? {

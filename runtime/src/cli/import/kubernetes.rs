@@ -68,7 +68,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
 fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(), String> {
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("(no kind)");
     let name = object.pointer("/metadata/name").and_then(Value::as_str).ok_or("an object without metadata.name")?;
-    let place = format!("{kind} {name}");
+    let place = format!("{} {}", super::shown(kind), super::shown(name));
     if kind != "CronJob" {
         out.skipped.push((place, "not a CronJob".into()));
         return Ok(());

@@ -73,7 +73,7 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
         ImportCommand::K8sCronjob(a) | ImportCommand::Cronken(a) => a,
     };
     let origin = common.file.display().to_string();
-    let text = std::fs::read_to_string(&common.file).with_context(|| format!("cannot read {origin}"))?;
+    let text = super::read_definitions(&common.file)?;
     let host_zone = || match &common.tz {
         Some(tz) => (tz.clone(), None),
         None => host_timezone(),
@@ -106,9 +106,19 @@ async fn write_and_report(ctx: &Ctx, origin: &str, imported: &Imported, dry_run:
     let mut results = Vec::new();
     if !dry_run && !imported.jobs.is_empty() {
         let store = ctx.store().await?;
+        // The checks `apply` makes against what is stored (a job after one imported here
+        // that keeps no history), before anything is written.
+        let specs: Vec<JobSpec> = imported.jobs.iter().map(|(_, spec)| spec.clone()).collect();
+        super::apply::check_against_store(&store, &specs, origin).await?;
+        let pools: std::collections::BTreeSet<&str> = specs.iter().map(|j| j.pool.as_str()).collect();
+        for pool in pools {
+            ctx.warn_if_unserved(&store, pool).await;
+        }
         for (_, spec) in &imported.jobs {
-            let (revision, changed) =
-                store.put_job(spec).await.with_context(|| format!("writing job {}", spec.name))?;
+            let (revision, changed) = store.put_job(spec).await.with_context(|| {
+                let (done, all) = (results.len(), imported.jobs.len());
+                format!("writing job {} ({done} of {all} written before it: import the file again, jobs written already stay unchanged)", spec.name)
+            })?;
             if changed {
                 ctx.audit(
                     &store,
@@ -164,6 +174,13 @@ fn job_name(prefix: Option<&str>, name: &str) -> String {
         None => name.to_string(),
     };
     full.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).take(128).collect()
+}
+
+/// An entry's name as told in a line: quoted and escaped if it holds a control
+/// character, so that a newline or an escape sequence in a file cannot split the line or
+/// reach the terminal.
+fn shown(name: &str) -> String {
+    if name.chars().any(char::is_control) { format!("{name:?}") } else { name.to_string() }
 }
 
 /// This host's zone, as cron reads schedules: `TZ`, else the zone `/etc/localtime` links

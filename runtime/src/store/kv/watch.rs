@@ -31,6 +31,10 @@ const CREATE_GIVE_UP: Duration = Duration::from_secs(300);
 /// A replica not heard of for this long looks gone (the stream's leader hears from a live
 /// one every second).
 const REPLICA_SILENT: Duration = Duration::from_secs(3);
+/// A read of what a bucket holds (`keys`, `scan`) that delivers nothing for this long has
+/// stalled: with NATS away the watch beneath waits for its return without a word, or for
+/// ever if the stream was deleted.
+const READ_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// One key's latest state as seen by a watch.
 #[derive(Debug, Clone)]
@@ -73,7 +77,7 @@ impl Bucket {
         let mut w = self.follow(filter, self.latest(), true).await?;
         let mut keys = Vec::new();
         while !w.initially_empty
-            && let Some(change) = w.next().await
+            && let Some(change) = w.next_within(READ_IDLE_MAX).await
         {
             let change = change?;
             if change.value.is_some() {
@@ -208,7 +212,7 @@ impl Bucket {
         if w.initially_empty {
             return Ok(out);
         }
-        while let Some(change) = w.next().await {
+        while let Some(change) = w.next_within(READ_IDLE_MAX).await {
             let change = change?;
             if let Some(value) = change.value {
                 out.push((change.key, Versioned { value, revision: change.revision }));
@@ -243,6 +247,14 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// The next change within `idle`, else an error saying nothing came.
+    pub async fn next_within(&mut self, idle: Duration) -> Option<Result<Change, Error>> {
+        match tokio::time::timeout(idle, self.next()).await {
+            Ok(next) => next,
+            Err(_) => Some(Err(Error::nats("watch", format!("nothing delivered for {idle:?}")))),
+        }
+    }
+
     /// The next change; None when the watch ended for good.
     pub async fn next(&mut self) -> Option<Result<Change, Error>> {
         let message = match self.messages.next().await? {
