@@ -37,6 +37,7 @@ pub async fn run(
     let bound = config.runner.drain_timeout + config.runner.kill_grace + Duration::from_secs(2) + STOP_MARGIN;
     // Installed before anything is counted: what is recorded earlier is lost.
     crate::metrics::handle();
+    crate::metrics::set_job_series_max(config.http.metrics_jobs.unwrap_or(crate::metrics::JOB_SERIES_DEFAULT));
     let metrics_stop = CancellationToken::new();
     let _stop_metrics = metrics_stop.clone().drop_guard();
     tokio::spawn(crate::metrics::upkeep(metrics_stop));

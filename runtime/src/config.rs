@@ -54,6 +54,9 @@ pub struct HttpConfig {
     /// The NATS identity the dashboard's pause, resume, trigger and kill act as (an
     /// admin); they need `token_file` too. Default: none (read-only).
     pub admin_creds: Option<String>,
+    /// The most jobs with `/metrics` series of their own (`job` label): the first this
+    /// agent sees; the runs of others count under `job="(other)"`. Default: 1,000.
+    pub metrics_jobs: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

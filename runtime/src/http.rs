@@ -126,6 +126,7 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
         // Removed jobs are remembered only while a series of theirs is there to hide.
         let named = crate::metrics::jobs_named(&body);
         catalog.retain_removed(|job| named.contains(job));
+        crate::metrics::forget_removed_jobs(|job| catalog.was_removed(job));
         body = crate::metrics::without_removed_jobs(&body, |job| !catalog.was_removed(job));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)

@@ -18,9 +18,11 @@
 //! A job's series leave `/metrics` with the job (`without_removed_jobs`, at each scrape:
 //! the facade cannot remove a series, so the recorder keeps a removed job's few series in
 //! memory until the agent restarts; a job created again under the same name shows its
-//! counters where they stopped, which Prometheus counters allow).
+//! counters where they stopped, which Prometheus counters allow). At most
+//! `[http] metrics_jobs` jobs have series of their own (`JobSeries`): a deployment of tens
+//! of thousands of jobs does not make every scrape tens of megabytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -90,9 +92,56 @@ impl Drop for Running {
     }
 }
 
+/// The `job` label of the runs of jobs past `[http] metrics_jobs`: not a job name
+/// (parentheses), so it is never taken for one.
+pub const OTHER_JOBS: &str = "(other)";
+
+/// The jobs with series of their own, at most `max`: the first seen since the agent
+/// started, a removed job's place given up at the next scrape. A job's series are some
+/// twenty lines (its duration histogram sixteen): at 60,000 jobs, `/metrics` was 69 MB and
+/// took 1.0 s to render, each scrape, and every job's series stayed in memory.
+#[derive(Debug)]
+struct JobSeries {
+    max: usize,
+    jobs: HashSet<String>,
+}
+
+impl JobSeries {
+    /// `job`'s label: its name while it has a place, else `OTHER_JOBS`.
+    fn label(&mut self, job: &str) -> String {
+        if self.jobs.contains(job) || (self.jobs.len() < self.max && self.jobs.insert(job.to_string())) {
+            return job.to_string();
+        }
+        OTHER_JOBS.to_string()
+    }
+}
+
+fn job_series() -> std::sync::MutexGuard<'static, JobSeries> {
+    static SERIES: OnceLock<Mutex<JobSeries>> = OnceLock::new();
+    let series = SERIES.get_or_init(|| Mutex::new(JobSeries { max: JOB_SERIES_DEFAULT, jobs: HashSet::new() }));
+    series.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The default of `[http] metrics_jobs`.
+pub const JOB_SERIES_DEFAULT: usize = 1_000;
+
+/// At most `max` jobs have series of their own (`[http] metrics_jobs`).
+pub fn set_job_series_max(max: usize) {
+    job_series().max = max;
+}
+
+/// Gives up the places of the jobs `removed` says are gone.
+pub fn forget_removed_jobs(removed: impl Fn(&str) -> bool) {
+    job_series().jobs.retain(|job| !removed(job));
+}
+
+fn job_label(job: &str) -> String {
+    job_series().label(job)
+}
+
 /// A run (or attempt) that reached a final status, started or not.
 pub fn run_ended(job: &str, status: Status, duration: Option<Duration>, at: DateTime<Utc>) {
-    let job = job.to_string();
+    let job = job_label(job);
     metrics::counter!("cronrun_runs_total", "job" => job.clone(), "status" => status.as_str()).increment(1);
     if let Some(d) = duration {
         metrics::histogram!("cronrun_run_duration_seconds", "job" => job.clone()).record(d.as_secs_f64());
@@ -113,12 +162,12 @@ pub fn run_skipped(job: &str, why: &str) {
     } else {
         "other"
     };
-    metrics::counter!("cronrun_runs_skipped_total", "job" => job.to_string(), "reason" => reason).increment(1);
+    metrics::counter!("cronrun_runs_skipped_total", "job" => job_label(job), "reason" => reason).increment(1);
 }
 
 /// Fires found past their deadline and recorded missed.
 pub fn fires_missed(job: &str, n: u64) {
-    metrics::counter!("cronrun_fires_missed_total", "job" => job.to_string()).increment(n);
+    metrics::counter!("cronrun_fires_missed_total", "job" => job_label(job)).increment(n);
 }
 
 /// This agent leads one shard more (or, with -1, less).
@@ -190,7 +239,7 @@ impl NextFires {
 
 /// The jobs that `text` (Prometheus exposition) has samples of.
 pub fn jobs_named(text: &str) -> std::collections::HashSet<&str> {
-    text.lines().filter_map(job_label).collect()
+    text.lines().filter_map(label_of_line).collect()
 }
 
 /// `text` (Prometheus exposition) without the samples whose `job` label names a job that
@@ -198,7 +247,7 @@ pub fn jobs_named(text: &str) -> std::collections::HashSet<&str> {
 pub fn without_removed_jobs(text: &str, exists: impl Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
-        if job_label(line).is_none_or(&exists) {
+        if label_of_line(line).is_none_or(&exists) {
             out.push_str(line);
             out.push('\n');
         }
@@ -208,7 +257,7 @@ pub fn without_removed_jobs(text: &str, exists: impl Fn(&str) -> bool) -> String
 
 /// The value of a sample line's `job` label. Job names are [A-Za-z0-9_-], so the value
 /// holds no quote or escape.
-fn job_label(line: &str) -> Option<&str> {
+fn label_of_line(line: &str) -> Option<&str> {
     if line.starts_with('#') {
         return None;
     }
@@ -218,7 +267,20 @@ fn job_label(line: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::without_removed_jobs;
+    use super::*;
+
+    #[test]
+    fn jobs_past_the_most_with_series_of_their_own_share_one() {
+        let mut series = JobSeries { max: 2, jobs: HashSet::new() };
+        // (job, its label)
+        for (job, want) in [("a", "a"), ("b", "b"), ("c", OTHER_JOBS), ("a", "a"), ("b", "b"), ("d", OTHER_JOBS)] {
+            assert_eq!(series.label(job), want, "{job}");
+        }
+        series.jobs.retain(|j| j != "b");
+        assert_eq!((series.label("c"), series.label("b")), ("c".into(), OTHER_JOBS.into()), "b's place went to c");
+        let mut none = JobSeries { max: 0, jobs: HashSet::new() };
+        assert_eq!(none.label("a"), OTHER_JOBS);
+    }
 
     #[test]
     fn a_removed_jobs_samples_leave_and_everything_else_stays() {

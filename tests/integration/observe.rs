@@ -10,7 +10,7 @@ use crate::support::*;
 async fn health_and_metrics_say_what_the_agent_did() {
     let mut nats = Nats::start().await;
     let port = free_port();
-    let agent = nats.agent("a", &format!("http.listen = \"127.0.0.1:{port}\""));
+    let agent = nats.agent("a", &format!("http.listen = \"127.0.0.1:{port}\"\nhttp.metrics_jobs = 3"));
     ready(&agent).await;
     assert_eq!(http_get(port, "/livez"), Some((200, "ok\n".into())));
     eventually(Duration::from_secs(10), "/readyz to say ready", || async {
@@ -63,6 +63,20 @@ async fn health_and_metrics_say_what_the_agent_did() {
     assert_eq!(value(&format!(r#"cronrun_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
     assert!(!text.contains(&slow), "a run id became a label");
 
+    // Past `metrics_jobs` (3: ok, bad and slow have the places), a job's runs count under
+    // (other), and the job has no series of its own.
+    let series_of =
+        |job: &'static str, text: &str| text.lines().filter(|l| l.contains(&format!("job=\"{job}\""))).count();
+    nats.ok(&["add", "extra", "--schedule", "@yearly", "--", "true"]);
+    nats.ok(&["trigger", "extra", "--wait"]);
+    let text = eventually(Duration::from_secs(10), "extra's run under (other)", || async {
+        http_get(port, "/metrics")
+            .map(|r| r.1)
+            .filter(|t| t.contains(r#"cronrun_runs_total{job="(other)",status="succeeded"} 1"#))
+    })
+    .await;
+    assert_eq!(series_of("extra", &text), 0, "{text}");
+
     // A removed job's series leave with it; the others stay.
     nats.ok(&["rm", "bad"]);
     let text = eventually(Duration::from_secs(10), "bad's series to leave /metrics", || async {
@@ -70,6 +84,17 @@ async fn health_and_metrics_say_what_the_agent_did() {
     })
     .await;
     assert_eq!(samples(&text)[r#"cronrun_runs_total{job="ok",status="succeeded"}"#], 1.0);
+    // Its place went to the next job seen.
+    nats.ok(&["add", "late", "--schedule", "@yearly", "--", "true"]);
+    nats.ok(&["trigger", "late", "--wait"]);
+    let text = eventually(Duration::from_secs(10), "late's series", || async {
+        http_get(port, "/metrics")
+            .map(|r| r.1)
+            .filter(|t| t.contains(r#"cronrun_runs_total{job="late",status="succeeded"} 1"#))
+    })
+    .await;
+    assert!(series_of("late", &text) > 1, "{text}");
+    assert_eq!(samples(&text)[r#"cronrun_runs_total{job="(other)",status="succeeded"}"#], 1.0, "{text}");
 
     // NATS gone: not ready, saying why; alive all the same.
     nats.kill_server().await;
