@@ -80,13 +80,14 @@ impl JobSpec {
                     }
                 }
                 // A process's arguments, environment and directory are C strings: a NUL
-                // would be accepted here and then fail every run at its start.
-                let texts = shell.command.iter().map(|c| ("shell.command", c.as_str()));
-                let texts = texts.chain(shell.argv.iter().flatten().map(|a| ("shell.argv", a.as_str())));
-                let texts = texts.chain(shell.env.values().map(|v| ("shell.env", v.as_str())));
-                let texts = texts.chain(shell.cwd.iter().map(|c| ("shell.cwd", c.as_str())));
-                if let Some((field, text)) = texts.into_iter().find(|(_, t)| t.contains('\0')) {
-                    return Err(invalid(field, format!("{text:?} holds a NUL byte, which no process can be given")));
+                // would be accepted here and then fail every run at its start. The value
+                // is not told (an env value may be a secret).
+                let texts = shell.command.iter().map(|c| ("shell.command".to_string(), c));
+                let texts = texts.chain(shell.argv.iter().flatten().map(|a| ("shell.argv".to_string(), a)));
+                let texts = texts.chain(shell.env.iter().map(|(k, v)| (format!("shell.env.{k}"), v)));
+                let mut texts = texts.chain(shell.cwd.iter().map(|c| ("shell.cwd".to_string(), c)));
+                if let Some((field, _)) = texts.find(|(_, t)| t.contains('\0')) {
+                    return Err(invalid(&field, "holds a NUL byte, which no process can be given"));
                 }
                 if let Some(cwd) = &shell.cwd
                     && !cwd.starts_with('/')
@@ -312,7 +313,7 @@ mod tests {
         assert_eq!(field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"argv":["a","b\u0000"]}}"#), "shell.argv");
         assert_eq!(
             field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","env":{"A":"\u0000"}}}"#),
-            "shell.env"
+            "shell.env.A"
         );
         assert_eq!(
             field_of(r#"{"name":"a","schedule":"* * * * *","shell":{"command":"x","cwd":"/t\u0000"}}"#),

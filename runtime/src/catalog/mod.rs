@@ -259,6 +259,12 @@ async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
                     Ok(Err(e)) => warn!("job feed interrupted, opening it again: {e}"),
                     Err(panic) => {
                         error!("job feed panicked, opening it again: {}", crate::supervise::panic_message(panic.as_ref()));
+                        // Read again from the start: what a panic left half-written (and
+                        // its lock poisoned) is not kept.
+                        inner.triggers.clear_poison();
+                        if let Ok(mut triggers) = inner.triggers.write() {
+                            *triggers = Triggers::default();
+                        }
                     }
                 }
             }

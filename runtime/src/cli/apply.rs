@@ -80,9 +80,8 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
             Ok(Some(result)) => results.push(result),
             Ok(None) => {}
             Err(e) => {
-                let rest = jobs.len() - done;
                 return Err(e.context(format!(
-                    "{origin}: {done} of {} jobs written, {rest} not: apply the file again (jobs written already stay unchanged)",
+                    "{origin}: {done} of {} jobs written before the failure: apply the file again (jobs written already stay unchanged)",
                     jobs.len()
                 )));
             }

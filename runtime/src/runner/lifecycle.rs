@@ -23,7 +23,7 @@ use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
 use super::held::Held;
 use super::running::supervise;
-use super::starter::Ticket;
+use super::starter::{Release, Ticket};
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
@@ -192,25 +192,27 @@ async fn run_claimed(
     }
 
     // 4. Release.
-    let (ready, started, starting) = match ticket {
-        Some(ticket) if ticket.confirm() => match ticket.released(ctx.config.heartbeat / 2).await {
-            Some((at, starting)) => (ready, at, Some(starting)),
-            None => {
-                ready.discard().await;
-                return finish_without_start(ctx, held, Status::Failed, "the release of the run's group was lost")
-                    .await;
-            }
-        },
-        // Too late for its group's release: a prepared process was killed by it, and is
-        // made again; a guest starts as it is.
-        Some(_) if ready.bound_to_release() => {
+    let release = match ticket {
+        Some(ticket) if ticket.confirm() => ticket.released(ctx.config.heartbeat / 2).await,
+        // Too late for its group's release, or in none.
+        Some(_) | None => Release::Alone,
+    };
+    let (ready, started, starting) = match release {
+        Release::Released(at, starting) => (ready, at, Some(starting)),
+        Release::Lost => {
+            ready.discard().await;
+            return finish_without_start(ctx, held, Status::Failed, "the release of the run's group was lost").await;
+        }
+        // A process bound to the release (killed by it, or to be discarded) is made again;
+        // a guest starts as it is.
+        Release::Alone if ready.bound_to_release() => {
             ready.discard().await;
             match exec::prepare(ctx, &spec, &run, None).await {
                 Ok(ready) => (ready, ctx.clock.now(), None),
                 Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
             }
         }
-        Some(_) | None => (ready, ctx.clock.now(), None),
+        Release::Alone => (ready, ctx.clock.now(), None),
     };
     let (output, lines) = mpsc::channel(OUTPUT_BUFFER);
     let started_code = ready.start(output).await;

@@ -17,6 +17,9 @@ use crate::record::Status;
 const PUBLISH_BOUND: Duration = Duration::from_millis(100);
 /// After a line not handed over in time, lines are only kept, not published, for this long.
 const OFFLINE_FOR: Duration = Duration::from_secs(5);
+/// The longest the end of a run's log waits to be handed to the client: longer than a
+/// line, as followers wait for it, but bounded (the record, written after, says the same).
+const END_PUBLISH_BOUND: Duration = Duration::from_secs(5);
 
 /// The live log of one run, and the last lines kept for its record.
 pub(super) struct RunLog<'a> {
@@ -80,7 +83,6 @@ pub(super) async fn publish_end(ctx: &RunnerCtx, job: &str, run_id: &str, status
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(EOF_HEADER, status.as_str());
     let subject = ctx.store.names.logs_subject(job, run_id);
-    // Bounded as a line is: the record, written after, says the same.
     let publish = ctx.store.client.publish_with_headers(subject, headers, Bytes::new());
-    let _ = tokio::time::timeout(OFFLINE_FOR, publish).await;
+    let _ = tokio::time::timeout(END_PUBLISH_BOUND, publish).await;
 }

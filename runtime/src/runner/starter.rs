@@ -124,6 +124,25 @@ pub struct Starter {
     releases: mpsc::Sender<DateTime<Utc>>,
 }
 
+/// How a confirmed run's wait for its group's release ended.
+pub enum Release {
+    /// Released at this time, with its place at the start gate.
+    Released(DateTime<Utc>, Starting),
+    /// Left out of the release: it starts on its own.
+    Alone,
+    /// The release thread is gone.
+    Lost,
+}
+
+impl Release {
+    fn of(value: Option<&Released>) -> Self {
+        match value {
+            Some(Some((at, gate))) => Release::Released(*at, Starting(gate.clone())),
+            _ => Release::Lost,
+        }
+    }
+}
+
 /// A place in the group of one instant.
 pub struct Ticket {
     /// The stdin to prepare the run's process with.
@@ -153,13 +172,22 @@ impl Ticket {
         self.with_member(|m| m.go = true).is_some()
     }
 
-    /// Waits for the release of a run that confirmed, at most `late` past its instant;
-    /// returns its time and the run's place at the start gate. None if it did not come
-    /// (the release thread gone): the run is still held, so it must not wait for ever.
-    pub async fn released(mut self, late: Duration) -> Option<(DateTime<Utc>, Starting)> {
+    /// Waits for the release of a run that confirmed. Not released `late` past its
+    /// instant (a stalled release thread, the wall clock set back), the run leaves its
+    /// group if the release has not begun, and starts alone; once begun, the release ends
+    /// with its send (or, the thread gone, the sender's drop).
+    pub async fn released(mut self, late: Duration) -> Release {
         let until = (self.instant() - self.starter.clock.now()).to_std().unwrap_or_default() + late;
-        let value = tokio::time::timeout(until, self.released.wait_for(Option::is_some)).await.ok()?.ok()?;
-        value.as_ref().map(|(at, gate)| (*at, Starting(gate.clone())))
+        if let Ok(value) = tokio::time::timeout(until, self.released.wait_for(Option::is_some)).await {
+            return Release::of(value.ok().as_deref());
+        }
+        // Out of the group: the release neither lets it go nor kills its process, which
+        // the run discards itself.
+        if self.with_member(|m| *m = Member::default()).is_some() {
+            warn!("the release of {} is late: the run starts alone", self.instant());
+            return Release::Alone;
+        }
+        Release::of(self.released.wait_for(Option::is_some).await.ok().as_deref())
     }
 
     fn instant(&self) -> DateTime<Utc> {
@@ -323,18 +351,25 @@ mod tests {
         }
     }
 
-    /// A confirmed run whose release never comes (here the clock never reaches its
-    /// instant, as if the release thread were gone) stops waiting half a heartbeat past
-    /// its instant: it holds a runner slot and its leases meanwhile.
+    /// A confirmed run whose release does not come (here the clock never reaches its
+    /// instant: a stalled release thread) stops waiting half a heartbeat past its instant
+    /// and leaves the group to start alone: it holds a runner slot and its leases
+    /// meanwhile.
     #[tokio::test(start_paused = true)]
-    async fn a_release_that_never_comes_is_awaited_until_half_a_heartbeat_past_its_instant() {
+    async fn a_late_release_is_awaited_until_half_a_heartbeat_past_its_instant_then_the_run_starts_alone() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let starter = Starter::new(Arc::new(crate::clock::ManualClock::new(now)));
-        let ticket = starter.ticket(now + TimeDelta::seconds(10)).unwrap();
+        let instant = now + TimeDelta::seconds(10);
+        let ticket = starter.ticket(instant).unwrap();
+        ticket.set_pid(Some(4_000_000));
         assert!(ticket.confirm());
         let before = tokio::time::Instant::now();
-        assert!(ticket.released(HEARTBEAT / 2).await.is_none());
+        assert!(matches!(ticket.released(HEARTBEAT / 2).await, Release::Alone));
         assert_eq!(before.elapsed(), Duration::from_secs(10) + HEARTBEAT / 2);
+        // Out of its group: the release neither lets it go nor kills its process.
+        let groups = starter.groups.lock().unwrap();
+        let member = &groups[&instant.timestamp_millis()].members[0];
+        assert_eq!((member.go, member.pid), (false, None));
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back

@@ -127,6 +127,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
+        "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
     });
     ctx.print(&value, || text(&value))?;
@@ -145,10 +146,19 @@ fn text(v: &Value) -> String {
         .as_array()
         .map(|all| all.iter().map(|p99| format!("{:.1}", p99.as_f64().unwrap_or(f64::NAN))).collect())
         .unwrap_or_default();
-    let drift = match by_minute.len() > 1 {
+    let mut drift = match by_minute.len() > 1 {
         true => format!("\nfire to the job's own code, p99 of each minute: {} ms", by_minute.join(", ")),
         false => String::new(),
     };
+    if let Some(worst) = v["worst_instants"].as_array().filter(|w| !w.is_empty()) {
+        let worst: Vec<String> = worst
+            .iter()
+            .map(|w| {
+                format!("{} {:.1} ms", w["at"].as_str().unwrap_or_default(), w["max_ms"].as_f64().unwrap_or(f64::NAN))
+            })
+            .collect();
+        drift += &format!("\nthe latest fire instants (their slowest run): {}", worst.join(", "));
+    }
     let summary = format!(
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms\n\
@@ -175,6 +185,13 @@ fn text(v: &Value) -> String {
         v["p99_ratio"].as_f64().unwrap_or(f64::NAN),
     );
     summary + &drift
+}
+
+/// The `n` fire instants whose slowest run was latest, latest first.
+fn worst_instants(max_by_instant: &BTreeMap<DateTime<Utc>, f64>, n: usize) -> Vec<Value> {
+    let mut all: Vec<_> = max_by_instant.iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(a.1));
+    all.into_iter().take(n).map(|(at, ms)| json!({ "at": at.format("%H:%M:%S").to_string(), "max_ms": ms })).collect()
 }
 
 /// `cronrun deploy` of the component as the first job; returns its digest for the others.
@@ -208,6 +225,8 @@ struct Measured {
     code_ms: Vec<f64>,
     /// Fire to the job's code, by whole minute from the window's start: does it drift?
     code_ms_by_minute: BTreeMap<i64, Vec<f64>>,
+    /// The worst of each fire instant: when lateness came, to set beside the agents' logs.
+    code_ms_max_by_instant: BTreeMap<DateTime<Utc>, f64>,
     started_ms: Vec<f64>,
     not_succeeded: usize,
     /// Succeeded without printing a clock first.
@@ -230,6 +249,8 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
                 let ms = (ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6;
                 m.code_ms.push(ms);
                 m.code_ms_by_minute.entry((at - from).num_minutes()).or_default().push(ms);
+                let worst = m.code_ms_max_by_instant.entry(at).or_insert(ms);
+                *worst = worst.max(ms);
                 m.started_ms.push((started - at).num_microseconds().unwrap_or(0) as f64 / 1e3);
             }
             (Status::Succeeded, Some(_), None) => m.no_clock += 1,
