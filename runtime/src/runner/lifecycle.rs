@@ -55,9 +55,10 @@ impl Made {
     }
 
     async fn discard(self) {
-        // Not the release's to kill any more: the pid may be reused once reaped.
+        // Out of the group first: the release must not kill the pid once reaped (it may
+        // be reused), nor let the dying supervisor take a line meant for another run.
         if let Some(t) = &self.ticket {
-            t.set_pid(None);
+            t.withdraw();
         }
         if let Ok(ready) = self.ready {
             ready.discard().await;

@@ -4,9 +4,10 @@
 //! of one shared pipe as stdin. Each run confirms shortly before the instant whether it
 //! still goes (pause, revision, overlap, locks). At the instant a single write releases
 //! every run that confirmed: each run's supervisor reads exactly one line. Runs that did
-//! not confirm in time are killed first; a killed supervisor may still take a line as it
-//! dies, so one spare line is written for each. Spare lines are harmless: the pipe is
-//! dropped with its group.
+//! not confirm in time are killed first, and a run that leaves its group (discarded, or
+//! its release late) kills its own; a killed supervisor may still take a line as it dies,
+//! so one spare line is written for each. Spare lines are harmless: the pipe is dropped
+//! with its group.
 //!
 //! Releases happen on a thread of their own, so a busy async runtime (a thousand runs
 //! claiming, finishing and instantiating at once) does not delay them.
@@ -26,7 +27,7 @@ use std::collections::hash_map::Entry;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -62,6 +63,9 @@ const START_GATE_BOUND: Duration = Duration::from_millis(500);
 struct Member {
     pid: Option<Pid>,
     go: bool,
+    /// Left the group, its supervisor killed: it may still take a line from the pipe
+    /// as it dies, so the release writes one for it.
+    spare: bool,
 }
 
 /// The release of a group: when, and its gate.
@@ -181,13 +185,26 @@ impl Ticket {
         if let Ok(value) = tokio::time::timeout(until, self.released.wait_for(Option::is_some)).await {
             return Release::of(value.ok().as_deref());
         }
-        // Out of the group: the release neither lets it go nor kills its process, which
-        // the run discards itself.
-        if self.with_member(|m| *m = Member::default()).is_some() {
+        if self.withdraw() {
             warn!("the release of {} is late: the run starts alone", self.instant());
             return Release::Alone;
         }
         Release::of(self.released.wait_for(Option::is_some).await.ok().as_deref())
+    }
+
+    /// Leaves the group while its release has not begun; false once it has. The run's
+    /// supervisor is killed here, under the groups' lock: not reaped yet, its pid is
+    /// still its own, and a release that comes after finds it dying and writes it a
+    /// spare line, so that it cannot take one meant for a run that goes.
+    pub fn withdraw(&self) -> bool {
+        self.with_member(|m| {
+            if let Some(pid) = m.pid.take() {
+                let _ = kill(pid, Signal::SIGKILL);
+                m.spare = true;
+            }
+            m.go = false;
+        })
+        .is_some()
     }
 
     fn instant(&self) -> DateTime<Utc> {
@@ -196,7 +213,8 @@ impl Ticket {
 
     /// Applies `f` to this run's member while its group is not released yet.
     fn with_member(&self, f: impl FnOnce(&mut Member)) -> Option<()> {
-        let mut groups = self.starter.groups.lock().ok()?;
+        // A panic elsewhere under the lock left the groups whole: each change is one field.
+        let mut groups = self.starter.groups.lock().unwrap_or_else(PoisonError::into_inner);
         let member = groups.get_mut(&self.key)?.members.get_mut(self.index)?;
         f(member);
         Some(())
@@ -285,9 +303,9 @@ fn release_thread(groups: &Groups, clock: &SharedClock, instants: &mpsc::Receive
 }
 
 /// Releases the group of `instant`: one line per run that goes, a spare line for each
-/// prepared process killed because it did not confirm.
+/// prepared process killed because it did not confirm or left the group.
 fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
-    let group = groups.lock().ok().and_then(|mut g| g.remove(&instant.timestamp_millis()));
+    let group = groups.lock().unwrap_or_else(PoisonError::into_inner).remove(&instant.timestamp_millis());
     let Some(mut group) = group else { return };
     let mut lines = 0;
     let going = group.members.iter().filter(|m| m.go).count();
@@ -298,6 +316,7 @@ fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
                 let _ = kill(pid, Signal::SIGKILL);
                 lines += 1;
             }
+            (false, None) if member.spare => lines += 1,
             (false, None) => {}
         }
     }
@@ -361,15 +380,19 @@ mod tests {
         let starter = Starter::new(Arc::new(crate::clock::ManualClock::new(now)));
         let instant = now + TimeDelta::seconds(10);
         let ticket = starter.ticket(instant).unwrap();
-        ticket.set_pid(Some(4_000_000));
+        let mut supervisor = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        ticket.set_pid(Some(supervisor.id()));
         assert!(ticket.confirm());
         let before = tokio::time::Instant::now();
         assert!(matches!(ticket.released(HEARTBEAT / 2).await, Release::Alone));
         assert_eq!(before.elapsed(), Duration::from_secs(10) + HEARTBEAT / 2);
-        // Out of its group: the release neither lets it go nor kills its process.
+        // Out of its group, its supervisor killed as it left: the release does not let it
+        // go, and owes it a spare line, not a kill (the pid is reaped now, maybe reused).
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(supervisor.wait().unwrap().signal(), Some(Signal::SIGKILL as i32));
         let groups = starter.groups.lock().unwrap();
         let member = &groups[&instant.timestamp_millis()].members[0];
-        assert_eq!((member.go, member.pid), (false, None));
+        assert_eq!((member.go, member.pid, member.spare), (false, None, true));
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back
