@@ -1,9 +1,9 @@
 //! `cronrun apply -f jobs.toml`: every job is checked before any is written.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::{Context, Result};
 use clap::Args;
-use std::sync::atomic::Ordering;
-
 use futures::StreamExt;
 use serde_json::json;
 
@@ -21,7 +21,7 @@ pub struct ApplyArgs {
     pub file: std::path::PathBuf,
 }
 
-/// What `apply` and `deploy` check of `specs` against what is stored, before writing
+/// What `apply`, `import` and `deploy` check of `specs` against what is stored, before writing
 /// them: grants reaching reserved subjects, chains (cycles refused, unknown upstreams
 /// warned about); then the messages stream made to capture their `on` subjects.
 pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[JobSpec], origin: &str) -> Result<()> {
@@ -35,6 +35,14 @@ pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[Jo
     Ok(())
 }
 
+/// Warns once for each pool of `specs` that no live runner serves.
+pub(super) async fn warn_unserved_pools(ctx: &Ctx, store: &crate::store::Store, specs: &[JobSpec]) {
+    let pools: std::collections::BTreeSet<&str> = specs.iter().map(|j| j.pool.as_str()).collect();
+    for pool in pools {
+        ctx.warn_if_unserved(store, pool).await;
+    }
+}
+
 pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let origin = a.file.display().to_string();
     let text = super::read_definitions(&a.file)?;
@@ -45,12 +53,9 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     let store = ctx.store().await?;
     // Every job is checked before any is written.
     check_against_store(&store, &jobs, &origin).await?;
-    let pools: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.pool.as_str()).collect();
-    for pool in pools {
-        ctx.warn_if_unserved(&store, pool).await;
-    }
+    warn_unserved_pools(ctx, &store, &jobs).await;
     let store = &store;
-    let failed = &std::sync::atomic::AtomicBool::new(false);
+    let failed = &AtomicBool::new(false);
     let write = |spec| async move {
         let spec: &JobSpec = spec;
         let name = &spec.name;

@@ -110,10 +110,7 @@ async fn write_and_report(ctx: &Ctx, origin: &str, imported: &Imported, dry_run:
         // that keeps no history), before anything is written.
         let specs: Vec<JobSpec> = imported.jobs.iter().map(|(_, spec)| spec.clone()).collect();
         super::apply::check_against_store(&store, &specs, origin).await?;
-        let pools: std::collections::BTreeSet<&str> = specs.iter().map(|j| j.pool.as_str()).collect();
-        for pool in pools {
-            ctx.warn_if_unserved(&store, pool).await;
-        }
+        super::apply::warn_unserved_pools(ctx, &store, &specs).await;
         for (_, spec) in &imported.jobs {
             let (revision, changed) = store.put_job(spec).await.with_context(|| {
                 let (done, all) = (results.len(), imported.jobs.len());
