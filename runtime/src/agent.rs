@@ -16,7 +16,7 @@ use crate::names::Names;
 use crate::runner::Runner;
 use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::Store;
-use crate::supervise::describe;
+use crate::supervise::{Watched, describe};
 
 /// What an orderly stop may take beyond the runner's `drain_timeout`: releasing shard
 /// leases, final record writes and events, with NATS slow or gone.
@@ -38,14 +38,12 @@ pub async fn run(
     // Installed before anything is counted: what is recorded earlier is lost.
     crate::metrics::handle();
     crate::metrics::set_job_series_max(config.http.metrics_jobs.unwrap_or(crate::metrics::JOB_SERIES_DEFAULT));
-    let metrics_stop = CancellationToken::new();
-    let _stop_metrics = metrics_stop.clone().drop_guard();
-    tokio::spawn(crate::metrics::upkeep(metrics_stop));
+    // The agent's services beside its roles: stopped after the roles, watched meanwhile.
+    let services_stop = CancellationToken::new();
+    let mut services = Watched::default();
+    services.spawn("the metrics upkeep", crate::metrics::upkeep(services_stop.clone()));
     let health = Arc::new(Health::new(client.clone(), config.roles.len()));
-    // Served from the start, so that /livez answers while the layout is awaited; stopped
-    // with the agent, after the roles.
-    let http_stop = CancellationToken::new();
-    let _stop_http = http_stop.clone().drop_guard();
+    // Served from the start, so that /livez answers while the layout is awaited.
     if let Some(addr) = &config.http.listen {
         let dashboard = crate::dashboard::DashboardConfig {
             nats: config.nats.clone(),
@@ -54,19 +52,50 @@ pub async fn run(
             admin_creds: config.http.admin_creds.clone(),
             token_file: config.http.token_file.clone(),
         };
+        let http = config.http.bound.as_deref();
         let bound =
-            crate::http::serve(addr, config.http.bound.as_deref(), health.clone(), dashboard, http_stop).await?;
+            crate::http::serve(addr, http, health.clone(), dashboard, &mut services, services_stop.clone()).await?;
         info!("serving the dashboard, /livez, /readyz and /metrics at http://{bound}");
     }
     let work = run_roles(client, config, clock, health, cancel.clone());
-    tokio::pin!(work);
-    tokio::select! {
-        result = &mut work => result,
-        _ = async { cancel.cancelled().await; tokio::time::sleep(bound).await } => {
-            error!("the agent did not stop within {bound:?} (is NATS reachable?); exiting with work unfinished");
-            Err(Error::new(crate::ErrorKind::Other, format!("stop timed out after {bound:?}")))
-        }
+    let result = until_stopped(work, &mut services, cancel, bound).await;
+    services_stop.cancel();
+    // Bounded: the HTTP listener waits for open requests, live output streams among them.
+    if tokio::time::timeout(Duration::from_secs(2), services.join_all()).await.is_err() {
+        warn!("the HTTP listener still had requests open 2 s after the stop");
     }
+    result
+}
+
+/// Runs the roles (`work`) to their end, bounded by `bound` once `cancel` is set. A service
+/// that ends before (a panic, a failed listener) is a fault, as a role's would be: the
+/// roles are told to stop, and the agent ends with the service's error.
+async fn until_stopped(
+    work: impl std::future::Future<Output = Result<(), Error>>,
+    services: &mut Watched,
+    cancel: CancellationToken,
+    bound: Duration,
+) -> Result<(), Error> {
+    tokio::pin!(work);
+    let over_time = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(bound).await;
+        error!("the agent did not stop within {bound:?} (is NATS reachable?); exiting with work unfinished");
+        Err(Error::new(crate::ErrorKind::Other, format!("stop timed out after {bound:?}")))
+    };
+    tokio::pin!(over_time);
+    let fault = tokio::select! {
+        result = &mut work => return result,
+        result = &mut over_time => return result,
+        why = services.ended() => why,
+    };
+    error!("{fault}: stopping the agent");
+    cancel.cancel();
+    tokio::select! {
+        _ = &mut work => {}
+        result = &mut over_time => return result,
+    }
+    Err(Error::new(crate::ErrorKind::Other, fault))
 }
 
 /// Waits for a role's task. A role that ends before the agent is told to stop (an error,
@@ -226,4 +255,44 @@ fn watchdog_interval() -> Option<Duration> {
         return None;
     }
     (usec > 0).then(|| Duration::from_micros(usec) / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Roles that run until told to stop, then end cleanly.
+    async fn roles(cancel: CancellationToken) -> Result<(), Error> {
+        cancel.cancelled().await;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_service_that_dies_stops_the_roles_and_the_agent_with_its_cause() {
+        let cancel = CancellationToken::new();
+        let mut services = Watched::default();
+        services.spawn("the HTTP listener", async { panic!("no more sockets") });
+        services.spawn("the metrics upkeep", std::future::pending());
+        let ended = until_stopped(roles(cancel.clone()), &mut services, cancel.clone(), Duration::from_secs(60)).await;
+        assert!(cancel.is_cancelled(), "the roles were told to stop");
+        assert_eq!(ended.unwrap_err().to_string(), "the HTTP listener panicked: no more sockets");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_agent_ends_as_its_roles_do_or_at_the_bound_once_stopped() {
+        let cancel = CancellationToken::new();
+        let mut services = Watched::default();
+        services.spawn("the metrics upkeep", std::future::pending());
+        cancel.cancel();
+        let ended = until_stopped(roles(cancel.clone()), &mut services, cancel.clone(), Duration::from_secs(60)).await;
+        assert!(ended.is_ok());
+
+        let mut services = Watched::default();
+        services.spawn("the metrics upkeep", std::future::pending());
+        let stuck = std::future::pending::<Result<(), Error>>();
+        let stopped = tokio::time::Instant::now();
+        let ended = until_stopped(stuck, &mut services, cancel.clone(), Duration::from_secs(60)).await;
+        assert_eq!(ended.unwrap_err().to_string(), "stop timed out after 60s");
+        assert!((Duration::from_secs(60)..Duration::from_secs(61)).contains(&stopped.elapsed()));
+    }
 }

@@ -1,7 +1,9 @@
 //! The agent's HTTP listener (`--http ADDR`, `[http] listen`): `/livez` (the process
 //! serves), `/readyz` (NATS connected, layout present, roles started: 200, or 503 with a
 //! one-line reason), `/metrics` (Prometheus text, see `metrics`) and the dashboard at `/`
-//! (see `dashboard`). axum, on a task of its own that stops with the agent.
+//! (see `dashboard`). axum, on a task of its own that stops with the agent and is watched
+//! by it: a listener that fails stops the agent rather than leaving it unhealthy-looking
+//! yet alive.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dashboard::{Dashboard, DashboardConfig};
 use crate::error::Error;
+use crate::supervise::Watched;
 
 /// What `/readyz` reports, set by the agent as it starts.
 pub struct Health {
@@ -73,12 +76,14 @@ impl Health {
 }
 
 /// Binds `addr` now (so that a taken port is an error at start), or takes the socket
-/// `bound` to it already, then serves until `cancel`.
+/// `bound` to it already, then serves until `cancel` on a task in `tasks` (with the
+/// dashboard's).
 pub async fn serve(
     addr: &str,
     bound: Option<&std::net::TcpListener>,
     health: Arc<Health>,
     dashboard: DashboardConfig,
+    tasks: &mut Watched,
     cancel: CancellationToken,
 ) -> Result<SocketAddr, Error> {
     let cannot =
@@ -92,14 +97,14 @@ pub async fn serve(
         None => TcpListener::bind(addr).await.map_err(cannot)?,
     };
     let bound = listener.local_addr().map_err(cannot)?;
-    let dashboard = Dashboard::start(dashboard, health.client.clone(), bound, cancel.clone())?;
+    let dashboard = Dashboard::start(dashboard, health.client.clone(), bound, tasks, cancel.clone())?;
     let app = Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(health)
         .merge(dashboard.routes());
-    tokio::spawn(async move {
+    tasks.spawn(format!("the HTTP listener on {bound}"), async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(cancel.cancelled_owned()).await;
         if let Err(e) = served {
             tracing::error!("HTTP listener on {bound} failed: {e}");

@@ -64,7 +64,7 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// this, an agent nobody scrapes grows by two samples a run (lateness and duration, about
 /// 16 bytes) for as long as it lives: at 1,000 runs a second, over a GiB a day.
 pub async fn upkeep(cancel: tokio_util::sync::CancellationToken) {
-    let Some(handle) = handle() else { return };
+    let Some(handle) = handle() else { return cancel.cancelled().await };
     let mut every = tokio::time::interval(UPKEEP_EVERY);
     loop {
         tokio::select! {

@@ -1,12 +1,18 @@
 //! Long-lived tasks are watched. One that ends or panics while its agent runs is a fault
 //! the agent must not hide: it is logged with its cause and the agent stops with an error
 //! (a service manager restarts it) rather than going on half-alive: a scheduler without
-//! its member list, a runner that no longer pulls.
+//! its member list, a runner that no longer pulls. A task whose failure should cost only
+//! itself (the dashboard's followers: a panic there must not stop the scheduling, nor
+//! crash-loop every agent on the same bad record) is run `restarting` instead.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::{Id, JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
 
 /// Named tasks, each expected to run until its cancellation token says stop.
 #[derive(Default)]
@@ -46,6 +52,28 @@ impl Watched {
     }
 }
 
+/// Runs what `make` makes until it ends or `cancel` is set; one that panics is logged with
+/// its cause and made again a second later.
+pub async fn restarting<F, Fut>(name: &str, cancel: &CancellationToken, mut make: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            ran = AssertUnwindSafe(make()).catch_unwind() => match ran {
+                Ok(()) => return,
+                Err(panic) => tracing::error!("{name} panicked: {}; starting it again", panic_message(panic.as_ref())),
+            },
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 /// `<name> panicked: <message>`, or that it was cancelled.
 pub fn describe(name: &str, e: JoinError) -> String {
     if !e.is_panic() {
@@ -77,5 +105,22 @@ mod tests {
         assert_eq!(tasks.ended().await, "member list ended");
         let pending = tokio::time::timeout(std::time::Duration::from_millis(50), tasks.ended()).await;
         assert!(pending.is_err(), "the task still running is not reported");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarting_task_is_made_again_after_a_panic_until_it_ends() {
+        let cancel = CancellationToken::new();
+        let mut made = 0;
+        let started = tokio::time::Instant::now();
+        restarting("the follower", &cancel, || {
+            made += 1;
+            let panics = made < 3;
+            async move { assert!(!panics, "a bad record") }
+        })
+        .await;
+        assert_eq!(made, 3, "made again after each of two panics, then it ended");
+        assert!(started.elapsed() >= Duration::from_secs(2), "a second between tries");
+        cancel.cancel();
+        restarting("the follower", &cancel, || async { panic!("never polled") }).await;
     }
 }

@@ -335,6 +335,45 @@ async fn a_job_with_a_longer_run_ttl_rides_out_a_nats_outage() {
     println!("patient: {:?} after a 6 s outage; plain was stopped by its supervisor", done.status);
 }
 
+/// A run prints as fast as it can while NATS is gone: its lines cannot go out live, and
+/// that must not hold up its supervision. Its 4 s timeout ends it while NATS is still
+/// away (its run TTL of 60 s keeps its supervisor from doing so), and once NATS is back
+/// its record says timed out, with the tail of what it printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_printing_without_pause_while_nats_is_gone_still_ends_at_its_timeout() {
+    let mut nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"chatty\"\nschedule = \"@yearly\"\nrun_ttl = \"60s\"\ntimeout = \"4s\"\n\
+             shell = 'echo $$ > {dir}/chatty.pid; exec yes \"a line of output, again and again\"'\n"
+        ),
+    );
+    let store = nats.store().await;
+    let key = nats.trigger("chatty");
+    let path = nats.dir.path().join("chatty.pid");
+    let pid = eventually(Duration::from_secs(10), "the run to start", || async { read_pid(&path) }).await;
+    nats.kill_server().await;
+    let gone = Instant::now();
+    // Its timeout is at most 4 s away; a supervision held up by a write waiting for NATS
+    // (5 s and more) would miss this.
+    eventually(Duration::from_secs(6), "the run's timeout to end it with NATS away", || async {
+        (!alive(pid)).then_some(())
+    })
+    .await;
+    println!("the run ended {:?} after NATS went away", gone.elapsed());
+    nats.restart_server().await;
+    let done = eventually(Duration::from_secs(30), "the run's final record", || async {
+        record(&store, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.attempt), (Status::TimedOut, 1), "{done:?}");
+    assert!(done.output.iter().any(|line| line == "a line of output, again and again"), "{:?}", done.output);
+}
+
 /// NATS is killed while a message's run and a chained job's upstream run are in flight;
 /// both end while it is away. Once it is back, the message has run once and is acked,
 /// the chained job has run once after its upstream, and a message published after the

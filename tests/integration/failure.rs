@@ -260,3 +260,36 @@ async fn executions_of(nats: &Nats, name: &str, n: usize) -> String {
     })
     .await
 }
+
+/// A run whose record moved on under its dispatch message, still queued at its attempt
+/// (in life: a claim of ours that landed unseen, met by a redelivery that read the record
+/// from a follower not yet up to date), is still its runner's while the runner holds the
+/// run's lease: the refused `running` write is made again from the record as it is, and
+/// the run runs once, rather than being dropped as taken over and later recorded `lost`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_record_moved_on_while_it_stayed_queued_runs_once() {
+    let nats = Nats::start().await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"moved\"\nschedule = \"@yearly\"\nshell = 'echo $CRONRUN_ATTEMPT >> {dir}/moved.executions'\n"
+        ),
+    );
+    // Dispatched with no runner up: the message waits, holding the record's revision.
+    let key = nats.trigger("moved");
+    let (job, run) = cronrun::record::parse_run_key(&key).unwrap();
+    let store = nats.store().await;
+    let stored = store.get_run(job, run).await.unwrap();
+    assert_eq!(stored.record.status, Status::Queued);
+    store.update_run(&stored.record, stored.revision).await.unwrap();
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let done = eventually(Duration::from_secs(20), "the run to finish", || async {
+        Some(record(&nats, &key).await).filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.attempt), (Status::Succeeded, 1), "{done:?}");
+    assert_eq!(executions_of(&nats, "moved", 1).await, "1\n");
+    assert!(agent.log().contains("the run's record moved on while it stayed ours"), "{}", agent.log());
+}

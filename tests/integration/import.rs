@@ -283,6 +283,11 @@ async fn hostile_import_files_are_refused_in_one_line_and_write_nothing() {
              image: alpine\n            command: [{command:?}]\n"
         )
     };
+    // Nine levels of nine aliases: a billion "lol"s if expanded.
+    let laughs = (1..10).fold(
+        "kind: CronJob\nmetadata:\n  name: laughs\nl0: &l0 [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n".to_string(),
+        |text, i| text + &format!("l{i}: &l{i} [{}]\n", vec![format!("*l{}", i - 1); 9].join(",")),
+    );
     // (format, file text, job it would have written, what the one line says)
     let cases = [
         (
@@ -300,6 +305,7 @@ async fn hostile_import_files_are_refused_in_one_line_and_write_nothing() {
         ),
         // A name that would split the line, told escaped.
         ("k8s-cronjob", cron_job("\"two\\nlines\"", "61 * * * *", "true", ""), "two-lines", r#"CronJob "two\nlines""#),
+        ("k8s-cronjob", laughs, "laughs", "repetition limit exceeded"),
     ];
     for (format, text, job, needle) in cases {
         let file = dir.join(format!("{job}.in"));
@@ -308,6 +314,17 @@ async fn hostile_import_files_are_refused_in_one_line_and_write_nothing() {
         assert!(err.contains(needle), "{format} {text:?}: {needle:?} missing from {err}");
         nats.fails(&["get", job]);
     }
+    // Options are told as theirs, before any entry is read.
+    let crontab = dir.join("crontab");
+    std::fs::write(&crontab, "* * * * * true\n").unwrap();
+    for (option, value, needle) in [
+        ("--tz", "Mars/Olympus_Mons", "--tz \"Mars/Olympus_Mons\": unknown time zone"),
+        ("--prefix", "nightly.>", "--prefix \"nightly.>\": must be 1 to 100 characters"),
+    ] {
+        let err = nats.fails(&["import", "crontab", crontab.to_str().unwrap(), option, value]);
+        assert!(err.contains(needle) && !err.contains("line 1"), "{option} {value}: {err}");
+    }
+    assert!(nats.ok(&["ls"]).lines().all(|l| !l.contains("crontab-1") && !l.contains("nightly")), "nothing imported");
     // A file that never ends is refused once past the limit, not read to the end.
     let err = nats.fails(&["import", "crontab", "/dev/zero"]);
     assert!(err.contains("over 67108864 bytes"), "{err}");

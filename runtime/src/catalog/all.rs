@@ -4,7 +4,7 @@
 //! validation stays in as an error (logged once), so it is shown, never fatal.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -22,22 +22,22 @@ pub struct AllJobs {
 }
 
 impl AllJobs {
-    /// Starts watching.
-    pub fn start(store: Store, cancel: CancellationToken) -> Self {
+    /// The jobs, empty until the follower, run by the caller (on a task it watches),
+    /// has read them.
+    pub fn new(store: Store) -> (Self, Follower) {
         let jobs = Arc::new(RwLock::new(HashMap::new()));
         let (loaded_tx, loaded) = watch::channel(false);
-        let task = Follower { store, jobs: jobs.clone(), loaded: loaded_tx };
-        tokio::spawn(task.run(cancel));
-        Self { jobs, loaded }
+        let follower = Follower { store, jobs: jobs.clone(), loaded: loaded_tx };
+        (Self { jobs, loaded }, follower)
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<CatalogJob>> {
-        self.jobs.read().ok()?.get(name).cloned()
+        self.jobs.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
     }
 
     /// Every job known now.
     pub fn snapshot(&self) -> Vec<Arc<CatalogJob>> {
-        self.jobs.read().map(|j| j.values().cloned().collect()).unwrap_or_default()
+        self.jobs.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
     }
 
     /// Whether every job that existed at start has been read.
@@ -46,14 +46,16 @@ impl AllJobs {
     }
 }
 
-struct Follower {
+/// Keeps an `AllJobs` current.
+pub struct Follower {
     store: Store,
     jobs: Arc<RwLock<HashMap<String, Arc<CatalogJob>>>>,
     loaded: watch::Sender<bool>,
 }
 
 impl Follower {
-    async fn run(self, cancel: CancellationToken) {
+    /// Follows the jobs bucket until `cancel`, watching again after a lost watch.
+    pub async fn run(&self, cancel: CancellationToken) {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -98,19 +100,17 @@ impl Follower {
     }
 
     fn apply(&self, name: String, job: Option<Arc<CatalogJob>>) {
-        if let Ok(mut jobs) = self.jobs.write() {
-            match job {
-                Some(j) => jobs.insert(name, j),
-                None => jobs.remove(&name),
-            };
-        }
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
+        match job {
+            Some(j) => jobs.insert(name, j),
+            None => jobs.remove(&name),
+        };
     }
 
     fn finish_sync(&self, seen: &std::collections::HashSet<String>) {
-        let gone: Vec<String> = match self.jobs.read() {
-            Ok(jobs) => jobs.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
-            Err(_) => Vec::new(),
-        };
+        let jobs = self.jobs.read().unwrap_or_else(PoisonError::into_inner);
+        let gone: Vec<String> = jobs.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+        drop(jobs);
         for name in gone {
             self.apply(name, None);
         }

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::AllJobs;
 use crate::error::Error;
 use crate::store::Store;
+use crate::supervise::restarting;
 use view::RunsView;
 
 /// Where the dashboard connects and who it is: from the agent's configuration.
@@ -80,6 +81,7 @@ impl Dashboard {
         config: DashboardConfig,
         agent: async_nats::Client,
         bound: SocketAddr,
+        tasks: &mut crate::supervise::Watched,
         cancel: CancellationToken,
     ) -> Result<Arc<Self>, Error> {
         let token = config.token_file.as_deref().map(read_token).transpose()?;
@@ -113,7 +115,7 @@ impl Dashboard {
                 let by = format!("{} via the dashboard", crate::auth::actor(Some(&creds)));
                 open_until(client, names, "act").await.acting_as(&by)
             });
-            tokio::spawn(dashboard.clone().run(reader, admin, cancel));
+            tasks.spawn("the dashboard's reader", dashboard.clone().run(reader, admin, cancel));
         }
         Ok(dashboard)
     }
@@ -134,8 +136,9 @@ impl Dashboard {
         let reading = async {
             let reader = reader.await;
             let _ = self.reader.set(reader.clone());
-            let jobs = self.jobs.get_or_init(|| AllJobs::start(reader.clone(), cancel.clone()));
-            let revisions = async {
+            let (jobs, following) = AllJobs::new(reader.clone());
+            let jobs = self.jobs.get_or_init(|| jobs);
+            let revisions = || async {
                 loop {
                     if jobs.is_loaded() {
                         self.view.note_revisions(jobs, chrono::Utc::now());
@@ -143,7 +146,13 @@ impl Dashboard {
                     tokio::time::sleep(Duration::from_secs(5)).await;
                 }
             };
-            tokio::join!(self.view.follow(&reader, cancel.clone()), revisions);
+            // A panic here (a bug meeting a record) costs the dashboard a second, not the
+            // agent its scheduling.
+            tokio::join!(
+                restarting("the dashboard's job list", &cancel, || following.run(cancel.clone())),
+                restarting("the dashboard's runs", &cancel, || self.view.follow(&reader, cancel.clone())),
+                restarting("the dashboard's revisions", &cancel, revisions),
+            );
         };
         tokio::select! {
             _ = cancel.cancelled() => {}

@@ -3,7 +3,7 @@
 //! NATS. It holds at most `RECENT` runs per job, whatever the number of runs.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -71,21 +71,19 @@ pub struct RunsView {
 impl RunsView {
     /// Takes in a record as written (a new run or a later state of one).
     pub fn apply(&self, record: &RunRecord) {
-        let Ok(mut jobs) = self.jobs.write() else { return };
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
         apply(&mut jobs, record);
     }
 
     /// A record deleted (pruned, or its job removed).
     pub fn remove(&self, job: &str, run_id: &str) {
-        if let Ok(mut jobs) = self.jobs.write()
-            && let Some(runs) = jobs.get_mut(job)
-        {
+        if let Some(runs) = self.jobs.write().unwrap_or_else(PoisonError::into_inner).get_mut(job) {
             runs.recent.retain(|b| b.run_id != run_id);
         }
     }
 
     pub fn summary(&self, job: &str) -> RunsSummary {
-        let Ok(jobs) = self.jobs.read() else { return RunsSummary::default() };
+        let jobs = self.jobs.read().unwrap_or_else(PoisonError::into_inner);
         let Some(runs) = jobs.get(job) else { return RunsSummary::default() };
         let ended: Vec<&Brief> =
             runs.recent.iter().filter(|b| b.status.is_final() && b.status != Status::Skipped).collect();
@@ -108,7 +106,7 @@ impl RunsView {
     /// its to miss.
     pub fn note_revisions(&self, catalog: &crate::catalog::AllJobs, now: DateTime<Utc>) {
         let jobs = catalog.snapshot();
-        let Ok(mut seen) = self.revisions.write() else { return };
+        let mut seen = self.revisions.write().unwrap_or_else(PoisonError::into_inner);
         seen.retain(|name, _| catalog.get(name).is_some());
         for job in jobs {
             let known = seen.get(&*job.name).is_some_and(|(revision, _)| *revision == job.revision);
@@ -120,7 +118,7 @@ impl RunsView {
 
     /// Since when the view has known `name` at its current revision (None: not yet).
     pub fn revised_at(&self, name: &str) -> Option<DateTime<Utc>> {
-        self.revisions.read().ok()?.get(name).map(|(_, at)| *at)
+        self.revisions.read().unwrap_or_else(PoisonError::into_inner).get(name).map(|(_, at)| *at)
     }
 
     /// Whether `job` is late at `now`: a run (not a retry in its backoff) queued longer
@@ -190,7 +188,7 @@ impl RunsView {
 
     /// Swaps in a rebuilt map, keeping the last fires it does not know (pruned records').
     fn replace(&self, mut fresh: Jobs) {
-        let Ok(mut jobs) = self.jobs.write() else { return };
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
         for (name, old) in jobs.drain() {
             let runs = fresh.entry(name).or_default();
             runs.last_fire = runs.last_fire.max(old.last_fire);
@@ -252,6 +250,22 @@ mod tests {
         let mut spec = JobSpec::shell("j", "0 * * * *", shell);
         spec.paused = paused;
         JobSummary::of(&spec).unwrap()
+    }
+
+    #[test]
+    fn a_view_whose_follower_panicked_holding_it_goes_on_being_updated() {
+        let view = RunsView::default();
+        view.apply(&record("j", "r1", "2026-01-01T00:00:00Z", Status::Succeeded, Trigger::Schedule));
+        std::thread::scope(|s| {
+            let panicked = s.spawn(|| {
+                let _held = view.jobs.write().unwrap();
+                panic!("a bug meeting a record");
+            });
+            assert!(panicked.join().is_err());
+        });
+        assert!(view.jobs.is_poisoned());
+        view.apply(&record("j", "r2", "2026-01-01T00:01:00Z", Status::Failed, Trigger::Schedule));
+        assert_eq!(view.summary("j").last_status, Some(Status::Failed), "the follower started again is heard");
     }
 
     #[test]

@@ -109,21 +109,50 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
         && let Err(e) = held.write(ctx).await
     {
         held.release().await;
-        return Err(e);
+        // Refused: the record read is out of date (after a redelivery it may come from a
+        // follower not yet up to date). Looked at again shortly, read afresh.
+        return match e.is_conflict() {
+            true => Ok(Disposition::Later(Duration::from_secs(1))),
+            false => Err(e),
+        };
     }
     let result = match lifecycle::claimed(ctx, msg, d, &mut held, stops).await {
         Ok(false) => hand_back(ctx, &mut held).await,
         Ok(true) => Ok(Disposition::Done),
         Err(e) => Err(e),
     };
-    // A run that may be recorded `running` and ended in NATS trouble keeps its lease until
-    // it expires: the scheduler then records it `lost` (and retries it). Released, it would
-    // stay `running` with nobody to notice.
-    if result.as_ref().is_err_and(|e| !e.is_conflict()) && held.record.status == Status::Running {
-        held.lease = None;
+    match lease_end(&result, held.record.status) {
+        LeaseEnd::Release => {}
+        LeaseEnd::Expire => held.lease = None,
+        LeaseEnd::ExpireSoon => held.hand_over_lease(Duration::from_secs(1)).await,
     }
     held.release().await;
     result
+}
+
+/// What becomes of a run's lease as its claim ends.
+#[derive(Debug, PartialEq, Eq)]
+enum LeaseEnd {
+    Release,
+    /// Left to expire on its TTL: the scheduler then records the run `lost` (and retries
+    /// it). After NATS trouble, when the run may be recorded `running`: released, it would
+    /// stay `running` with nobody to notice.
+    Expire,
+    /// Made to expire in a second, to the same end. After a refused write: a takeover
+    /// (then the lease is no longer ours, and this does nothing), a guard lease lost, or,
+    /// while a NATS node fails, a write of ours that landed unseen met by a record read
+    /// from a follower not yet up to date. Released, such a record would stay claimed or
+    /// `running` until the next sweep.
+    ExpireSoon,
+}
+
+fn lease_end(result: &Result<Disposition, Error>, status: Status) -> LeaseEnd {
+    match result {
+        Ok(_) => LeaseEnd::Release,
+        Err(e) if e.is_conflict() => LeaseEnd::ExpireSoon,
+        Err(_) if status == Status::Running => LeaseEnd::Expire,
+        Err(_) => LeaseEnd::Release,
+    }
 }
 
 /// Un-claims a run this runner will not start (it is shutting down).
@@ -139,4 +168,26 @@ fn names_ok(job: &str, run_id: &str) -> bool {
     let token =
         |s: &str| (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     crate::names::validate_job_name(job).is_ok() && token(run_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_ending_in_a_refused_write_or_in_trouble_while_running_leaves_its_lease_to_expire() {
+        let refused = || Err(Error::new(crate::ErrorKind::Conflict, "wrong last sequence"));
+        let trouble = || Err(Error::new(crate::ErrorKind::Nats, "timed out"));
+        let cases = [
+            (Ok(Disposition::Done), Status::Succeeded, LeaseEnd::Release),
+            (Ok(Disposition::HandBack), Status::Queued, LeaseEnd::Release),
+            (trouble(), Status::Queued, LeaseEnd::Release),
+            (trouble(), Status::Running, LeaseEnd::Expire),
+            (refused(), Status::Queued, LeaseEnd::ExpireSoon),
+            (refused(), Status::Running, LeaseEnd::ExpireSoon),
+        ];
+        for (result, status, end) in cases {
+            assert_eq!(lease_end(&result, status), end, "{:?} while {status:?}", result.as_ref().err());
+        }
+    }
 }

@@ -11,8 +11,7 @@ use tracing::{debug, warn};
 use super::RunnerCtx;
 use super::guards;
 use crate::error::Error;
-use crate::output::Tail;
-use crate::record::RunRecord;
+use crate::record::{RunRecord, Status};
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
 
@@ -33,6 +32,24 @@ impl Held {
     pub(super) async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
         ctx.store.update_run_fenced(&self.record, &mut self.fence).await?;
         Ok(())
+    }
+
+    /// After a refused write of a run not started yet: whether it is still ours to start.
+    /// It is while its lease is ours (renewed now) and its record, read afresh, is still
+    /// `queued` at this attempt: the refusal was our own claim that landed unseen, a claim
+    /// of a runner that has given the run up, or a record read out of date (a redelivery's
+    /// read may come from a follower). Then the fence moves to the record as it is.
+    pub(super) async fn adopt_current(&mut self, ctx: &RunnerCtx) -> bool {
+        if self.lease.is_none() || self.renew().await.is_err() {
+            return false;
+        }
+        match ctx.store.get_run(&self.record.job, &self.record.run_id).await {
+            Ok(stored) if stored.record.status == Status::Queued && stored.record.attempt == self.record.attempt => {
+                self.fence = Fenced::at(stored.revision);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The TTL of the run's lease.
@@ -76,9 +93,9 @@ impl Held {
     /// Refreshes the run's lease, then its record (`heartbeat_at`, output so far), and tells
     /// JetStream the message is still in hand. A conflict means the run was taken away:
     /// the caller stops it. Nothing is written once the lease renewal is refused.
-    pub(super) async fn heartbeat(&mut self, ctx: &RunnerCtx, msg: &Message, tail: &Tail) -> Result<(), Error> {
+    pub(super) async fn heartbeat(&mut self, ctx: &RunnerCtx, msg: &Message, output: Vec<String>) -> Result<(), Error> {
         self.record.heartbeat_at = Some(ctx.clock.now());
-        self.record.output = tail.to_vec();
+        self.record.output = output;
         let written = match self.renew().await {
             Ok(()) => self.write(ctx).await,
             Err(e) => Err(e),

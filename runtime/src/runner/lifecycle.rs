@@ -16,7 +16,7 @@ use async_nats::jetstream::{AckKind, Message};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::exec::{self, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
@@ -274,12 +274,17 @@ async fn make(
     Made { revision, ready, ticket }
 }
 
+/// How many times a refused `running` write is tried again from the record as read
+/// afresh (see `Held::adopt_current`).
+const ADOPT_MAX: u32 = 3;
+
 /// Records the run `running` (planned to start at `at`, from spec `revision`) before its
 /// code may start: the compare-and-set that fences it against a retry elsewhere. NATS
 /// trouble (a leader election) is retried, lease kept alive, as long as the lease lives,
 /// so a start is late rather than doubled or lost. If it still fails, the run's lease is
 /// left to expire rather than released: the write may have landed unseen, and the
-/// scheduler that sees the expiry records the run `lost` and retries it per policy.
+/// scheduler that sees the expiry records the run `lost` and retries it per policy. A
+/// refused write is made again while the run is still ours (`Held::adopt_current`).
 async fn mark_running(
     ctx: &RunnerCtx,
     msg: &Message,
@@ -295,10 +300,26 @@ async fn mark_running(
     // half a heartbeat: it must not expire while the write may still land unseen.
     let lease_left = |held: &Held| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
     let mut backoff = Duration::from_millis(50);
+    let mut adopted = 0;
     loop {
         let error = match held.write(ctx).await {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_conflict() => return Err(e),
+            Err(e) if e.is_conflict() => {
+                // Refused, but perhaps still ours (see `adopt_current`): written again from
+                // the record as it is, a few times, as a read may still be out of date.
+                if !held.adopt_current(ctx).await {
+                    return Err(e);
+                }
+                if adopted == ADOPT_MAX {
+                    // Still ours, but the reads lag: trouble, not a takeover (the run is
+                    // handed back and its lease left to expire).
+                    return Err(Error::nats("starting the run", "its record read stayed out of date"));
+                }
+                adopted += 1;
+                info!("the run's record moved on while it stayed ours; starting it from there");
+                tokio::time::sleep(Duration::from_millis(50) * (adopted - 1)).await;
+                continue;
+            }
             Err(e) => e,
         };
         if std::time::Instant::now() + backoff > lease_left(held) {

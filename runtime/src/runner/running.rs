@@ -2,6 +2,8 @@
 //! live and kept in the tail, the heartbeat (lease, record, message), kill requests, the
 //! timeout and the runner's stop; then how it ended, as a status ([`ending_status`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use async_nats::jetstream::Message;
@@ -23,6 +25,11 @@ use crate::spec::JobSpec;
 
 /// How long output still in flight when the code ended is waited for.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// How long the answer to a kill request may take to go out (NATS may be slow or away).
+const REPLY_MAX: Duration = Duration::from_millis(500);
+
+/// A heartbeat in flight, holding the run until it is done.
+type Beat<'a> = Pin<Box<dyn Future<Output = (&'a mut Held, Result<(), Error>)> + Send + 'a>>;
 
 /// Why the lifecycle stopped waiting for the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +64,18 @@ pub(super) async fn supervise(
     };
     let mut log = RunLog::new(ctx, &job, &run_id, spec.output_lines as usize);
     let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
+    // A beat that outlasted its period (NATS away) is followed by one, not by a burst.
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     heartbeat.tick().await;
     let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
     tokio::pin!(timeout);
 
+    // The heartbeat's writes run beside the other arms, not in one: with NATS away each
+    // waits out its request timeout, and meanwhile the timeout, a kill or the code's end
+    // must still be seen. One at a time (it holds `held` while it runs); one in flight when
+    // the code ends is finished.
+    let mut idle = Some(held);
+    let mut beating: Option<Beat<'_>> = None;
     let (ending, exit) = loop {
         tokio::select! {
             exit = code.wait() => break (Ending::Exited, exit),
@@ -68,14 +83,24 @@ pub(super) async fn supervise(
             Some(req) = kills.next() => {
                 let signal = parse_signal(&String::from_utf8_lossy(&req.payload)).unwrap_or(Signal::SIGTERM);
                 if let Some(reply) = req.reply {
-                    let _ = ctx.store.client.publish(reply, "ok".into()).await;
+                    let _ = tokio::time::timeout(REPLY_MAX, ctx.store.client.publish(reply, "ok".into())).await;
                 }
                 info!("kill requested ({signal})");
                 break (Ending::Killed(signal), code.stop(Stop::Signal(signal), grace).await);
             }
             Some(line) = lines.recv() => log.line(line).await,
-            _ = heartbeat.tick() => {
-                if let Err(e) = held.heartbeat(ctx, msg, log.tail()).await {
+            _ = heartbeat.tick(), if idle.is_some() => {
+                if let Some(held) = idle.take() {
+                    let output = log.tail().to_vec();
+                    beating = Some(Box::pin(async move {
+                        let beat = held.heartbeat(ctx, msg, output).await;
+                        (held, beat)
+                    }));
+                }
+            }
+            (held, beat) = async { match beating.as_mut() { Some(beat) => beat.await, None => std::future::pending().await } }, if beating.is_some() => {
+                (beating, idle) = (None, Some(held));
+                if let Err(e) = beat {
                     code.stop(Stop::Kill, grace).await;
                     return Err(e);
                 }
@@ -83,6 +108,10 @@ pub(super) async fn supervise(
             _ = stop.cancelled() => break (Ending::ShutDown, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
         }
     };
+    // Abandoned, a write in flight could land unseen and make the final one look refused.
+    if let Some(beat) = beating.take() {
+        beat.await.1?;
+    }
     let drain = async {
         while let Some(line) = lines.recv().await {
             log.line(line).await;

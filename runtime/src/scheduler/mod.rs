@@ -121,6 +121,24 @@ pub struct Scheduler {
     pub notify: crate::notify::NotifyConfig,
 }
 
+/// How often the shard tasks are looked at: one that ended on its own is started again.
+const SHARD_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Forgets the shard tasks that ended although nobody stopped them (a panic outside
+/// leading, which is caught): `rebalance` then starts them again, as without a task the
+/// shard's jobs would never fire here. Whether any had.
+fn forget_ended(running: &mut HashMap<u32, Running>) -> bool {
+    let before = running.len();
+    running.retain(|shard, task| {
+        let ended = task.handle.is_finished();
+        if ended {
+            error!(shard, "the shard's task ended on its own; starting it again");
+        }
+        !ended
+    });
+    running.len() < before
+}
+
 /// A shard task of ours: standing by for the lease or leading.
 struct Running {
     cancel: CancellationToken,
@@ -166,6 +184,7 @@ impl Scheduler {
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         let (mut seen, mut settle) = (Vec::new(), settle::Settle::default());
+        let mut shard_check = tokio::time::interval(SHARD_CHECK_EVERY);
         info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
         loop {
             tokio::select! {
@@ -196,6 +215,12 @@ impl Scheduler {
                 _ = tokio::time::sleep_until(settle.due().unwrap_or_else(tokio::time::Instant::now)), if settle.due().is_some() => {
                     settle.done();
                     self.rebalance(&seen, &mut running, &mut stopping, &state_tx);
+                }
+                // A change of members still settling restarts them with its rebalance.
+                _ = shard_check.tick() => {
+                    if forget_ended(&mut running) && settle.due().is_none() {
+                        self.rebalance(&seen, &mut running, &mut stopping, &state_tx);
+                    }
                 }
             }
         }
@@ -248,5 +273,26 @@ impl Scheduler {
             running.insert(n, Running { cancel, handle });
         }
         info!(members = members.len(), owned = running.len(), "shards rebalanced");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn shard_tasks_that_ended_on_their_own_are_forgotten_so_that_they_start_again() {
+        let task = |work: tokio::task::JoinHandle<()>| Running { cancel: CancellationToken::new(), handle: work };
+        let mut running = HashMap::from([
+            (0, task(tokio::spawn(std::future::pending()))),
+            (1, task(tokio::spawn(async { panic!("a bug while standing by") }))),
+            (2, task(tokio::spawn(async {}))),
+        ]);
+        while !(running[&1].handle.is_finished() && running[&2].handle.is_finished()) {
+            tokio::task::yield_now().await;
+        }
+        assert!(forget_ended(&mut running));
+        assert_eq!(running.keys().copied().collect::<Vec<_>>(), vec![0], "only the task still standing by is kept");
+        assert!(!forget_ended(&mut running), "nothing more ended");
     }
 }

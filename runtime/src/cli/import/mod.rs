@@ -72,6 +72,7 @@ pub async fn run(ctx: &Ctx, command: ImportCommand) -> Result<()> {
         ImportCommand::Crontab(a) => &a.common,
         ImportCommand::K8sCronjob(a) | ImportCommand::Cronken(a) => a,
     };
+    check_options(common)?;
     let origin = common.file.display().to_string();
     let text = super::read_definitions(&common.file)?;
     let host_zone = || match &common.tz {
@@ -162,6 +163,25 @@ async fn write_and_report(ctx: &Ctx, origin: &str, imported: &Imported, dry_run:
         lines.join("\n")
     })
 }
+
+/// `--tz` and `--prefix` checked before the file is read, so that a mistake in them is
+/// told as theirs rather than as every entry's.
+fn check_options(common: &ImportArgs) -> Result<()> {
+    if let Some(tz) = &common.tz {
+        crate::schedule::parse_timezone(tz).map_err(|e| anyhow::anyhow!("--tz {}", e.reason))?;
+    }
+    if let Some(prefix) = &common.prefix
+        && (prefix.len() > PREFIX_MAX || crate::names::validate_job_name(prefix).is_err())
+    {
+        anyhow::bail!(
+            "--prefix {prefix:?}: must be 1 to {PREFIX_MAX} characters of A-Z a-z 0-9 _ - (job names are <prefix>-<entry>)"
+        );
+    }
+    Ok(())
+}
+
+/// The longest `--prefix`: a job name (at most 128) keeps room for the entry's part.
+const PREFIX_MAX: usize = 100;
 
 /// `name` made a job name: `prefix-` before it, what a job name cannot hold as `-`, at most
 /// 128 characters. Two entries that come out the same are an error of the caller's.

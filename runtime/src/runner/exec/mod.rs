@@ -108,7 +108,7 @@ pub(super) async fn prepare(
     ticket: Option<&Ticket>,
 ) -> Result<Box<dyn Ready>, String> {
     match (&spec.shell, &spec.wasm) {
-        (Some(shell), _) => shell::prepare(shell, run, &ctx.config, ticket),
+        (Some(shell), _) => shell::prepare(shell, run, &ctx.config, shell::supervisor_command().await?, ticket),
         (None, Some(_)) => wasm::prepare(ctx, spec, run).await,
         (None, None) => Err("job has neither shell nor wasm".into()),
     }

@@ -3,6 +3,7 @@
 //! reaches every process it started and the run dies with its runner.
 
 use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ struct Prepared {
     go: Option<ChildStdin>,
     max_line_bytes: usize,
     /// The run's input file, which the supervisor removes once released.
-    input: Option<std::path::PathBuf>,
+    input: Option<PathBuf>,
 }
 
 /// The variables of the agent's environment a job sees unless it sets `inherit_env`:
@@ -64,13 +65,14 @@ pub(super) fn prepare(
     spec: &ShellSpec,
     run: &RunInfo<'_>,
     runner: &RunnerConfig,
+    supervisor: (&Path, Option<&str>),
     ticket: Option<&Ticket>,
 ) -> Result<Box<dyn Ready>, String> {
     let stdin = match ticket {
         Some(t) => Some(t.stdin.try_clone().map_err(|e| format!("could not start: {e}"))?),
         None => None,
     };
-    let prepared = spawn(spec, run, runner, stdin)?;
+    let prepared = spawn(spec, run, runner, supervisor, stdin)?;
     if let Some(t) = ticket {
         t.set_pid(prepared.process.child.id());
     }
@@ -81,6 +83,7 @@ fn spawn(
     spec: &ShellSpec,
     run: &RunInfo<'_>,
     runner: &RunnerConfig,
+    (exe, mode): (&Path, Option<&str>),
     stdin: Option<OwnedFd>,
 ) -> Result<Prepared, String> {
     if !runner.allow_shell {
@@ -89,7 +92,6 @@ fn spawn(
     let uid = nix::unistd::geteuid().as_raw();
     let run_as = account::decide(spec, runner, uid, &account::HostAccounts)?;
     // The run's first process is its supervisor (see `supervisor`).
-    let (exe, mode) = supervisor_command().map_err(|e| format!("could not start: {e}"))?;
     let job_args: Vec<&str> = match (&spec.command, &spec.argv) {
         (Some(command), _) => vec!["shell", command],
         (None, Some(argv)) if !argv.is_empty() => ["exec"].into_iter().chain(argv.iter().map(String::as_str)).collect(),
@@ -108,7 +110,7 @@ fn spawn(
             // Beside the keepalive file, in the runner's private directory: the supervisor
             // opens it as the runner's user, makes it the job's stdin and removes it.
             let Some((alive, _)) = run.alive else { return Err("this runner has no directory for run inputs".into()) };
-            let path = std::path::PathBuf::from(format!("{}.input", alive.display()));
+            let path = PathBuf::from(format!("{}.input", alive.display()));
             crate::auth::write_private(&path, input).map_err(|e| format!("could not hand the run its input: {e}"))?;
             cmd.arg(supervisor::INPUT_ARG).arg(&path);
             Some(path)
@@ -138,7 +140,7 @@ fn spawn(
         // As cron does: another user starts in its home, or at `/` when it has none here
         // (the runner's own directory is none of its business).
         (None, RunAs::Account(a)) => {
-            cmd.current_dir(if a.home.is_dir() { a.home.as_path() } else { std::path::Path::new("/") });
+            cmd.current_dir(if a.home.is_dir() { a.home.as_path() } else { Path::new("/") });
         }
         (None, RunAs::Runner) => {}
     }
@@ -155,22 +157,34 @@ fn spawn(
 
 /// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
 /// starts fast) when it speaks this build's `PROTOCOL`, else this binary itself in its
-/// `__supervise` mode. Looked up once.
-fn supervisor_command() -> std::io::Result<(&'static std::path::Path, Option<&'static str>)> {
-    static FOUND: std::sync::OnceLock<Option<(std::path::PathBuf, bool)>> = std::sync::OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        let exe = std::env::current_exe().ok()?;
-        let small = exe.with_file_name(supervisor::BINARY);
-        Some(if small.is_file() && speaks_our_protocol(&small) { (small, true) } else { (exe, false) })
-    });
-    let Some((path, small)) = found else { return Err(std::io::Error::other("this binary's path is unknown")) };
+/// `__supervise` mode. Looked up once, by the first run; others wait for that answer.
+pub(super) async fn supervisor_command() -> Result<(&'static Path, Option<&'static str>), String> {
+    static FOUND: tokio::sync::OnceCell<Option<(PathBuf, bool)>> = tokio::sync::OnceCell::const_new();
+    let found = FOUND
+        .get_or_init(|| async {
+            let exe = std::env::current_exe().ok()?;
+            let small = exe.with_file_name(supervisor::BINARY);
+            let speaks = small.is_file() && speaks_our_protocol(&small, PROTOCOL_ANSWER_MAX).await;
+            Some(if speaks { (small, true) } else { (exe, false) })
+        })
+        .await;
+    let Some((path, small)) = found else { return Err("could not start: this binary's path is unknown".into()) };
     Ok((path.as_path(), (!small).then_some(supervisor::ARG)))
 }
 
-/// Whether `binary --protocol` answers this build's `PROTOCOL` (an older or newer
-/// `cronrun-supervise` left beside an upgraded `cronrun` may take other arguments).
-fn speaks_our_protocol(binary: &std::path::Path) -> bool {
-    let answer = std::process::Command::new(binary).arg(supervisor::PROTOCOL_ARG).stdin(Stdio::null()).output();
+/// How long `cronrun-supervise --protocol` may take to answer: it prints a line and exits.
+const PROTOCOL_ANSWER_MAX: Duration = Duration::from_secs(5);
+
+/// Whether `binary --protocol` answers this build's `PROTOCOL` within `within` (an older
+/// or newer `cronrun-supervise` left beside an upgraded `cronrun` may take other
+/// arguments, and one that hangs must not hold the runs back). Killed if it does not.
+async fn speaks_our_protocol(binary: &Path, within: Duration) -> bool {
+    let mut ask = Command::new(binary);
+    ask.arg(supervisor::PROTOCOL_ARG).stdin(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
+    let answer = match tokio::time::timeout(within, ask.output()).await {
+        Ok(answer) => answer,
+        Err(_) => Err(std::io::Error::other(format!("no answer to {} within {within:?}", supervisor::PROTOCOL_ARG))),
+    };
     let said = answer.as_ref().map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
     match said {
         Ok(said) if said == supervisor::PROTOCOL => true,
@@ -210,7 +224,7 @@ impl Ready for Prepared {
 
     async fn discard(mut self: Box<Self>) {
         self.process.signal(Signal::SIGKILL);
-        let _ = self.process.child.wait().await;
+        self.process.reaped_within(REAP_MAX).await;
         if let Some(path) = &self.input {
             let _ = std::fs::remove_file(path);
         }
@@ -291,10 +305,31 @@ impl ShellProcess {
         self.signal(Signal::SIGKILL);
         match status {
             Some(s) => Some(s),
-            None => self.child.wait().await.ok(),
+            None => self.reaped_within(REAP_MAX).await,
+        }
+    }
+
+    /// The supervisor's end once KILLed, waited for at most `bound`: a process stuck in
+    /// the kernel (uninterruptible I/O, a dead NFS mount) dies only when that ends, and the
+    /// run must not wait for it with its slot taken. Given up on, it is reaped in the
+    /// background (tokio's orphan queue) whenever it does die.
+    async fn reaped_within(&mut self, bound: Duration) -> Option<ExitStatus> {
+        match tokio::time::timeout(bound, self.child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                let pid = self.child.id().unwrap_or(0);
+                warn!(
+                    pid,
+                    "the run's supervisor did not die within {bound:?} of SIGKILL (stuck in the kernel?); going on without its exit status"
+                );
+                None
+            }
         }
     }
 }
+
+/// How long a KILLed supervisor's end is waited for (see `reaped_within`).
+const REAP_MAX: Duration = Duration::from_secs(10);
 
 /// Parses `TERM`, `SIGTERM`, `kill`, `9`... into a signal.
 pub fn parse_signal(s: &str) -> Option<Signal> {
@@ -316,5 +351,50 @@ mod tests {
         assert_eq!(parse_signal("SIGKILL"), Some(Signal::SIGKILL));
         assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
         assert_eq!(parse_signal("nope"), None);
+    }
+
+    #[tokio::test]
+    async fn a_supervisor_is_used_only_when_it_answers_our_protocol_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("ours", format!("echo '{}'", supervisor::PROTOCOL), true),
+            ("older", "echo 'cronrun-supervise 1'".to_string(), false),
+            ("fails", "exit 3".to_string(), false),
+            ("hangs", "exec sleep 30".to_string(), false),
+        ];
+        // Written by a child process: a file this multi-threaded test process had open for
+        // writing could be exec'd while a fork elsewhere still held it (ETXTBSY).
+        for (name, body, _) in &cases {
+            let path = dir.path().join(name);
+            let script = "printf '#!/bin/sh\\n%s\\n' \"$1\" > \"$2\" && chmod 755 \"$2\"";
+            let made = std::process::Command::new("sh")
+                .args(["-c", script, "sh", body.as_str(), path.to_str().unwrap()])
+                .status();
+            assert!(made.unwrap().success());
+        }
+        for (name, _, speaks) in cases {
+            let asked = std::time::Instant::now();
+            assert_eq!(speaks_our_protocol(&dir.path().join(name), Duration::from_millis(500)).await, speaks, "{name}");
+            assert!(asked.elapsed() < Duration::from_secs(3), "{name}: answered or given up on within the bound");
+        }
+        let missing = dir.path().join("missing");
+        assert!(!speaks_our_protocol(&missing, Duration::from_millis(500)).await);
+    }
+
+    #[tokio::test]
+    async fn a_process_that_will_not_die_is_waited_for_no_longer_than_the_bound() {
+        let spawn = |program: &str, arg: &str| {
+            let child = Command::new(program).arg(arg).process_group(0).spawn().unwrap();
+            let pgid = Pid::from_raw(child.id().unwrap() as i32);
+            ShellProcess { child, pgid }
+        };
+        // Not killed, it stands for one stuck in the kernel, which SIGKILL does not end.
+        let mut stuck = spawn("sleep", "30");
+        let waited = std::time::Instant::now();
+        assert_eq!(stuck.reaped_within(Duration::from_millis(300)).await, None);
+        assert!((Duration::from_millis(300)..Duration::from_secs(3)).contains(&waited.elapsed()));
+        stuck.signal(Signal::SIGKILL);
+        let mut done = spawn("true", "");
+        assert!(done.reaped_within(Duration::from_secs(10)).await.is_some_and(|s| s.success()));
     }
 }
