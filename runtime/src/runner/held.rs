@@ -15,6 +15,16 @@ use crate::record::{RunRecord, Status};
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
 
+/// How long telling JetStream that a run's message is still in hand may wait: with NATS
+/// away the ack waits for the connection, and nothing waits on it.
+const PROGRESS_MAX: Duration = Duration::from_millis(100);
+
+/// Tells JetStream the run's message is still in hand (its ack wait starts again), unless
+/// that cannot go out at once.
+pub(super) async fn in_progress(msg: &Message) {
+    let _ = tokio::time::timeout(PROGRESS_MAX, msg.ack_with(AckKind::Progress)).await;
+}
+
 /// The record as this runner last wrote it, the run's lease, and the overlap and lock
 /// leases it holds (see `guards`).
 pub(super) struct Held {
@@ -94,13 +104,13 @@ impl Held {
     /// JetStream the message is still in hand. A conflict means the run was taken away:
     /// the caller stops it. Nothing is written once the lease renewal is refused.
     pub(super) async fn heartbeat(&mut self, ctx: &RunnerCtx, msg: &Message, output: Vec<String>) -> Result<(), Error> {
+        in_progress(msg).await;
         self.record.heartbeat_at = Some(ctx.clock.now());
         self.record.output = output;
         let written = match self.renew().await {
             Ok(()) => self.write(ctx).await,
             Err(e) => Err(e),
         };
-        let _ = msg.ack_with(AckKind::Progress).await;
         match written {
             Err(e) if !e.is_conflict() => {
                 warn!("heartbeat not recorded: {e}");

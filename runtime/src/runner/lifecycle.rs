@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::Message;
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use super::exec::{self, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
-use super::held::Held;
+use super::held::{Held, in_progress};
 use super::running::supervise;
 use super::starter::{Release, Ticket};
 use super::{RunnerCtx, Stops};
@@ -261,7 +261,7 @@ async fn make(
             tokio::select! {
                 ready = &mut prepare => break ready,
                 _ = renew.tick() => {
-                    let _ = msg.ack_with(AckKind::Progress).await;
+                    in_progress(msg).await;
                     match held.renew().await {
                         Err(e) if e.is_conflict() => break Err(format!("the run's lease was taken while it was made ready: {e}")),
                         Err(e) => warn!("renewing the lease of a run being made ready: {e}"),
@@ -341,7 +341,13 @@ async fn mark_running(
         {
             return Err(e);
         }
-        let _ = msg.ack_with(AckKind::Progress).await;
+        in_progress(msg).await;
+        // A failing renewal takes its own time (NATS away): no write once the lease may
+        // have run out.
+        if std::time::Instant::now() >= lease_left(held) {
+            held.lease = None;
+            return Err(error);
+        }
     }
 }
 
@@ -363,8 +369,12 @@ async fn wait_until(
             _ = cancel.cancelled() => return Ok(false),
             _ = tokio::time::sleep(left.min(ctx.config.heartbeat)) => {
                 if left > ctx.config.heartbeat {
-                    held.renew().await?;
-                    let _ = msg.ack_with(AckKind::Progress).await;
+                    // Given up on a stop: the run, not started, is handed back.
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Ok(false),
+                        renewed = held.renew() => renewed?,
+                    }
+                    in_progress(msg).await;
                 }
             }
         }

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::RunnerCtx;
 use super::exec::{Outcome, Running, Stop, shell::parse_signal};
@@ -53,22 +53,18 @@ pub(super) async fn supervise(
     mut lines: mpsc::Receiver<Line>,
     stop: &CancellationToken,
 ) -> Result<Ended, Error> {
+    // From the start, whatever NATS does meanwhile.
+    let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(timeout);
     let grace = ctx.config.kill_grace;
     let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
-    let mut kills = match ctx.store.client.subscribe(ctx.store.names.kill_subject(&job, &run_id)).await {
-        Ok(kills) => kills,
-        Err(e) => {
-            code.stop(Stop::Kill, grace).await;
-            return Err(Error::nats("subscribing to kill requests", e));
-        }
-    };
+    let kill_subject = ctx.store.names.kill_subject(&job, &run_id);
+    let mut kills = kill_requests(ctx, &kill_subject).await;
     let mut log = RunLog::new(ctx, &job, &run_id, spec.output_lines as usize);
     let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
     // A beat that outlasted its period (NATS away) is followed by one, not by a burst.
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     heartbeat.tick().await;
-    let timeout = tokio::time::sleep(spec.timeout.unwrap_or(Duration::MAX / 4));
-    tokio::pin!(timeout);
 
     // The heartbeat's writes run beside the other arms, not in one: with NATS away each
     // waits out its request timeout, and meanwhile the timeout, a kill or the code's end
@@ -80,7 +76,7 @@ pub(super) async fn supervise(
         tokio::select! {
             exit = code.wait() => break (Ending::Exited, exit),
             _ = &mut timeout => break (Ending::TimedOut, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
-            Some(req) = kills.next() => {
+            Some(req) = async { match kills.as_mut() { Some(k) => k.next().await, None => std::future::pending().await } } => {
                 let signal = parse_signal(&String::from_utf8_lossy(&req.payload)).unwrap_or(Signal::SIGTERM);
                 if let Some(reply) = req.reply {
                     let _ = tokio::time::timeout(REPLY_MAX, ctx.store.client.publish(reply, "ok".into())).await;
@@ -90,6 +86,9 @@ pub(super) async fn supervise(
             }
             Some(line) = lines.recv() => log.line(line).await,
             _ = heartbeat.tick(), if idle.is_some() => {
+                if kills.is_none() {
+                    kills = kill_requests(ctx, &kill_subject).await;
+                }
                 if let Some(held) = idle.take() {
                     let output = log.tail().to_vec();
                     beating = Some(Box::pin(async move {
@@ -125,6 +124,25 @@ pub(super) async fn supervise(
         log.keep(text);
     }
     Ok(Ended { status, error, exit_code: exit.code, output: log.into_tail() })
+}
+
+/// How long subscribing to a run's kill requests may wait (for the connection).
+const SUBSCRIBE_MAX: Duration = Duration::from_millis(500);
+
+/// The run's kill requests; None while NATS is away (asked again with each heartbeat: no
+/// kill request can come meanwhile anyway).
+async fn kill_requests(ctx: &RunnerCtx, subject: &str) -> Option<async_nats::Subscriber> {
+    match tokio::time::timeout(SUBSCRIBE_MAX, ctx.store.client.subscribe(subject.to_string())).await {
+        Ok(Ok(kills)) => Some(kills),
+        Ok(Err(e)) => {
+            warn!("not subscribed to the run's kill requests yet: {e}");
+            None
+        }
+        Err(_) => {
+            warn!("not subscribed to the run's kill requests yet: NATS is away");
+            None
+        }
+    }
 }
 
 /// The run's status and error from why the lifecycle stopped waiting and how the code

@@ -67,7 +67,11 @@ pub async fn pull_into_slots(
                 Err(_) => break,
             }
         }
-        let mut batch = consumer.batch().max_messages(permits.len()).expires(limits.expires).messages().await?;
+        // Raced against the stop: with NATS away the request waits for the connection.
+        let mut batch = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            batch = consumer.batch().max_messages(permits.len()).expires(limits.expires).messages() => batch?,
+        };
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
