@@ -40,7 +40,7 @@ use crate::model::roles::CHAIN_CONSUMER;
 use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger, chain_run_id};
 use crate::store::Store;
-use crate::store::pull::{PullLimits, consumer_missing, pull_into_slots, until_gone};
+use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots, until_gone};
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
@@ -145,7 +145,7 @@ impl Chainer {
         slots: Arc<Semaphore>,
         cancel: &CancellationToken,
     ) -> Result<(), async_nats::jetstream::consumer::pull::BatchError> {
-        let limits = PullLimits { max_batch: usize::MAX, expires: Duration::from_secs(5) };
+        let limits = PullLimits { max_batch: usize::MAX, expires: EXPIRES };
         pull_into_slots(&consumer, &slots, &limits, cancel, |msg, permit| {
             let chainer = self.clone();
             tokio::spawn(async move {

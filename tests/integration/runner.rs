@@ -445,3 +445,81 @@ async fn a_supervisor_from_another_build_is_not_used_and_jobs_still_run() {
     let log = agent.log();
     assert!(log.contains("is from another build") && log.contains("cronrun-supervise 0"), "{log}");
 }
+
+/// A runner's pull still open at the server when the runner stops, and a run dispatched
+/// into it before the server hears the runner's unsubscribe (held here in a proxy): the run
+/// is not started there, and reaches another runner when that pull expires, not after the
+/// consumer's ack wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_dispatched_into_the_pull_of_a_stopping_runner_is_handed_on_not_started() {
+    use async_nats::jetstream::{self, consumer::pull, stream};
+    use cronrun::store::pull::{PullLimits, pull_into_slots};
+    use futures::StreamExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let nats = Nats::start().await;
+    let js = jetstream::new(nats.client().await);
+    let config = stream::Config {
+        name: "PULLS".into(),
+        subjects: vec!["pulls.>".into()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    };
+    let stream = js.create_stream(config).await.unwrap();
+    let consumer_config = pull::Config {
+        durable_name: Some("runners".into()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let consumer = stream.create_consumer(consumer_config).await.unwrap();
+
+    let proxy = Proxy::start(&nats.url).await;
+    let stopping_client =
+        cronrun::connect::connect(&proxy.url, Some(&nats.identity("test")), "stopping").await.unwrap();
+    let stopping_js = jetstream::new(stopping_client);
+    let stopping_consumer: jetstream::consumer::PullConsumer =
+        stopping_js.get_stream("PULLS").await.unwrap().get_consumer("runners").await.unwrap();
+    let expires = Duration::from_secs(4);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let stopping = tokio::spawn({
+        let (cancel, started) = (cancel.clone(), started.clone());
+        async move {
+            let limits = PullLimits { max_batch: 4, expires };
+            let slots = Arc::new(tokio::sync::Semaphore::new(4));
+            pull_into_slots(&stopping_consumer, &slots, &limits, &cancel, |_, _| {
+                started.fetch_add(1, Ordering::SeqCst);
+            })
+            .await
+        }
+    });
+    let info = |wanted: fn(&jetstream::consumer::Info) -> bool| {
+        let consumer = consumer.clone();
+        move || {
+            let mut consumer = consumer.clone();
+            async move { consumer.info().await.ok().filter(|i| wanted(i)).map(|_| ()) }
+        }
+    };
+    eventually(Duration::from_secs(5), "the runner's pull waiting at the server", info(|i| i.num_waiting > 0)).await;
+    proxy.hold_sends(true);
+    cancel.cancel();
+    let stopped = std::time::Instant::now();
+    js.publish("pulls.run", "run".into()).await.unwrap().await.unwrap();
+    eventually(Duration::from_secs(5), "the run delivered into that pull", info(|i| i.num_ack_pending == 1)).await;
+    proxy.hold_sends(false);
+
+    let mut other = consumer.fetch().max_messages(1).expires(Duration::from_secs(15)).messages().await.unwrap();
+    let msg = other.next().await.expect("the run reaches the other runner").unwrap();
+    msg.ack().await.unwrap();
+    let waited = stopped.elapsed();
+    println!("the run reached the other runner {waited:?} after the stop");
+    assert!(
+        waited < expires + Duration::from_secs(2),
+        "handed on {waited:?} after the stop, not when the pull expired"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), stopping).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "the stopping puller ends once its pull expired: {ended:?}");
+    assert_eq!(started.load(Ordering::SeqCst), 0, "nothing is started after the stop");
+}

@@ -7,6 +7,7 @@
 //! - `plugins.rs`: the example Wasm plugins, built once per test binary.
 //! - `receiver.rs`: a real HTTP server that records the webhooks it receives.
 //! - `browser.rs`: a real headless Chromium over WebDriver, for the dashboard.
+//! - `proxy.rs`: a TCP proxy that holds what a client sends, for windows between the two.
 //!
 //! Here: what all of them use (the binary, test directories, bounded waits).
 #![allow(dead_code, unused_imports)]
@@ -14,6 +15,7 @@
 mod agents;
 mod browser;
 mod plugins;
+mod proxy;
 mod receiver;
 mod records;
 mod server;
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 pub use agents::*;
 pub use browser::*;
 pub use plugins::*;
+pub use proxy::*;
 pub use receiver::*;
 pub use records::*;
 pub use server::*;

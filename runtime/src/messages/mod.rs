@@ -44,7 +44,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::spec::on::OnMessage;
 use crate::store::Store;
-use crate::store::pull::{PullLimits, consumer_missing, pull_into_slots, until_gone};
+use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots, until_gone};
 
 /// How long a message held by an agent that stopped answering waits for another.
 const ACK_WAIT: Duration = Duration::from_secs(30);
@@ -171,7 +171,7 @@ async fn delete_consumer(store: &Store, job: &str) -> bool {
 /// message in hand is seen through to its run's end, unless the agent stops (`stop`).
 async fn follow(ctx: Ctx, job: String, on: OnMessage, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(on.concurrency as usize));
-    let limits = PullLimits { max_batch: on.concurrency as usize, expires: Duration::from_secs(5) };
+    let limits = PullLimits { max_batch: on.concurrency as usize, expires: EXPIRES };
     loop {
         match consumer(&ctx.store, &job, &on).await {
             Ok(consumer) => {

@@ -42,7 +42,7 @@ use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger};
 use crate::spec::notify::{Notice, Notify, watched_kinds};
 use crate::store::Store;
-use crate::store::pull::{PullLimits, pull_into_slots};
+use crate::store::pull::{EXPIRES, PullLimits, pull_into_slots};
 pub use deliver::{DELIVERY_HEADER, SIGNATURE_HEADER, signature};
 
 /// `[notify]` of `cronrun.toml`. Every agent with the scheduler role delivers, so every
@@ -180,7 +180,7 @@ async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, 
 impl Notifier {
     /// Pulls events into free slots (`store::pull`) until `cancel` or a pull fails.
     async fn pull(self: Arc<Self>, consumer: PullConsumer, slots: Arc<Semaphore>, cancel: &CancellationToken) {
-        let limits = PullLimits { max_batch: usize::MAX, expires: Duration::from_secs(5) };
+        let limits = PullLimits { max_batch: usize::MAX, expires: EXPIRES };
         let pulled = pull_into_slots(&consumer, &slots, &limits, cancel, |msg, permit| {
             let notifier = self.clone();
             tokio::spawn(async move {

@@ -46,7 +46,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::spec::{History, JobSpec};
 use crate::store::Store;
-use crate::store::pull::{PullLimits, pull_into_slots};
+use crate::store::pull::{EXPIRES, PullLimits, pull_into_slots};
 use crate::supervise::Watched;
 
 pub use crate::output::{EOF_HEADER, STREAM_HEADER};
@@ -358,7 +358,7 @@ async fn pull_loop(
     stops: Stops,
 ) {
     let cancel = stops.shutdown.clone();
-    let limits = PullLimits { max_batch: 256, expires: Duration::from_secs(2) };
+    let limits = PullLimits { max_batch: 256, expires: EXPIRES };
     loop {
         let pulled = pull_into_slots(&consumer, &slots, &limits, &cancel, |msg, permit| {
             let ctx = ctx.clone();

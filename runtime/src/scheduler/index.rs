@@ -156,8 +156,9 @@ impl PublishedTriggers {
             return Ok(());
         }
         let value = serde_json::to_vec(&self.jobs).unwrap_or_default();
-        self.dirty = false;
         if value.len() > budget {
+            // Said once per change, not at every renewal.
+            self.dirty = false;
             return Err(Error::new(
                 crate::ErrorKind::Other,
                 format!(
@@ -169,7 +170,9 @@ impl PublishedTriggers {
                 ),
             ));
         }
+        // Still dirty until written: a write that failed (or was given up) is made again.
         self.written = Some(leases.put(&key, value.into(), None).await?);
+        self.dirty = false;
         Ok(())
     }
 }

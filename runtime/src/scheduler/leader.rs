@@ -2,6 +2,7 @@
 //! instant, renew the lease and move the watermark.
 
 use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -17,7 +18,7 @@ use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
 use super::{Due, FireQueue, SchedulerCtx, shards};
 use crate::dispatch::{DispatchMsg, dispatch};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::names::lease_keys;
 use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
@@ -53,8 +54,36 @@ pub(super) struct Led<'a> {
     pub ctx: &'a SchedulerCtx,
 }
 
+/// What the leader keeps up beside its dispatching: the lease and the watermark.
+struct Hold {
+    lease: Lease,
+    watermark: Watermark,
+}
+
+impl Hold {
+    /// Renews the lease, then moves the watermark to `low`. A renewal that takes longer
+    /// than the lease's TTL counts as lost: the leader, dispatching meanwhile, steps down
+    /// (a successor's dispatches of the same fires are refused by their run records).
+    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<(), Error> {
+        let ttl = self.lease.ttl();
+        let keep = async {
+            self.lease.renew().await?;
+            write_watermark(s, &mut self.watermark, low).await
+        };
+        match tokio::time::timeout(ttl, keep).await {
+            Ok(kept) => kept,
+            Err(_) => {
+                Err(Error::new(ErrorKind::Nats, format!("renewing the shard's lease took over its TTL ({ttl:?})")))
+            }
+        }
+    }
+}
+
+/// A renewal in flight, holding the lease and watermark until it is done.
+type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<(), Error>)> + Send + 'a>>;
+
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
-pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
     let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
@@ -93,11 +122,19 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
     let mut publish_at = None;
     let mut in_flight = InFlight::default();
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
+    // A renewal that outlasted its period is followed by one, not by a burst.
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renew.tick().await;
     let lead = TimeDelta::from_std(s.ctx.config.lead).unwrap_or_default();
     let mut counted = Counted(0);
 
-    loop {
+    // The renewal's writes run beside the other arms, not in one: during an election of
+    // the leases bucket each waits out its request timeout, and dispatching (and the stop)
+    // must not wait with it. One at a time; one in flight at the end is finished first.
+    let mut hold = Hold { lease, watermark };
+    let mut idle = Some(&mut hold);
+    let mut keeping: Option<Keeping<'_>> = None;
+    let ended = loop {
         counted.set(queue.len());
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
@@ -114,15 +151,7 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
         let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
         let wake = planner.sleep(queue.peek(), now, room);
         tokio::select! {
-            _ = cancel.cancelled() => {
-                while in_flight.join_next().await {}
-                let low = low_water(&mut queue, &in_flight, now + lead);
-                write_watermark(s, &mut watermark, low).await.ok();
-                if let Err(e) = lease.release().await {
-                    warn!("releasing scheduler lease: {e}");
-                }
-                return Ok(());
-            }
+            _ = cancel.cancelled() => break Ok(()),
             _ = tokio::time::sleep(wake) => {}
             change = jobs.next() => match change {
                 Ok(ShardChange::Put(job)) => {
@@ -137,12 +166,7 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 }
                 // Without its jobs' changes the shard cannot be led: let another (or us
                 // again, after a fresh load) take it at once.
-                Err(e) => {
-                    if let Err(e) = lease.release().await {
-                        warn!("releasing scheduler lease: {e}");
-                    }
-                    return Err(e);
-                }
+                Err(e) => break Err(e),
             },
             true = in_flight.join_next() => {}
             // Changed triggers go out a moment later, many edits (an `apply`) in one write.
@@ -150,15 +174,40 @@ pub(super) async fn lead(s: &mut Led<'_>, mut lease: Lease, cancel: &Cancellatio
                 publish_at = None;
                 publish_triggers(s, &mut triggers).await;
             }
-            _ = renew.tick() => {
+            _ = renew.tick(), if idle.is_some() => {
                 s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
-                lease.renew().await?;
-                let low = low_water(&mut queue, &in_flight, now + lead);
-                write_watermark(s, &mut watermark, low).await?;
+                if let Some(hold) = idle.take() {
+                    let low = low_water(&mut queue, &in_flight, now + lead);
+                    keeping = Some(Box::pin(async move {
+                        let kept = hold.keep(s, low).await;
+                        (hold, kept)
+                    }));
+                }
                 publish_triggers(s, &mut triggers).await;
             }
+            (hold, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
+                (keeping, idle) = (None, Some(hold));
+                // The lease was lost (or could not be renewed): stop leading at once.
+                kept?;
+            }
         }
+    };
+    if let Some(k) = keeping.take()
+        && let (_, Err(e)) = k.await
+    {
+        warn!("renewing the scheduler lease at the end of leading: {e}");
     }
+    drop((keeping, idle));
+    let Hold { lease, mut watermark } = hold;
+    if ended.is_ok() {
+        while in_flight.join_next().await {}
+        let low = low_water(&mut queue, &in_flight, s.ctx.clock.now() + lead);
+        write_watermark(s, &mut watermark, low).await.ok();
+    }
+    if let Err(e) = lease.release().await {
+        warn!("releasing scheduler lease: {e}");
+    }
+    ended
 }
 
 /// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The
@@ -249,11 +298,17 @@ fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>
 /// How long changed triggers wait to be published with the changes that follow.
 const TRIGGERS_DELAY: Duration = Duration::from_millis(50);
 
+/// How long publishing the triggers may hold up dispatching (an election of the leases
+/// bucket); given up, it is made again at the next renewal.
+const TRIGGERS_MAX: Duration = Duration::from_millis(500);
+
 /// Publishes the shard's triggers if they need it; a failure is tried again at the next
 /// renewal.
 async fn publish_triggers(s: &Led<'_>, triggers: &mut PublishedTriggers) {
-    if let Err(e) = triggers.publish(&s.ctx.store.leases, s.ctx.store.record_budget).await {
-        error!("publishing the shard's triggers: {e}");
+    match tokio::time::timeout(TRIGGERS_MAX, triggers.publish(&s.ctx.store.leases, s.ctx.store.record_budget)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => error!("publishing the shard's triggers: {e}"),
+        Err(_) => warn!("publishing the shard's triggers took over {TRIGGERS_MAX:?}: tried again at the next renewal"),
     }
 }
 

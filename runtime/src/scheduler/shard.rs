@@ -43,8 +43,8 @@ impl Shard {
                 crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
-                let mut shard = Led { n: self.n, ctx: &self.ctx };
-                let led = AssertUnwindSafe(lead(&mut shard, lease, &cancel)).catch_unwind().await;
+                let shard = Led { n: self.n, ctx: &self.ctx };
+                let led = AssertUnwindSafe(lead(&shard, lease, &cancel)).catch_unwind().await;
                 crate::metrics::shards_led(-1.0);
                 self.ctx.next_fires.clear(self.n);
                 let _ = self.state.send((self.n, false));

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::AckKind;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::Message;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::consumer::pull::BatchError;
+use async_nats::jetstream::consumer::pull::{Batch, BatchError};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
 use futures::StreamExt;
@@ -39,6 +40,12 @@ pub fn consumer_missing(e: &ConsumerError) -> bool {
     matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND)
 }
 
+/// How long a pull waits for messages. A pull open at the stop holds what it still brings
+/// until it expires (see `hand_back_rest`), so this bounds how late that is handed on (a
+/// second: under the scheduler's lead, so such runs still start on time) and how much
+/// longer a stop takes. An idle consumer asks again every second: a small cost.
+pub const EXPIRES: Duration = Duration::from_secs(1);
+
 /// How much one pull asks for, and how long it waits for it.
 pub struct PullLimits {
     pub max_batch: usize,
@@ -47,7 +54,8 @@ pub struct PullLimits {
 
 /// Hands each message pulled to `start` with the slot it holds, until `cancel` or the
 /// slots are closed (`Ok`), or a pull cannot be made (`Err`: the caller decides when to
-/// try again). A message that arrives without a free slot is left to its redelivery.
+/// try again). A message that arrives without a free slot is left to its redelivery; one
+/// that arrives after `cancel` is handed back at once (see `hand_back_rest`).
 pub async fn pull_into_slots(
     consumer: &PullConsumer,
     slots: &Arc<Semaphore>,
@@ -74,7 +82,11 @@ pub async fn pull_into_slots(
         };
         loop {
             let next = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
+                biased;
+                _ = cancel.cancelled() => {
+                    hand_back_rest(&mut batch, limits.expires).await;
+                    return Ok(());
+                }
                 next = batch.next() => next,
             };
             let msg = match next {
@@ -91,5 +103,23 @@ pub async fn pull_into_slots(
             let Some(permit) = permits.pop() else { break };
             start(msg, permit);
         }
+    }
+}
+
+/// Hands back what a pull cut short by the stop still brings. The request stays open at
+/// the server until it expires, and a message it delivers to an inbox no longer read would
+/// wait out the consumer's whole ack wait before anyone else could have it. So the rest is
+/// read until the pull ends (bounded by `expires` and a second) and then nakked, each
+/// message once: nakked at once, it would come straight back to this same open request.
+async fn hand_back_rest(batch: &mut Batch, expires: Duration) {
+    let mut rest = Vec::new();
+    let read = async {
+        while let Some(next) = batch.next().await {
+            rest.extend(next.ok());
+        }
+    };
+    let _ = tokio::time::timeout(expires + Duration::from_secs(1), read).await;
+    for msg in rest {
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
     }
 }
