@@ -86,8 +86,8 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         match consumer(&chainer.store).await {
             Ok(consumer) => {
                 info!("chains: following run records");
+                // Ends at `cancel` by itself, once it has handed back what its pull still brings.
                 tokio::select! {
-                    _ = cancel.cancelled() => return,
                     pulled = chainer.clone().pull(consumer.clone(), slots.clone(), &cancel) => {
                         if let Err(e) = pulled {
                             warn!("chains: pulling run records: {e}");

@@ -131,10 +131,13 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
             }
         }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }
+    // Each hands back what its pull still brings (see `store::pull`) before the agent exits.
+    let tasks = following.into_values().map(|f| f.task);
+    let _ = tokio::time::timeout(Duration::from_secs(2), futures::future::join_all(tasks)).await;
 }
 
 /// The jobs that have a consumer on the messages stream now.

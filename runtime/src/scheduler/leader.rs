@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info_span, warn};
 
@@ -18,7 +19,7 @@ use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
 use super::{Due, FireQueue, SchedulerCtx, shards};
 use crate::dispatch::{DispatchMsg, dispatch};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::names::lease_keys;
 use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
@@ -61,29 +62,32 @@ struct Hold {
 }
 
 impl Hold {
-    /// Renews the lease, then moves the watermark to `low`. A renewal that takes longer
-    /// than the lease's TTL counts as lost: the leader, dispatching meanwhile, steps down
-    /// (a successor's dispatches of the same fires are refused by their run records).
-    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<(), Error> {
-        let ttl = self.lease.ttl();
-        let keep = async {
-            self.lease.renew().await?;
-            write_watermark(s, &mut self.watermark, low).await
-        };
-        match tokio::time::timeout(ttl, keep).await {
-            Ok(kept) => kept,
-            Err(_) => {
-                Err(Error::new(ErrorKind::Nats, format!("renewing the shard's lease took over its TTL ({ttl:?})")))
-            }
-        }
+    /// Renews the lease, then moves the watermark to `low`; the lease's new end for us on
+    /// success (see `lease_end_from`).
+    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<Instant, Error> {
+        let asked = Instant::now();
+        self.lease.renew().await?;
+        write_watermark(s, &mut self.watermark, low).await?;
+        Ok(lease_end_from(asked, self.lease.ttl()))
     }
 }
 
+/// Where a lease renewed at `asked` ends for us: its TTL less a tenth, so that we stop
+/// before the server lets a successor in.
+fn lease_end_from(asked: Instant, ttl: Duration) -> Instant {
+    asked + ttl - ttl / 10
+}
+
+/// How long the end of leading waits for a renewal in flight.
+const LAST_KEEP_MAX: Duration = Duration::from_secs(2);
+
 /// A renewal in flight, holding the lease and watermark until it is done.
-type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<(), Error>)> + Send + 'a>>;
+type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<Instant, Error>)> + Send + 'a>>;
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
 pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+    // Just taken (or renewed a moment ago).
+    let mut leased_at = Instant::now();
     let mut watermark = read_watermark(s).await?;
     let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
@@ -93,7 +97,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    let (loaded, mut jobs) = match load(s, &mut lease, cancel).await {
+    let (loaded, mut jobs) = match load(s, (&mut lease, &mut leased_at), cancel).await {
         Ok(Some(loaded)) => loaded,
         // Given up at once, so that another (or this one again) takes the shard now.
         outcome => {
@@ -130,7 +134,10 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
 
     // The renewal's writes run beside the other arms, not in one: during an election of
     // the leases bucket each waits out its request timeout, and dispatching (and the stop)
-    // must not wait with it. One at a time; one in flight at the end is finished first.
+    // must not wait with it. One at a time. Nothing is dispatched from the moment the lease
+    // may have run out (`lease_end`) until a renewal is answered; one refused or failed
+    // makes the leader step down.
+    let mut lease_end = lease_end_from(leased_at, lease.ttl());
     let mut hold = Hold { lease, watermark };
     let mut idle = Some(&mut hold);
     let mut keeping: Option<Keeping<'_>> = None;
@@ -138,7 +145,12 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         counted.set(queue.len());
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
-        let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
+        let leased = Instant::now() < lease_end;
+        if !leased && idle.is_some() {
+            // A long catch-up before the first pass: renewed now, not a period later.
+            renew.reset_immediately();
+        }
+        let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
         for action in planner.due(&mut queue, now, room) {
             let (at, store) = (action.fire(), s.ctx.store.clone());
             match action {
@@ -148,7 +160,8 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
                 Action::Missed(due, why, record) => in_flight.spawn(at, missed(store, due, why, record, now)),
             }
         }
-        let room = s.ctx.config.max_in_flight.saturating_sub(in_flight.len());
+        // Not leased, it sleeps until a renewal is answered.
+        let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
         let wake = planner.sleep(queue.peek(), now, room);
         tokio::select! {
             _ = cancel.cancelled() => break Ok(()),
@@ -177,7 +190,8 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             _ = renew.tick(), if idle.is_some() => {
                 s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
                 if let Some(hold) = idle.take() {
-                    let low = low_water(&mut queue, &in_flight, now + lead);
+                    // Not past now: a job added while the write is in flight fires from now.
+                    let low = low_water(&mut queue, &in_flight, now);
                     keeping = Some(Box::pin(async move {
                         let kept = hold.keep(s, low).await;
                         (hold, kept)
@@ -188,14 +202,21 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             (hold, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
                 (keeping, idle) = (None, Some(hold));
                 // The lease was lost (or could not be renewed): stop leading at once.
-                kept?;
+                lease_end = kept?;
             }
         }
     };
-    if let Some(k) = keeping.take()
-        && let (_, Err(e)) = k.await
-    {
-        warn!("renewing the scheduler lease at the end of leading: {e}");
+    // A renewal in flight is waited for a moment. Unfinished or failed, or the lease run
+    // out, it may not be ours: nothing more is written, and it is left to expire.
+    if let Some(k) = keeping.take() {
+        match tokio::time::timeout(LAST_KEEP_MAX, k).await {
+            Ok((_, Ok(end))) => lease_end = end,
+            Ok((_, Err(e))) => return Err(e),
+            Err(_) => return Err(Error::nats("stepping down", "the lease's renewal was still unanswered")),
+        }
+    }
+    if Instant::now() >= lease_end {
+        return Err(Error::nats("stepping down", "the lease may have run out"));
     }
     drop((keeping, idle));
     let Hold { lease, mut watermark } = hold;
@@ -211,10 +232,11 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
 }
 
 /// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The
-/// lease is renewed while they are read: a pass over a large index takes seconds.
+/// lease is renewed while they are read (a pass over a large index takes seconds), and
+/// `leased_at` set to when the last renewal was asked.
 async fn load(
     s: &Led<'_>,
-    lease: &mut Lease,
+    (lease, leased_at): (&mut Lease, &mut Instant),
     cancel: &CancellationToken,
 ) -> Result<Option<(Loaded, ShardJobs)>, Error> {
     let loading = async {
@@ -229,7 +251,11 @@ async fn load(
         tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
             loaded = &mut loading => return loaded.map(Some),
-            _ = renew.tick() => lease.renew().await?,
+            _ = renew.tick() => {
+                let asked = Instant::now();
+                lease.renew().await?;
+                *leased_at = asked;
+            }
         }
     }
 }

@@ -41,9 +41,10 @@ pub fn consumer_missing(e: &ConsumerError) -> bool {
 }
 
 /// How long a pull waits for messages. A pull open at the stop holds what it still brings
-/// until it expires (see `hand_back_rest`), so this bounds how late that is handed on (a
-/// second: under the scheduler's lead, so such runs still start on time) and how much
-/// longer a stop takes. An idle consumer asks again every second: a small cost.
+/// until it expires (see `hand_back_rest`), so this bounds how late that is handed on and
+/// how much longer a stop takes (a second; two if the server's word that the pull ended is
+/// lost). A second is under the scheduler's lead, so fires dispatched ahead still start on
+/// time. An idle consumer asks again every second: a small cost.
 pub const EXPIRES: Duration = Duration::from_secs(1);
 
 /// How much one pull asks for, and how long it waits for it.
