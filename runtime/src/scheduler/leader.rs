@@ -62,32 +62,29 @@ struct Hold {
 }
 
 impl Hold {
-    /// Renews the lease, then moves the watermark to `low`; the lease's new end for us on
-    /// success (see `lease_end_from`).
-    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<Instant, Error> {
-        let asked = Instant::now();
-        self.lease.renew().await?;
-        write_watermark(s, &mut self.watermark, low).await?;
-        Ok(lease_end_from(asked, self.lease.ttl()))
+    /// Renews the lease, then moves the watermark to `low`. One that takes longer than the
+    /// lease's TTL counts as failed.
+    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<(), Error> {
+        let ttl = self.lease.ttl();
+        let keep = async {
+            self.lease.renew().await?;
+            write_watermark(s, &mut self.watermark, low).await
+        };
+        match tokio::time::timeout(ttl, keep).await {
+            Ok(kept) => kept,
+            Err(_) => Err(Error::nats("renewing the shard's lease", format!("no answer within its TTL ({ttl:?})"))),
+        }
     }
-}
-
-/// Where a lease renewed at `asked` ends for us: its TTL less a tenth, so that we stop
-/// before the server lets a successor in.
-fn lease_end_from(asked: Instant, ttl: Duration) -> Instant {
-    asked + ttl - ttl / 10
 }
 
 /// How long the end of leading waits for a renewal in flight.
 const LAST_KEEP_MAX: Duration = Duration::from_secs(2);
 
 /// A renewal in flight, holding the lease and watermark until it is done.
-type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<Instant, Error>)> + Send + 'a>>;
+type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<(), Error>)> + Send + 'a>>;
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
 pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
-    // Just taken (or renewed a moment ago).
-    let mut leased_at = Instant::now();
     let mut watermark = read_watermark(s).await?;
     let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
@@ -97,7 +94,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    let (loaded, mut jobs) = match load(s, (&mut lease, &mut leased_at), cancel).await {
+    let (loaded, mut jobs) = match load(s, &mut lease, cancel).await {
         Ok(Some(loaded)) => loaded,
         // Given up at once, so that another (or this one again) takes the shard now.
         outcome => {
@@ -129,15 +126,14 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     // A renewal that outlasted its period is followed by one, not by a burst.
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renew.tick().await;
-    let lead = TimeDelta::from_std(s.ctx.config.lead).unwrap_or_default();
     let mut counted = Counted(0);
 
     // The renewal's writes run beside the other arms, not in one: during an election of
     // the leases bucket each waits out its request timeout, and dispatching (and the stop)
     // must not wait with it. One at a time. Nothing is dispatched from the moment the lease
-    // may have run out (`lease_end`) until a renewal is answered; one refused or failed
-    // makes the leader step down.
-    let mut lease_end = lease_end_from(leased_at, lease.ttl());
+    // may have run out (`lease_end`) until a renewal is answered; one refused, failed or
+    // answered too late to lead on makes the leader step down.
+    let mut lease_end = lease.held_until();
     let mut hold = Hold { lease, watermark };
     let mut idle = Some(&mut hold);
     let mut keeping: Option<Keeping<'_>> = None;
@@ -200,29 +196,42 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
                 publish_triggers(s, &mut triggers).await;
             }
             (hold, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
-                (keeping, idle) = (None, Some(hold));
                 // The lease was lost (or could not be renewed): stop leading at once.
-                lease_end = kept?;
+                kept?;
+                lease_end = hold.lease.held_until();
+                (keeping, idle) = (None, Some(hold));
+                if Instant::now() >= lease_end {
+                    break Err(Error::nats("renewing the shard's lease", "answered too late to lead on"));
+                }
             }
         }
     };
     // A renewal in flight is waited for a moment. Unfinished or failed, or the lease run
     // out, it may not be ours: nothing more is written, and it is left to expire.
+    let mut lost = None;
     if let Some(k) = keeping.take() {
         match tokio::time::timeout(LAST_KEEP_MAX, k).await {
-            Ok((_, Ok(end))) => lease_end = end,
-            Ok((_, Err(e))) => return Err(e),
-            Err(_) => return Err(Error::nats("stepping down", "the lease's renewal was still unanswered")),
+            Ok((hold, Ok(()))) => lease_end = hold.lease.held_until(),
+            Ok((_, Err(e))) => lost = Some(e),
+            Err(_) => lost = Some(Error::nats("stepping down", "the lease's renewal was still unanswered")),
         }
+    }
+    drop((keeping, idle));
+    if ended.is_ok() {
+        // Finished either way: one cut short would leave its fire to a successor's catch-up
+        // (late), and a second dispatch of a fire is refused by its run record.
+        while in_flight.join_next().await {}
+    }
+    if let Some(e) = lost {
+        return Err(e);
     }
     if Instant::now() >= lease_end {
         return Err(Error::nats("stepping down", "the lease may have run out"));
     }
-    drop((keeping, idle));
     let Hold { lease, mut watermark } = hold;
     if ended.is_ok() {
-        while in_flight.join_next().await {}
-        let low = low_water(&mut queue, &in_flight, s.ctx.clock.now() + lead);
+        // Not past now: a job's change not read yet fires from now at its successor.
+        let low = low_water(&mut queue, &in_flight, s.ctx.clock.now());
         write_watermark(s, &mut watermark, low).await.ok();
     }
     if let Err(e) = lease.release().await {
@@ -232,11 +241,10 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
 }
 
 /// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The
-/// lease is renewed while they are read (a pass over a large index takes seconds), and
-/// `leased_at` set to when the last renewal was asked.
+/// lease is renewed while they are read: a pass over a large index takes seconds.
 async fn load(
     s: &Led<'_>,
-    (lease, leased_at): (&mut Lease, &mut Instant),
+    lease: &mut Lease,
     cancel: &CancellationToken,
 ) -> Result<Option<(Loaded, ShardJobs)>, Error> {
     let loading = async {
@@ -251,11 +259,7 @@ async fn load(
         tokio::select! {
             _ = cancel.cancelled() => return Ok(None),
             loaded = &mut loading => return loaded.map(Some),
-            _ = renew.tick() => {
-                let asked = Instant::now();
-                lease.renew().await?;
-                *leased_at = asked;
-            }
+            _ = renew.tick() => lease.renew().await?,
         }
     }
 }
@@ -313,8 +317,9 @@ impl InFlight {
     }
 }
 
-/// Everything before the earliest fire not yet dispatched (queued or in flight) is done;
-/// nothing after `ceiling` (now + lead) has been looked at.
+/// Everything before the earliest fire not yet dispatched (queued or in flight) is done,
+/// up to `ceiling`: now, as a job changed meanwhile (a change not read yet) fires from
+/// then on. Fires dispatched ahead, after it, are refused as duplicates at a successor.
 fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>) -> DateTime<Utc> {
     let pending = [queue.peek(), in_flight.earliest(), Some(ceiling)];
     let next = pending.into_iter().flatten().min().unwrap_or(ceiling);

@@ -50,6 +50,9 @@ impl Shard {
                 let _ = self.state.send((self.n, false));
                 match led {
                     Ok(Ok(())) => return,
+                    Ok(Err(e)) if cancel.is_cancelled() => {
+                        return warn!("stepped down from the shard while stopping: {e}");
+                    }
                     Ok(Err(e)) => warn!("stepped down from the shard: {e}"),
                     Err(panic) => {
                         let why = crate::supervise::panic_message(panic.as_ref());

@@ -29,11 +29,22 @@ pub struct Lease {
     value: LeaseValue,
     ttl: Duration,
     fence: Fenced,
+    /// See `held_until`.
+    held_until: tokio::time::Instant,
+}
+
+/// Until when a lease written with `ttl`, asked at `asked`, is surely still ours as far as
+/// the server's clock goes: it expires its TTL after the server applied the write, which
+/// was after we asked. The TTL as sent (whole seconds), less a tenth for the clocks' drift.
+fn held_until(asked: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    let ttl = Duration::from_secs(ttl.as_secs().max(1));
+    asked + ttl - ttl / 10
 }
 
 impl Lease {
     /// Takes the lease if nobody holds it. None: held by someone else.
     pub async fn try_acquire(kv: &Bucket, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, Error> {
+        let asked = tokio::time::Instant::now();
         let now = Utc::now();
         let value = LeaseValue {
             holder: holder.to_string(),
@@ -43,9 +54,14 @@ impl Lease {
         };
         let bytes = serde_json::to_vec(&value).unwrap_or_default().into();
         match kv.create(key, bytes, Some(ttl)).await {
-            Ok(revision) => {
-                Ok(Some(Lease { kv: kv.clone(), key: key.to_string(), value, ttl, fence: Fenced::at(revision) }))
-            }
+            Ok(revision) => Ok(Some(Lease {
+                kv: kv.clone(),
+                key: key.to_string(),
+                value,
+                ttl,
+                fence: Fenced::at(revision),
+                held_until: held_until(asked, ttl),
+            })),
             Err(e) if *e.kind() == crate::error::ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(e),
         }
@@ -53,10 +69,17 @@ impl Lease {
 
     /// Extends the lease by its TTL. `ErrorKind::Conflict`: it was lost.
     pub async fn renew(&mut self) -> Result<(), Error> {
+        let asked = tokio::time::Instant::now();
         self.value.renewed_at = Utc::now();
         let bytes = serde_json::to_vec(&self.value).unwrap_or_default().into();
         self.kv.update_fenced(&self.key, bytes, &mut self.fence, Some(self.ttl)).await?;
+        self.held_until = held_until(asked, self.ttl);
         Ok(())
+    }
+
+    /// Until when the lease is surely still ours (as of its last write).
+    pub fn held_until(&self) -> tokio::time::Instant {
+        self.held_until
     }
 
     /// Gives the lease up at once, so a successor need not wait for the TTL.
@@ -83,4 +106,20 @@ impl Lease {
 /// The holder of `key`, if held.
 pub async fn holder(kv: &Bucket, key: &str) -> Result<Option<LeaseValue>, Error> {
     Ok(kv.get(key).await?.and_then(|v| serde_json::from_slice(&v.value).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_ours_until_its_ttl_as_sent_less_a_tenth_after_we_asked() {
+        let asked = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        // The TTL goes out in whole seconds, at least one: the server counts that.
+        let cases = [(ms(10_000), ms(9_000)), (ms(2_500), ms(1_800)), (ms(500), ms(900)), (ms(15_000), ms(13_500))];
+        for (ttl, ours) in cases {
+            assert_eq!(held_until(asked, ttl) - asked, ours, "a TTL of {ttl:?}");
+        }
+    }
 }
