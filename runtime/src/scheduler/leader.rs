@@ -62,17 +62,19 @@ struct Hold {
 }
 
 impl Hold {
-    /// Renews the lease, then moves the watermark to `low`. One that takes longer than the
-    /// lease's TTL counts as failed.
+    /// Renews the lease, then moves the watermark to `low` while the lease is surely ours
+    /// (a successor may read the watermark once it is not). A renewal unanswered within
+    /// the lease's TTL counts as failed.
     async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<(), Error> {
         let ttl = self.lease.ttl();
-        let keep = async {
-            self.lease.renew().await?;
-            write_watermark(s, &mut self.watermark, low).await
-        };
-        match tokio::time::timeout(ttl, keep).await {
-            Ok(kept) => kept,
-            Err(_) => Err(Error::nats("renewing the shard's lease", format!("no answer within its TTL ({ttl:?})"))),
+        match tokio::time::timeout(ttl, self.lease.renew()).await {
+            Ok(renewed) => renewed?,
+            Err(_) => return Err(Error::nats("renewing the shard's lease", format!("no answer within {ttl:?}"))),
+        }
+        let moved = write_watermark(s, &mut self.watermark, low);
+        match tokio::time::timeout_at(self.lease.held_until(), moved).await {
+            Ok(moved) => moved,
+            Err(_) => Err(Error::nats("moving the watermark", "no answer while the lease was surely ours")),
         }
     }
 }
@@ -196,48 +198,67 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
                 publish_triggers(s, &mut triggers).await;
             }
             (hold, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
-                // The lease was lost (or could not be renewed): stop leading at once.
-                kept?;
                 lease_end = hold.lease.held_until();
                 (keeping, idle) = (None, Some(hold));
+                // Lost, not renewed, or renewed too late to lead on: step down at once.
+                if let Err(e) = kept {
+                    break Err(e);
+                }
                 if Instant::now() >= lease_end {
                     break Err(Error::nats("renewing the shard's lease", "answered too late to lead on"));
                 }
             }
         }
     };
-    // A renewal in flight is waited for a moment. Unfinished or failed, or the lease run
-    // out, it may not be ours: nothing more is written, and it is left to expire.
-    let mut lost = None;
+    // A renewal in flight is waited for a moment: failed or unanswered, the lease may not
+    // be ours, and nothing more is written.
+    let stopping = ended.is_ok();
+    let mut ended = ended;
     if let Some(k) = keeping.take() {
-        match tokio::time::timeout(LAST_KEEP_MAX, k).await {
-            Ok((hold, Ok(()))) => lease_end = hold.lease.held_until(),
-            Ok((_, Err(e))) => lost = Some(e),
-            Err(_) => lost = Some(Error::nats("stepping down", "the lease's renewal was still unanswered")),
-        }
+        let kept = match tokio::time::timeout(LAST_KEEP_MAX, k).await {
+            Ok((hold, Ok(()))) => Ok(hold.lease.held_until()),
+            Ok((_, Err(e))) => Err(e),
+            Err(_) => Err(Error::nats("stepping down", "the lease's renewal was still unanswered")),
+        };
+        lease_end = kept.as_ref().map_or_else(|_| Instant::now(), |end| *end);
+        ended = ended.and(kept.map(|_| ()));
     }
     drop((keeping, idle));
-    if ended.is_ok() {
-        // Finished either way: one cut short would leave its fire to a successor's catch-up
-        // (late), and a second dispatch of a fire is refused by its run record.
-        while in_flight.join_next().await {}
-    }
-    if let Some(e) = lost {
-        return Err(e);
-    }
-    if Instant::now() >= lease_end {
-        return Err(Error::nats("stepping down", "the lease may have run out"));
-    }
+    end(s, hold, lease_end, (&mut queue, in_flight), stopping).await;
+    ended
+}
+
+/// The end of leading. On a stop, dispatches in flight are finished and the watermark
+/// written, while the lease is surely ours (`lease_end`). Then the lease is released:
+/// fenced by its revision, this does nothing if it is no longer ours.
+async fn end(
+    s: &Led<'_>,
+    hold: Hold,
+    lease_end: Instant,
+    (queue, mut in_flight): (&mut FireQueue, InFlight),
+    stopping: bool,
+) {
     let Hold { lease, mut watermark } = hold;
-    if ended.is_ok() {
+    if stopping {
+        // Finished while the lease is ours, so that the watermark covers them; any left go
+        // on by themselves (cut short, one would leave its fire to a successor's catch-up;
+        // a successor's second dispatch of it is refused by its run record).
+        let drained = tokio::time::timeout_at(lease_end, async { while in_flight.join_next().await {} }).await;
+        if drained.is_err() {
+            in_flight.tasks.detach_all();
+        }
+    }
+    if stopping && Instant::now() < lease_end {
         // Not past now: a job's change not read yet fires from now at its successor.
-        let low = low_water(&mut queue, &in_flight, s.ctx.clock.now());
-        write_watermark(s, &mut watermark, low).await.ok();
+        let low = low_water(queue, &in_flight, s.ctx.clock.now());
+        let moved = write_watermark(s, &mut watermark, low);
+        if !matches!(tokio::time::timeout_at(lease_end, moved).await, Ok(Ok(()))) {
+            warn!("the watermark was not moved at the end of leading: a successor resumes from the last one");
+        }
     }
     if let Err(e) = lease.release().await {
         warn!("releasing scheduler lease: {e}");
     }
-    ended
 }
 
 /// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The

@@ -13,6 +13,8 @@ use foldhash::HashMap;
 struct Slot {
     generation: u32,
     job: Arc<CatalogJob>,
+    /// The job's pending fire, in Unix milliseconds.
+    next: Option<i64>,
 }
 
 impl Slot {
@@ -53,9 +55,11 @@ impl FireQueue {
         self.by_name.is_empty()
     }
 
-    /// Adds or replaces a job; its first fire is the first after `from`. Invalid and
-    /// paused jobs are removed. The revision already queued is left as it is: a change
-    /// seen twice (in a snapshot and as an event) must not move its next fire.
+    /// Adds or replaces a job; its first fire is the first after `from`, or after its
+    /// pending fire less a millisecond when that was due by `from` but not taken yet (the
+    /// leader had no room, or its lease was in doubt): an edit must not drop it unseen.
+    /// Invalid and paused jobs are removed. The revision already queued is left as it
+    /// is: a change seen twice (in a snapshot and as an event) must not move its next fire.
     pub fn upsert(&mut self, job: Arc<CatalogJob>, from: DateTime<Utc>) {
         if !job.summary.as_ref().is_ok_and(|s| !s.paused) {
             self.remove(&job.name);
@@ -65,8 +69,10 @@ impl FireQueue {
         if queued.is_some_and(|slot| slot.job.revision == job.revision) {
             return;
         }
+        let overdue = queued.and_then(|slot| slot.next).filter(|&at| at <= from.timestamp_millis());
+        let from = overdue.and_then(|at| DateTime::from_timestamp_millis(at - 1)).unwrap_or(from);
         self.generation = self.generation.wrapping_add(1);
-        let slot = Slot { generation: self.generation, job: job.clone() };
+        let mut slot = Slot { generation: self.generation, job: job.clone(), next: None };
         let index = match self.by_name.get(&*job.name) {
             Some(&i) => i,
             None => {
@@ -79,6 +85,7 @@ impl FireQueue {
             }
         };
         if let Some(next) = slot.next_after(from) {
+            slot.next = Some(next.timestamp_millis());
             self.heap.push(Reverse((next.timestamp_millis(), index, slot.generation)));
         }
         self.slots[index as usize] = Some(slot);
@@ -109,9 +116,10 @@ impl FireQueue {
             return None;
         }
         let Reverse((_, index, generation)) = self.heap.pop()?;
-        let slot = self.slots[index as usize].as_ref()?;
-        if let Some(next) = slot.next_after(at) {
-            self.heap.push(Reverse((next.timestamp_millis(), index, generation)));
+        let slot = self.slots[index as usize].as_mut()?;
+        slot.next = slot.next_after(at).map(|next| next.timestamp_millis());
+        if let Some(next) = slot.next {
+            self.heap.push(Reverse((next, index, generation)));
         }
         Some(Due { job: slot.job.clone(), fire: at })
     }
@@ -183,6 +191,18 @@ mod tests {
         q.upsert(job("b", "* * * * * *", false), t(4));
         q.remove("b");
         assert_eq!(q.pop_due(t(60)).map(|d| d.fire), None);
+    }
+
+    #[test]
+    fn an_edit_keeps_a_fire_that_was_due_but_not_taken_and_moves_one_still_ahead() {
+        let mut q = FireQueue::default();
+        q.upsert(job("a", "*/10 * * * * *", false), t(0));
+        // The fire at 10 was due by 12, not taken (no room): the edit keeps it.
+        q.upsert(job("a", "*/10 * * * * *", false), t(12));
+        assert_eq!(q.pop_due(t(12)).map(|d| d.fire), Some(t(10)));
+        // The fire at 20 is still ahead at 12: the new schedule's next after 12 replaces it.
+        q.upsert(job("a", "*/4 * * * * *", false), t(12));
+        assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(16)));
     }
 
     #[test]
