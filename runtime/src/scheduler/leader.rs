@@ -71,8 +71,12 @@ impl Hold {
             Ok(renewed) => renewed?,
             Err(_) => return Err(Error::nats("renewing the shard's lease", format!("no answer within {ttl:?}"))),
         }
+        let held_until = self.lease.held_until();
+        if Instant::now() >= held_until {
+            return Err(Error::nats("renewing the shard's lease", "answered too late to lead on"));
+        }
         let moved = write_watermark(s, &mut self.watermark, low);
-        match tokio::time::timeout_at(self.lease.held_until(), moved).await {
+        match tokio::time::timeout_at(held_until, moved).await {
             Ok(moved) => moved,
             Err(_) => Err(Error::nats("moving the watermark", "no answer while the lease was surely ours")),
         }
@@ -213,48 +217,59 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     // A renewal in flight is waited for a moment: failed or unanswered, the lease may not
     // be ours, and nothing more is written.
     let stopping = ended.is_ok();
-    let mut ended = ended;
+    let (mut ended, mut abandoned) = (ended, false);
     if let Some(k) = keeping.take() {
         let kept = match tokio::time::timeout(LAST_KEEP_MAX, k).await {
             Ok((hold, Ok(()))) => Ok(hold.lease.held_until()),
             Ok((_, Err(e))) => Err(e),
-            Err(_) => Err(Error::nats("stepping down", "the lease's renewal was still unanswered")),
+            Err(_) => {
+                abandoned = true;
+                Err(Error::nats("stepping down", "the lease's renewal was still unanswered"))
+            }
         };
         lease_end = kept.as_ref().map_or_else(|_| Instant::now(), |end| *end);
         ended = ended.and(kept.map(|_| ()));
     }
     drop((keeping, idle));
-    end(s, hold, lease_end, (&mut queue, in_flight), stopping).await;
+    end(s, hold, lease_end, (&mut queue, in_flight), (stopping, abandoned)).await;
     ended
 }
 
 /// The end of leading. On a stop, dispatches in flight are finished and the watermark
 /// written, while the lease is surely ours (`lease_end`). Then the lease is released:
-/// fenced by its revision, this does nothing if it is no longer ours.
+/// fenced by its revision, this does nothing if it is no longer ours. Unless a write was
+/// `abandoned` (it could still land, after a successor read what it wrote): then the lease
+/// is left to expire.
 async fn end(
     s: &Led<'_>,
     hold: Hold,
     lease_end: Instant,
     (queue, mut in_flight): (&mut FireQueue, InFlight),
-    stopping: bool,
+    (stopping, mut abandoned): (bool, bool),
 ) {
     let Hold { lease, mut watermark } = hold;
     if stopping {
         // Finished while the lease is ours, so that the watermark covers them; any left go
         // on by themselves (cut short, one would leave its fire to a successor's catch-up;
         // a successor's second dispatch of it is refused by its run record).
-        let drained = tokio::time::timeout_at(lease_end, async { while in_flight.join_next().await {} }).await;
-        if drained.is_err() {
-            in_flight.tasks.detach_all();
-        }
+        let _ = tokio::time::timeout_at(lease_end, async { while in_flight.join_next().await {} }).await;
     }
     if stopping && Instant::now() < lease_end {
         // Not past now: a job's change not read yet fires from now at its successor.
         let low = low_water(queue, &in_flight, s.ctx.clock.now());
         let moved = write_watermark(s, &mut watermark, low);
-        if !matches!(tokio::time::timeout_at(lease_end, moved).await, Ok(Ok(()))) {
+        let moved = tokio::time::timeout_at(lease_end, moved).await;
+        abandoned |= moved.is_err();
+        if !matches!(moved, Ok(Ok(()))) {
             warn!("the watermark was not moved at the end of leading: a successor resumes from the last one");
         }
+    }
+    // Dispatches still in flight go on by themselves (after a step-down too): cut short,
+    // one would leave its fire's record `queued` unpublished until the sweep; a
+    // successor's second dispatch of it is refused by its run record.
+    in_flight.tasks.detach_all();
+    if abandoned {
+        return;
     }
     if let Err(e) = lease.release().await {
         warn!("releasing scheduler lease: {e}");

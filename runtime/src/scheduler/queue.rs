@@ -24,6 +24,14 @@ impl Slot {
     }
 }
 
+/// Whether two revisions of a job fire at the same instants.
+fn same_schedule(a: &CatalogJob, b: &CatalogJob) -> bool {
+    match (&a.summary, &b.summary) {
+        (Ok(a), Ok(b)) => a.schedule.expr() == b.schedule.expr() && a.tz == b.tz,
+        _ => false,
+    }
+}
+
 /// A fire that is due.
 #[derive(Debug, Clone)]
 pub struct Due {
@@ -55,10 +63,10 @@ impl FireQueue {
         self.by_name.is_empty()
     }
 
-    /// Adds or replaces a job; its first fire is the first after `from`, or after its
-    /// pending fire less a millisecond when that was due by `from` but not taken yet (the
-    /// leader had no room, or its lease was in doubt): an edit must not drop it unseen.
-    /// Invalid and paused jobs are removed. The revision already queued is left as it
+    /// Adds or replaces a job; its first fire is the first after `from`. An edit that keeps
+    /// the schedule and time zone keeps a pending fire that was due by `from` but not taken
+    /// yet (the leader had no room, or its lease was in doubt): it must not be dropped
+    /// unseen. Invalid and paused jobs are removed. The revision already queued is left as it
     /// is: a change seen twice (in a snapshot and as an event) must not move its next fire.
     pub fn upsert(&mut self, job: Arc<CatalogJob>, from: DateTime<Utc>) {
         if !job.summary.as_ref().is_ok_and(|s| !s.paused) {
@@ -69,8 +77,10 @@ impl FireQueue {
         if queued.is_some_and(|slot| slot.job.revision == job.revision) {
             return;
         }
-        let overdue = queued.and_then(|slot| slot.next).filter(|&at| at <= from.timestamp_millis());
-        let from = overdue.and_then(|at| DateTime::from_timestamp_millis(at - 1)).unwrap_or(from);
+        let overdue = queued
+            .filter(|slot| same_schedule(&slot.job, &job))
+            .and_then(|slot| slot.next)
+            .filter(|&at| at <= from.timestamp_millis());
         self.generation = self.generation.wrapping_add(1);
         let mut slot = Slot { generation: self.generation, job: job.clone(), next: None };
         let index = match self.by_name.get(&*job.name) {
@@ -84,9 +94,9 @@ impl FireQueue {
                 i
             }
         };
-        if let Some(next) = slot.next_after(from) {
-            slot.next = Some(next.timestamp_millis());
-            self.heap.push(Reverse((next.timestamp_millis(), index, slot.generation)));
+        slot.next = overdue.or_else(|| slot.next_after(from).map(|next| next.timestamp_millis()));
+        if let Some(next) = slot.next {
+            self.heap.push(Reverse((next, index, slot.generation)));
         }
         self.slots[index as usize] = Some(slot);
     }
@@ -194,15 +204,18 @@ mod tests {
     }
 
     #[test]
-    fn an_edit_keeps_a_fire_that_was_due_but_not_taken_and_moves_one_still_ahead() {
+    fn an_edit_keeping_its_schedule_keeps_a_fire_due_but_not_taken_and_any_other_fires_from_now() {
         let mut q = FireQueue::default();
         q.upsert(job("a", "*/10 * * * * *", false), t(0));
         // The fire at 10 was due by 12, not taken (no room): the edit keeps it.
         q.upsert(job("a", "*/10 * * * * *", false), t(12));
         assert_eq!(q.pop_due(t(12)).map(|d| d.fire), Some(t(10)));
-        // The fire at 20 is still ahead at 12: the new schedule's next after 12 replaces it.
-        q.upsert(job("a", "*/4 * * * * *", false), t(12));
-        assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(16)));
+        // Due by 22, not taken, but the schedule changed: the new one fires from 22 on.
+        q.upsert(job("a", "*/4 * * * * *", false), t(22));
+        assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(24)));
+        // Still ahead at 25: the edit's next after 25 replaces it.
+        q.upsert(job("a", "*/4 * * * * *", false), t(25));
+        assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(28)));
     }
 
     #[test]
