@@ -56,7 +56,7 @@ pub struct PullLimits {
 /// Hands each message pulled to `start` with the slot it holds, until `cancel` or the
 /// slots are closed (`Ok`), or a pull cannot be made (`Err`: the caller decides when to
 /// try again). A message that arrives without a free slot is left to its redelivery; one
-/// that arrives after `cancel` is handed back at once (see `hand_back_rest`).
+/// that arrives after `cancel` is handed back when the pull ends (see `hand_back_rest`).
 pub async fn pull_into_slots(
     consumer: &PullConsumer,
     slots: &Arc<Semaphore>,
@@ -110,8 +110,8 @@ pub async fn pull_into_slots(
 /// Hands back what a pull cut short by the stop still brings. The request stays open at
 /// the server until it expires, and a message it delivers to an inbox no longer read would
 /// wait out the consumer's whole ack wait before anyone else could have it. So the rest is
-/// read until the pull ends (bounded by `expires` and a second) and then nakked, each
-/// message once: nakked at once, it would come straight back to this same open request.
+/// read until the pull ends (bounded by `expires` and a second) and then nak'ed, each
+/// message once: nak'ed at once, it would come straight back to this same open request.
 async fn hand_back_rest(batch: &mut Batch, expires: Duration) {
     let mut rest = Vec::new();
     let read = async {
