@@ -59,7 +59,7 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
     publish_end(ctx, &job, &run_id, status).await;
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
-    ctx.prune(&job, &spec.history).await;
+    ctx.prune(&job, &spec.history);
     Ok(())
 }
 
@@ -115,7 +115,7 @@ pub(super) async fn finish_without_start(
     let job = ctx.catalog.get(&r.job).await.ok().flatten();
     let history = job.and_then(|j| j.summary.as_ref().ok().map(|s| s.history.clone()));
     if let Some(history) = history {
-        ctx.prune(&r.job, &history).await;
+        ctx.prune(&r.job, &history);
     }
     Ok(true)
 }

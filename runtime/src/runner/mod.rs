@@ -149,7 +149,8 @@ pub(crate) struct RunnerCtx {
     pub running: Arc<AtomicUsize>,
     /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
     alive_dir: Option<tempfile::TempDir>,
-    finished_since_prune: Mutex<HashMap<String, u32>>,
+    /// Prunes of run history, per job (see `prune`).
+    prunes: Arc<Mutex<HashMap<String, Pruning>>>,
     specs: Mutex<HashMap<String, (u64, Arc<JobSpec>)>>,
 }
 
@@ -204,24 +205,56 @@ impl RunnerCtx {
         Some(self.alive_dir.as_ref()?.path().join(format!("{key}.{attempt}")))
     }
 
-    /// Trims the job's finished runs to its history. A prune reads all the job's records, so
-    /// it runs after every K runs finished here (K = half the history, at least 5): the
-    /// bucket holds at most history + K per runner of each job.
-    async fn prune(&self, job: &str, history: &History) {
+    /// Trims the job's finished runs to its history, on a task of its own: a prune reads
+    /// all the job's records, and holds neither the run's slot nor the runner's stop. It
+    /// runs after every K runs finished here (K = half the history, at least 5), one at a
+    /// time per job on this runner (a run finishing meanwhile makes the next one start):
+    /// the bucket holds history + K per runner of each job, and what finishes during a prune.
+    fn prune(&self, job: &str, history: &History) {
         let every = ((history.succeeded + history.failed) / 2).max(5);
         {
-            let Ok(mut counts) = self.finished_since_prune.lock() else { return };
-            let n = counts.entry(job.to_string()).or_default();
-            *n += 1;
-            if *n < every {
+            let Ok(mut prunes) = self.prunes.lock() else { return };
+            let p = prunes.entry(job.to_string()).or_default();
+            p.finished += 1;
+            if p.finished < every || p.under_way {
                 return;
             }
-            *n = 0;
+            (p.finished, p.under_way) = (0, true);
         }
-        if let Err(e) = self.store.prune_runs(job, history).await {
-            warn!(job, "pruning run history: {e}");
+        let (store, history) = (self.store.clone(), history.clone());
+        let over = PruneOver(self.prunes.clone(), job.to_string());
+        tokio::spawn(async move {
+            let job = &over.1;
+            match tokio::time::timeout(PRUNE_MAX, store.prune_runs(job, &history)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(job, "pruning run history: {e}"),
+                Err(_) => warn!(job, "pruning run history: not done in {PRUNE_MAX:?}, left to the next prune"),
+            }
+        });
+    }
+}
+
+/// Marks a job's prune over when dropped, however its task ends.
+struct PruneOver(Arc<Mutex<HashMap<String, Pruning>>>, String);
+
+impl Drop for PruneOver {
+    fn drop(&mut self) {
+        if let Ok(mut prunes) = self.0.lock()
+            && let Some(p) = prunes.get_mut(&self.1)
+        {
+            p.under_way = false;
         }
     }
+}
+
+/// The longest a prune may take (it reads the job's records, then purges one by one).
+const PRUNE_MAX: Duration = Duration::from_secs(60);
+
+/// Of one job: runs finished here since its last prune, and whether one is under way.
+#[derive(Default)]
+struct Pruning {
+    finished: u32,
+    under_way: bool,
 }
 
 pub struct Runner {
@@ -264,7 +297,7 @@ impl Runner {
                 .tempdir()
                 .map_err(|e| warn!("shell runs will not stop themselves when this runner stalls: {e}"))
                 .ok(),
-            finished_since_prune: Mutex::new(HashMap::new()),
+            prunes: Arc::default(),
             specs: Mutex::new(HashMap::new()),
         };
         Self { ctx: Arc::new(ctx) }

@@ -19,7 +19,8 @@ use crate::record::{Trigger, fire_run_id};
 pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::path::PathBuf>) -> Result<()> {
     let namespace = "benchthru";
     let store = open(url, namespace).await?;
-    // Runs are spread over jobs of 500, below what history keeps, so none is pruned.
+    // Runs are spread over jobs of 500, below what history keeps: none of them is pruned
+    // (prunes still read each job every 250 runs).
     const PER_JOB: usize = 500;
     let plugin = store_plugin(&store, wasm.as_deref()).await?;
     let mut revisions = Vec::new();
@@ -38,6 +39,20 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
     // Completion is counted from the runs' final events (plain NATS fan-out, no reads
     // from JetStream while the runs go), then checked once against the records.
     let mut finals = store.client.subscribe(format!("{namespace}.events.*.*")).await?;
+    // Counted beside the dispatches: a subscription holds 65,536 messages, and left unread
+    // until all were dispatched, the events of 30,000 runs overflowed it.
+    let counting = tokio::spawn(async move {
+        let mut ended = 0;
+        while ended < runs {
+            let event = tokio::time::timeout(Duration::from_secs(60), finals.next()).await;
+            let Ok(Some(event)) = event else { return Err(ended) };
+            let kind = event.subject.rsplit('.').next().unwrap_or_default();
+            if ["succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"].contains(&kind) {
+                ended += 1;
+            }
+        }
+        Ok(())
+    });
     let start = Instant::now();
     let base = Utc::now();
     let mut in_flight = FuturesUnordered::new();
@@ -61,14 +76,8 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
         r?;
     }
     let dispatched = start.elapsed();
-    let mut ended = 0;
-    while ended < runs {
-        let event = tokio::time::timeout(Duration::from_secs(60), finals.next()).await;
-        let Ok(Some(event)) = event else { bail!("only {ended} of {runs} runs finished; none for a minute") };
-        let kind = event.subject.rsplit('.').next().unwrap_or_default();
-        if ["succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"].contains(&kind) {
-            ended += 1;
-        }
+    if let Err(ended) = counting.await? {
+        bail!("only {ended} of {runs} runs finished; none for a minute");
     }
     let finished = start.elapsed();
     // This invocation's runs only: the namespace may hold an earlier one's.

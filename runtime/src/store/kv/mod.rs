@@ -4,8 +4,9 @@
 //! cannot carry one; a lease written that way would never expire. `Bucket` publishes to
 //! the bucket's subjects with the expected-revision and TTL headers itself.
 //!
-//! - `mod.rs`: `Bucket`, its reads and its writes.
+//! - `mod.rs`: `Bucket`, its reads of one key and its writes.
 //! - `watch.rs`: watches of a bucket's keys (ordered consumers), and how they are made.
+//! - `read.rs`: reads of every key matching a filter (`keys`, `scan`), through a watch.
 //! - `last.rs`: the latest values of a few keys in one direct get, without a consumer.
 
 use std::time::Duration;
@@ -19,6 +20,7 @@ use bytes::Bytes;
 use crate::error::{Error, ErrorKind};
 
 mod last;
+mod read;
 mod watch;
 
 pub use last::MAX_KEYS;

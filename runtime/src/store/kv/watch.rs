@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tracing::warn;
 
-use super::{Bucket, Removal, Versioned};
+use super::{Bucket, Removal};
 use crate::error::Error;
 
 /// The header of a sourced message: `<stream> <sequence> <filter> <transform> <subject>`.
@@ -31,10 +31,6 @@ const CREATE_GIVE_UP: Duration = Duration::from_secs(300);
 /// A replica not heard of for this long looks gone (the stream's leader hears from a live
 /// one every second).
 const REPLICA_SILENT: Duration = Duration::from_secs(3);
-/// A read of what a bucket holds (`keys`, `scan`) that delivers nothing for this long has
-/// stalled: with NATS away the watch beneath waits for its return without a word, or for
-/// ever if the stream was deleted.
-const READ_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// One key's latest state as seen by a watch.
 #[derive(Debug, Clone)]
@@ -72,24 +68,6 @@ impl Bucket {
         self.follow(filter, DeliverPolicy::New, false).await
     }
 
-    /// The keys matching `filter` that hold a value now (their values are not read).
-    pub async fn keys(&self, filter: &str) -> Result<Vec<String>, Error> {
-        let mut w = self.follow(filter, self.latest(), true).await?;
-        let mut keys = Vec::new();
-        while !w.initially_empty
-            && let Some(change) = w.next_within(READ_IDLE_MAX).await
-        {
-            let change = change?;
-            if change.value.is_some() {
-                keys.push(change.key);
-            }
-            if change.caught_up {
-                break;
-            }
-        }
-        Ok(keys)
-    }
-
     /// The latest values of the keys matching any of `filters`, in one pass over the
     /// bucket's stream however many filters there are, then their changes.
     pub async fn watch_all_of(&self, filters: &[String]) -> Result<Watch, Error> {
@@ -100,6 +78,11 @@ impl Bucket {
     pub async fn changes_after(&self, filter: &str, sequence: u64) -> Result<Watch, Error> {
         let from = DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 };
         self.follow(filter, from, false).await
+    }
+
+    /// The keys matching `filter`, from each one's latest state, without their values.
+    pub(super) async fn keys_watch(&self, filter: &str) -> Result<Watch, Error> {
+        self.follow(filter, self.latest(), true).await
     }
 
     async fn follow(&self, filter: &str, deliver_policy: DeliverPolicy, headers_only: bool) -> Result<Watch, Error> {
@@ -204,25 +187,6 @@ impl Bucket {
             _ => true,
         }
     }
-
-    /// The latest live value of every key matching `filter`.
-    pub async fn scan(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
-        let mut w = self.watch(filter).await?;
-        let mut out = Vec::new();
-        if w.initially_empty {
-            return Ok(out);
-        }
-        while let Some(change) = w.next_within(READ_IDLE_MAX).await {
-            let change = change?;
-            if let Some(value) = change.value {
-                out.push((change.key, Versioned { value, revision: change.revision }));
-            }
-            if change.caught_up {
-                break;
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// Whether a consumer's creation may succeed when asked again: no answer in time, no
@@ -247,14 +211,6 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// The next change within `idle`, else an error saying nothing came.
-    pub async fn next_within(&mut self, idle: Duration) -> Option<Result<Change, Error>> {
-        match tokio::time::timeout(idle, self.next()).await {
-            Ok(next) => next,
-            Err(_) => Some(Err(Error::nats("watch", format!("nothing delivered for {idle:?}")))),
-        }
-    }
-
     /// The next change; None when the watch ended for good.
     pub async fn next(&mut self) -> Option<Result<Change, Error>> {
         let message = match self.messages.next().await? {
