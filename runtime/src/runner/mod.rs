@@ -16,8 +16,10 @@
 //!   with its runner, and its whole process tree with the run.
 //! - `account.rs`: the user a shell job runs as; never root by accident.
 //! - `presence.rs`: the `runner.<host>` key that `cronrun status` reads.
+//! - `alive_dir.rs`: the directory of keepalive files, and those of runners that are gone.
 
 pub mod account;
+mod alive_dir;
 mod claim;
 pub(crate) mod exec;
 mod finish;
@@ -148,7 +150,7 @@ pub(crate) struct RunnerCtx {
     /// Runs held (claimed or running), shared with the agent's `/metrics`.
     pub running: Arc<AtomicUsize>,
     /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
-    alive_dir: Option<tempfile::TempDir>,
+    alive_dir: Option<alive_dir::AliveDir>,
     /// Prunes of run history, per job (see `prune`).
     prunes: Arc<Mutex<HashMap<String, Pruning>>>,
     specs: Mutex<HashMap<String, (u64, Arc<JobSpec>)>>,
@@ -292,9 +294,7 @@ impl Runner {
             clock,
             host,
             running: Arc::new(AtomicUsize::new(0)),
-            alive_dir: tempfile::Builder::new()
-                .prefix("cronrun-alive-")
-                .tempdir()
+            alive_dir: alive_dir::AliveDir::make()
                 .map_err(|e| warn!("shell runs will not stop themselves when this runner stalls: {e}"))
                 .ok(),
             prunes: Arc::default(),
