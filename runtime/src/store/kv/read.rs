@@ -22,10 +22,11 @@ use crate::error::Error;
 /// How long a read waits for its next entry before it starts again with a new consumer.
 /// A live consumer delivers what is pending back to back.
 const STALL: Duration = Duration::from_secs(5);
-/// How long a read may go without an entry, stalls and their new consumers' creation
-/// included, before it fails: with NATS away a watch waits for its return without a word,
-/// or for ever if the stream was deleted. A consumer's creation may take long itself
-/// (`watch.rs`), but one that takes longer than this after a stall is not waited for.
+/// How long a read may go without getting further, stalls and their new consumers'
+/// creation included, before it fails (the last wait may end up to `STALL` later): with
+/// NATS away a watch waits for its return without a word, or for ever if the stream was
+/// deleted. A consumer's creation may take long itself (`watch.rs`); after a stall it is
+/// not waited for past this.
 const STALLED_MAX: Duration = Duration::from_secs(30);
 
 impl Bucket {
@@ -63,7 +64,7 @@ impl Entries for Watch {
 
 /// Reads a watch made by `open` to the end of what it began with, keeping what `keep`
 /// returns of each change. A watch that delivers nothing for `STALL` is made again and
-/// read from the start, until `STALLED_MAX` has passed without an entry.
+/// read from the start, until `STALLED_MAX` has passed without getting further.
 pub(super) async fn read_to_end<W, T, Open, Opened>(
     what: &str,
     mut open: Open,
@@ -74,8 +75,9 @@ where
     Open: FnMut() -> Opened,
     Opened: Future<Output = Result<W, Error>>,
 {
-    // Set at a stall, cleared by an entry: a long read may pause more than once.
-    let mut give_up: Option<Instant> = None;
+    // Set at a stall, cleared by an entry no attempt had reached: a long read may pause
+    // more than once, but one that stalls at the same place again gives up.
+    let (mut give_up, mut furthest): (Option<Instant>, usize) = (None, 0);
     loop {
         let mut w = match give_up {
             None => open().await?,
@@ -85,11 +87,15 @@ where
         if w.initially_empty() {
             return Ok(out);
         }
+        let mut delivered = 0;
         loop {
             match timeout(STALL, w.next()).await {
                 Ok(Some(change)) => {
                     let change = change?;
-                    give_up = None;
+                    delivered += 1;
+                    if delivered > furthest {
+                        (furthest, give_up) = (delivered, None);
+                    }
                     let caught_up = change.caught_up;
                     out.extend(keep(change));
                     if caught_up {
@@ -109,7 +115,7 @@ where
 }
 
 fn stalled(what: &str) -> Error {
-    Error::nats(what, format!("nothing delivered for {STALLED_MAX:?}, new consumers included"))
+    Error::nats(what, format!("no further for {STALLED_MAX:?}, new consumers included"))
 }
 
 #[cfg(test)]
@@ -155,7 +161,7 @@ mod tests {
     async fn a_read_that_stalls_is_made_again_and_keeps_only_the_last_reading() {
         // (each attempt's watch, what the read returns or that it fails, how long it took)
         type Case = (&'static [(&'static [&'static str], bool)], Option<&'static [&'static str]>, Duration);
-        let cases: [Case; 5] = [
+        let cases: [Case; 7] = [
             (&[(&["a", "b"], true)], Some(&["a", "b"]), Duration::ZERO),
             // Stalled before its last entry, then read whole by a new consumer.
             (&[(&["a"], false), (&["a", "b"], true)], Some(&["a", "b"]), STALL),
@@ -163,31 +169,46 @@ mod tests {
             (&[(&[], false), (&[], false), (&["a"], true)], Some(&["a"]), STALL * 2),
             // Stalling on and on: given up once STALLED_MAX has passed without an entry.
             (&[(&[] as &[&str], false); 8], None, STALLED_MAX),
-            // Entries between stalls: each one gives the read STALLED_MAX again.
+            // Stalling at the same place each time: given up as well.
+            (&[(&["a"] as &[&str], false); 8], None, STALLED_MAX),
+            // Getting further at each attempt: each gives the read STALLED_MAX again.
             (
                 &[
                     (&["a"], false),
                     (&[], false),
-                    (&["a"], false),
                     (&[], false),
-                    (&["a"], false),
                     (&[], false),
-                    (&["a"], false),
                     (&[], false),
-                    (&["a", "b"], true),
+                    (&["a", "b"], false),
+                    (&[], false),
+                    (&[], false),
+                    (&[], false),
+                    (&[], false),
+                    (&["a", "b", "c"], true),
                 ],
-                Some(&["a", "b"]),
-                STALL * 8,
+                Some(&["a", "b", "c"]),
+                STALL * 10,
             ),
+            // A new consumer that is never made: given up at STALLED_MAX all the same.
+            (&[(&[], false)], None, STALLED_MAX),
         ];
         for (script, expected, took) in cases {
             let mut watches = attempts(script);
+            // Once the script runs out, a consumer's creation never answers.
+            let open = || {
+                let watch = watches.pop_front();
+                async move {
+                    match watch {
+                        Some(watch) => Ok(watch),
+                        None => std::future::pending().await,
+                    }
+                }
+            };
             let started = Instant::now();
-            let read =
-                read_to_end("test", || std::future::ready(Ok(watches.pop_front().unwrap())), |c| Some(c.key)).await;
+            let read = read_to_end("test", open, |c| Some(c.key)).await;
             match expected {
                 Some(keys) => assert_eq!(read.unwrap(), keys, "{script:?}"),
-                None => assert!(read.unwrap_err().to_string().contains("nothing delivered"), "{script:?}"),
+                None => assert!(read.unwrap_err().to_string().contains("no further"), "{script:?}"),
             }
             assert_eq!(started.elapsed(), took, "{script:?}");
         }
