@@ -1,5 +1,5 @@
-//! Compiled components: in memory by digest (bounded, most recently used kept) and on
-//! disk as wasmtime's serialized form, `<cache_dir>/<digest>-<engine fingerprint>.cwasm`,
+//! Compiled components: in memory by digest, linked (bounded, most recently used kept),
+//! and on disk as wasmtime's serialized form, `<cache_dir>/<digest>-<engine fingerprint>.cwasm`,
 //! so a restarted agent does not compile again.
 //!
 //! A file on disk is native code that the agent maps and runs, so it is loaded only from
@@ -18,16 +18,17 @@ use std::sync::Mutex;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// Components by digest.
-pub struct ComponentCache {
+/// Components by digest: in memory as `T` (what the host makes of a compiled component,
+/// linked), on disk compiled.
+pub struct ComponentCache<T> {
     dir: Option<PathBuf>,
     fingerprint: String,
     capacity: usize,
     /// Most recently used last.
-    memory: Mutex<VecDeque<(String, Component)>>,
+    memory: Mutex<VecDeque<(String, T)>>,
 }
 
-impl ComponentCache {
+impl<T: Clone> ComponentCache<T> {
     pub fn new(engine: &Engine, dir: Option<PathBuf>, capacity: usize) -> Self {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -46,23 +47,24 @@ impl ComponentCache {
         }
     }
 
-    /// The compiled component of `digest`, if in memory.
-    pub fn get(&self, digest: &str) -> Option<Component> {
+    /// What `digest` became, if in memory.
+    pub fn get(&self, digest: &str) -> Option<T> {
         let mut memory = self.memory.lock().ok()?;
         let i = memory.iter().position(|(d, _)| d == digest)?;
         let entry = memory.remove(i)?;
-        let component = entry.1.clone();
+        let kept = entry.1.clone();
         memory.push_back(entry);
-        Some(component)
+        Some(kept)
     }
 
-    fn remember(&self, digest: &str, component: &Component) {
+    /// Keeps what `digest` became, the least recently used going when full.
+    pub fn remember(&self, digest: &str, kept: &T) {
         if let Ok(mut memory) = self.memory.lock() {
             memory.retain(|(d, _)| d != digest);
             if memory.len() >= self.capacity {
                 memory.pop_front();
             }
-            memory.push_back((digest.to_string(), component.clone()));
+            memory.push_back((digest.to_string(), kept.clone()));
         }
     }
 
@@ -74,10 +76,7 @@ impl ComponentCache {
     pub fn load_from_disk(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let path = self.file(digest).filter(|p| p.exists())?;
         match owned_by_us(&path).and_then(|()| load_own_file(engine, &path)) {
-            Ok(component) => {
-                self.remember(digest, &component);
-                Some(component)
-            }
+            Ok(component) => Some(component),
             Err(e) => {
                 tracing::warn!("compiled cache {} unusable, compiling again: {e}", path.display());
                 None
@@ -85,7 +84,7 @@ impl ComponentCache {
         }
     }
 
-    /// Compiles `bytes` (blocking: call it off the async threads) and keeps the result.
+    /// Compiles `bytes` (blocking: call it off the async threads) and keeps the result on disk.
     pub fn compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, String> {
         let started = std::time::Instant::now();
         let component = Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?;
@@ -95,7 +94,6 @@ impl ComponentCache {
         {
             tracing::warn!("cannot keep compiled {digest} in {}: {e}", path.display());
         }
-        self.remember(digest, &component);
         Ok(component)
     }
 }

@@ -87,7 +87,8 @@ pub struct WasmRuntime {
 struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
-    cache: cache::ComponentCache,
+    /// Components linked: linking checks every import's type, and is worth doing once.
+    cache: cache::ComponentCache<JobPre<HostState>>,
     nats: Arc<nats::NatsAccess>,
     plugins: Arc<dyn Plugins>,
     config: WasmConfig,
@@ -102,7 +103,7 @@ struct Inner {
 }
 
 /// One load of a component, its result shared by every run that waited for it.
-type Loading = tokio::sync::OnceCell<Result<Component, Error>>;
+type Loading = tokio::sync::OnceCell<Result<JobPre<HostState>, Error>>;
 
 /// A component fetched, compiled and linked for one spec, ready to instantiate. Runs in
 /// flight hold theirs, so a redeploy never changes a run that has started.
@@ -141,20 +142,14 @@ impl WasmRuntime {
         let digest = spec.plugin.clone();
         signing::verify(&digest, spec.signature.as_deref(), &self.inner.config.trusted_keys)
             .map_err(|e| Error::invalid("wasm.signature", e))?;
-        let component = self.component(&digest).await?;
-        let pre = self
-            .link(&component)
-            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}")))?;
+        let pre = self.linked(&digest).await?;
         Ok(PreparedWasm { inner: self.inner.clone(), pre, spec: spec.clone() })
     }
 
-    fn link(&self, component: &Component) -> Result<JobPre<HostState>, String> {
-        link(&self.inner.linker, component)
-    }
-
-    async fn component(&self, digest: &str) -> Result<Component, Error> {
-        if let Some(component) = self.inner.cache.get(digest) {
-            return Ok(component);
+    /// The component of `digest`, linked: from memory, else loaded and linked once.
+    async fn linked(&self, digest: &str) -> Result<JobPre<HostState>, Error> {
+        if let Some(pre) = self.inner.cache.get(digest) {
+            return Ok(pre);
         }
         let once = {
             let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,8 +166,16 @@ impl WasmRuntime {
         loaded
     }
 
-    /// From the disk cache, else fetched and compiled.
-    async fn load(&self, digest: &str) -> Result<Component, Error> {
+    /// From the disk cache, else fetched and compiled; then linked and kept in memory.
+    async fn load(&self, digest: &str) -> Result<JobPre<HostState>, Error> {
+        let component = self.compiled(digest).await?;
+        let pre = link(&self.inner.linker, &component)
+            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}")))?;
+        self.inner.cache.remember(digest, &pre);
+        Ok(pre)
+    }
+
+    async fn compiled(&self, digest: &str) -> Result<Component, Error> {
         let inner = &self.inner;
         let other = |e: String| Error::new(ErrorKind::Other, e);
         let rt = self.clone();

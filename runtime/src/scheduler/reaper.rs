@@ -1,29 +1,34 @@
 //! Runs whose runner died, and retries that are due. Every run holds a lease
 //! (`run.<job>.<run-id>`) that its runner renews with each heartbeat. When the server
-//! expires one, the scheduler leading the job's shard looks at the run's record (see
+//! expires one, the scheduler leading shard 0 looks at the run's record (see
 //! `expiry`): a run still claimed is `lost` (and retried per policy), a retry whose
 //! backoff is over is dispatched. Runners never publish dispatches, so a runner identity
 //! cannot start runs; and a runner that dies between the two writes leaves a lease that
 //! still expires.
 //!
-//! Every scheduler follows all run leases. An expiry in a shard it does not lead is kept
-//! (as long as the server keeps the expiry marker) and handled should it take the shard
-//! over: the expiry may have come while the shard had no leader.
+//! The leader of shard 0 follows all run leases and handles every expiry, whichever
+//! shard its job is in (each is a compare-and-set on the record, so two reapers at once
+//! during a handover do no harm). One follower, not one per agent: each run changes its
+//! lease twice, and every follower is sent every change. A new follower reads each
+//! lease's last value first, so expiries while shard 0 had no leader, whose markers the
+//! server keeps `store::LEASE_MARKER_TTL` (15 min), are handled then; older ones by the sweep.
 
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::SchedulerCtx;
 use super::expiry::run_lease_expired;
-use super::{SchedulerCtx, shard_of};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
-use crate::record::parse_run_key;
 use crate::store::kv::Watch;
-use crate::store::{Bucket, LEASE_MARKER_TTL, Store};
+use crate::store::{Bucket, Store};
+
+/// The shard whose leader follows the run leases.
+const REAPING_SHARD: u32 = 0;
 
 /// The longest wait between two tries at handling an expiry.
 const REAP_RETRY_MAX: Duration = Duration::from_secs(16);
@@ -36,10 +41,9 @@ pub(super) struct Reaper {
     index: Bucket,
     clock: SharedClock,
     shards: u32,
+    /// The run leases followed, while leading `REAPING_SHARD`.
     watch: Option<Watch>,
     leading: HashSet<u32>,
-    /// Expired run leases of shards not led here, with when they were seen.
-    pending: HashMap<String, Instant>,
     default_deadline: Duration,
     /// How often a sweep starts (`reconcile_every`); it spreads its reads over half of it.
     sweep_every: Duration,
@@ -60,7 +64,6 @@ impl Reaper {
             shards: ctx.shards,
             watch: None,
             leading: HashSet::new(),
-            pending: HashMap::new(),
             default_deadline: ctx.config.default_deadline,
             sweep_every: ctx.config.reconcile_every,
             sweeping: None,
@@ -74,7 +77,7 @@ impl Reaper {
         loop {
             // Opened with nothing else to interrupt it: a dropped open would leave a
             // consumer behind on the server.
-            if reaper.watch.is_none() {
+            if reaper.watch.is_none() && reaper.leading.contains(&REAPING_SHARD) {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     () = reaper.open() => {}
@@ -84,7 +87,7 @@ impl Reaper {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 Some((shard, now_leading)) = leading.recv() => reaper.set_leading(shard, now_leading),
-                () = reaper.next_change() => {}
+                () = reaper.next_change(), if reaper.watch.is_some() => {}
                 _ = sweep_every.tick() => reaper.sweep(),
                 _ = log_leading.tick(), if reaper.leading_changed => {
                     reaper.leading_changed = false;
@@ -95,18 +98,16 @@ impl Reaper {
         }
     }
 
-    /// A shard of ours started or stopped leading; expiries kept for it are handled now.
+    /// A shard of ours started or stopped leading. Leaving `REAPING_SHARD`, the run
+    /// leases are no longer followed here; taking it, they are from the next turn.
     fn set_leading(&mut self, shard: u32, leading: bool) {
         self.leading_changed = true;
-        if !leading {
-            self.leading.remove(&shard);
-            return;
-        }
-        self.leading.insert(shard);
-        let keys: Vec<String> = self.pending.keys().filter(|k| self.shard_of_key(k) == Some(shard)).cloned().collect();
-        for key in keys {
-            self.pending.remove(&key);
-            self.reap(key);
+        match leading {
+            true => self.leading.insert(shard),
+            false => self.leading.remove(&shard),
+        };
+        if shard == REAPING_SHARD && !leading {
+            self.watch = None;
         }
     }
 
@@ -124,7 +125,7 @@ impl Reaper {
     async fn next_change(&mut self) {
         let Some(watch) = self.watch.as_mut() else { return };
         match watch.next().await {
-            Some(Ok(change)) if change.expired => self.expired(change.key),
+            Some(Ok(change)) if change.expired => self.reap(change.key),
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 warn!("run lease watch interrupted, resyncing: {e}");
@@ -132,20 +133,6 @@ impl Reaper {
             }
             None => self.watch = None,
         }
-    }
-
-    fn shard_of_key(&self, key: &str) -> Option<u32> {
-        let (job, _) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok())?;
-        Some(shard_of(job, self.shards))
-    }
-
-    fn expired(&mut self, key: String) {
-        let Some(shard) = self.shard_of_key(&key) else { return };
-        if self.leading.contains(&shard) {
-            return self.reap(key);
-        }
-        self.pending.retain(|_, seen| seen.elapsed() < LEASE_MARKER_TTL);
-        self.pending.insert(key, Instant::now());
     }
 
     /// Starts a sweep of the records of the jobs of the shards led here, unless one runs.

@@ -126,6 +126,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
+        "dispatched_at_ms": figures(&measured.dispatched_ms),
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
@@ -161,7 +162,8 @@ fn text(v: &Value) -> String {
     }
     let summary = format!(
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
-         max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms\n\
+         max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms; \
+         fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
         v["jobs"],
         v["kind"].as_str().unwrap_or_default(),
@@ -177,6 +179,9 @@ fn text(v: &Value) -> String {
         v["fires_not_succeeded"],
         ms(&v["started_at_ms"], "p50"),
         ms(&v["started_at_ms"], "p99"),
+        ms(&v["dispatched_at_ms"], "p50"),
+        ms(&v["dispatched_at_ms"], "p99"),
+        ms(&v["dispatched_at_ms"], "max"),
         v["anchor"].as_str().unwrap_or_default(),
         ms(&v["anchor_ms"], "p50"),
         ms(&v["anchor_ms"], "p99"),
@@ -228,6 +233,9 @@ struct Measured {
     /// The worst of each fire instant: when lateness came, to set beside the agents' logs.
     code_ms_max_by_instant: BTreeMap<DateTime<Utc>, f64>,
     started_ms: Vec<f64>,
+    /// Fire to the dispatch (the record's `dispatched_at`): negative, the scheduler's lead
+    /// ahead of the fire when it keeps up.
+    dispatched_ms: Vec<f64>,
     not_succeeded: usize,
     /// Succeeded without printing a clock first.
     no_clock: usize,
@@ -252,6 +260,9 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
                 let worst = m.code_ms_max_by_instant.entry(at).or_insert(ms);
                 *worst = worst.max(ms);
                 m.started_ms.push((started - at).num_microseconds().unwrap_or(0) as f64 / 1e3);
+                if let Some(dispatched) = r.dispatched_at {
+                    m.dispatched_ms.push((dispatched - at).num_microseconds().unwrap_or(0) as f64 / 1e3);
+                }
             }
             (Status::Succeeded, Some(_), None) => m.no_clock += 1,
             _ => m.not_succeeded += 1,
@@ -259,6 +270,7 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
     }
     m.code_ms.sort_by(f64::total_cmp);
     m.started_ms.sort_by(f64::total_cmp);
+    m.dispatched_ms.sort_by(f64::total_cmp);
     for ms in m.code_ms_by_minute.values_mut() {
         ms.sort_by(f64::total_cmp);
     }
