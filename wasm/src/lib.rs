@@ -50,6 +50,10 @@ fn link(linker: &Linker<HostState>, component: &Component) -> Result<JobPre<Host
     JobPre::new(pre).map_err(|e| format!("it does not export `run` of the cronrun:job world: {e:#}"))
 }
 
+fn cannot_run(digest: &str, why: &str) -> Error {
+    Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {why}"))
+}
+
 /// Whether `bytes` is a component this host can run as a job: it compiles, every import
 /// links (the `job` world, WASI 0.2, wasi:http) and `run` has the world's type. Used by
 /// `cronrun deploy` before it stores anything; needs no NATS.
@@ -88,7 +92,7 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     /// Components linked: linking checks every import's type, and is worth doing once.
-    cache: cache::ComponentCache<JobPre<HostState>>,
+    cache: cache::ComponentCache<Linked>,
     nats: Arc<nats::NatsAccess>,
     plugins: Arc<dyn Plugins>,
     config: WasmConfig,
@@ -101,6 +105,10 @@ struct Inner {
     loading: std::sync::Mutex<std::collections::HashMap<String, Arc<Loading>>>,
     _ticker: engine::Ticker,
 }
+
+/// A compiled component linked, or why it cannot be: a component that compiles but does
+/// not link (deployed for another host version) is not compiled again for every run.
+type Linked = Result<JobPre<HostState>, String>;
 
 /// One load of a component, its result shared by every run that waited for it.
 type Loading = tokio::sync::OnceCell<Result<JobPre<HostState>, Error>>;
@@ -148,8 +156,8 @@ impl WasmRuntime {
 
     /// The component of `digest`, linked: from memory, else loaded and linked once.
     async fn linked(&self, digest: &str) -> Result<JobPre<HostState>, Error> {
-        if let Some(pre) = self.inner.cache.get(digest) {
-            return Ok(pre);
+        if let Some(linked) = self.inner.cache.get(digest) {
+            return linked.map_err(|e| cannot_run(digest, &e));
         }
         let once = {
             let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,10 +177,9 @@ impl WasmRuntime {
     /// From the disk cache, else fetched and compiled; then linked and kept in memory.
     async fn load(&self, digest: &str) -> Result<JobPre<HostState>, Error> {
         let component = self.compiled(digest).await?;
-        let pre = link(&self.inner.linker, &component)
-            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {e}")))?;
-        self.inner.cache.remember(digest, &pre);
-        Ok(pre)
+        let linked = link(&self.inner.linker, &component);
+        self.inner.cache.remember(digest, &linked);
+        linked.map_err(|e| cannot_run(digest, &e))
     }
 
     async fn compiled(&self, digest: &str) -> Result<Component, Error> {
