@@ -19,14 +19,16 @@ async fn deployed_wasm_jobs_run_on_the_agent() {
     ready(&agent).await;
     let store = nats.store().await;
 
-    // hello: its manifest schedule (every 10 s); a manual run shows its output.
+    // hello: its manifest schedule (every 10 s). Manual runs go to a yearly copy: with
+    // overlap `skip`, one landing on a scheduled run of hello would be skipped.
     nats.ok(&["deploy", &plugin("hello"), "--name", "hello", "--config", "greeting=hej"]);
     assert!(nats.ok(&["get", "hello"]).contains("*/10 * * * * *"));
-    let out = nats.ok(&["trigger", "hello", "--wait", "--output", "json"]);
+    nats.ok(&["deploy", &plugin("hello"), "--name", "greeter", "--config", "greeting=hej", "--schedule", "@yearly"]);
+    let out = nats.ok(&["trigger", "greeter", "--wait", "--output", "json"]);
     let record: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(record["status"], "succeeded", "{record}");
     let output: Vec<&str> = record["output"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-    assert!(output.iter().any(|l| l.contains("hej from hello")), "{output:?}");
+    assert!(output.iter().any(|l| l.contains("hej from greeter")), "{output:?}");
     assert_eq!(output.last(), Some(&"hej, world"));
 
     // emit-event every 2 s: one event per fire in a deduplicating stream.
@@ -70,7 +72,7 @@ async fn deployed_wasm_jobs_run_on_the_agent() {
     let out = nats.cli(&["trigger", "denied", "--wait"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("denied"), "{}", String::from_utf8_lossy(&out.stderr));
-    let again = nats.ok(&["trigger", "hello", "--wait"]);
+    let again = nats.ok(&["trigger", "greeter", "--wait"]);
     assert!(again.contains("succeeded"));
 }
 
