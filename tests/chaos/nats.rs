@@ -67,11 +67,13 @@ async fn kill_a_node_under_load(trial: usize) {
         }
         for (at, n) in seconds_not_run_once(name, cluster.dir.path(), from, 12) {
             assert_eq!(n, 0, "{name} ran {n} times for {at}");
-            let run = stored_record(&store, &format!("{name}.{}", cronrun::record::fire_run_id(at))).await;
+            let run_id = cronrun::record::fire_run_id(at);
+            let run = stored_record(&store, &format!("{name}.{run_id}")).await;
             let status = run.as_ref().map(|r| r.status);
             assert!(
                 matches!(status, Some(Status::Lost | Status::Failed)),
-                "{name} did not run for {at}, silently: {run:?}"
+                "{name} did not run for {at}, silently: {run:?}\nthe agents' warnings since the kill, and lines naming the run:\n{}",
+                agents.iter().map(|a| trouble_since(a, killed_at, &run_id)).collect::<String>()
             );
             not_run.push(format!("{name} {at}: {status:?}"));
         }
@@ -83,6 +85,17 @@ async fn kill_a_node_under_load(trial: usize) {
     for agent in &agents {
         assert!(agent.log().contains("job catalog loaded"));
     }
+}
+
+/// An agent's log lines naming `run_id`, and its warnings and errors from `since` on: where
+/// a fire went, when one did not run.
+fn trouble_since(agent: &Agent, since: chrono::DateTime<Utc>, run_id: &str) -> String {
+    let since = since.format("%Y-%m-%dT%H:%M:%S").to_string();
+    let log = agent.log();
+    let lines = log.lines().filter(|l| {
+        l.contains(run_id) || ((l.contains("WARN") || l.contains("ERROR")) && l.get(..19).is_some_and(|t| *t >= *since))
+    });
+    lines.map(|l| format!("{}: {l}\n", agent.name)).collect()
 }
 
 /// One nats-server (file store) is killed under a running job and an every-second job, and

@@ -122,7 +122,8 @@ impl Agent {
             .arg(config)
             .env("CRONRUN_NATS", url)
             .env("CRONRUN_CREDS", identity(dir, who))
-            .env("RUST_LOG", "info")
+            // `CRONRUN_TEST_LOG` (a `RUST_LOG` filter) asks the agents for more, to chase a flake.
+            .env("RUST_LOG", std::env::var("CRONRUN_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

@@ -67,13 +67,14 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
 
 /// Claims the run and runs it, unless another runner has it or had it.
 async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
-    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let redelivered = delivered > 1;
     // The record as dispatched saves a read; after a redelivery it may be out of date.
     let stored = match (&d.queued, redelivered) {
         (Some(q), false) => StoredRun { record: q.record.clone(), revision: q.revision },
         _ => match ctx.store.get_run(&d.job, &d.run_id).await {
             Ok(s) => s,
-            Err(e) if e.is_not_found() => return Ok(Disposition::Done),
+            Err(e) if e.is_not_found() => return Ok(record_not_found(delivered)),
             Err(e) => return Err(e),
         },
     };
@@ -130,6 +131,21 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
     result
 }
 
+/// Deliveries of a message whose run record is not found before it is dropped.
+const NOT_FOUND_DELIVERIES: i64 = 5;
+
+/// A dispatch whose record is not found: its job was removed (a plain `rm` purges the
+/// runs), or the read came from a replica not yet up to date with the record's create (a
+/// NATS node failing; reads may be served by any replica). Dropped at once in the second
+/// case, the record would stay `queued` with nobody to start it until the sweep, so it is
+/// looked at again a few times first.
+fn record_not_found(delivered: i64) -> Disposition {
+    match delivered < NOT_FOUND_DELIVERIES {
+        true => Disposition::Later(Duration::from_secs(1)),
+        false => Disposition::Done,
+    }
+}
+
 /// What becomes of a run's lease as its claim ends.
 #[derive(Debug, PartialEq, Eq)]
 enum LeaseEnd {
@@ -173,6 +189,15 @@ fn names_ok(job: &str, run_id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redelivered_run_whose_record_is_not_found_is_looked_at_again_before_it_is_dropped() {
+        let later = |d: Disposition| matches!(d, Disposition::Later(_));
+        let cases = [(2, true), (4, true), (NOT_FOUND_DELIVERIES, false), (100, false)];
+        for (delivered, looked_at_again) in cases {
+            assert_eq!(later(record_not_found(delivered)), looked_at_again, "delivery {delivered}");
+        }
+    }
 
     #[test]
     fn a_claim_ending_in_a_refused_write_or_in_trouble_while_running_leaves_its_lease_to_expire() {
