@@ -142,6 +142,33 @@ async fn open_existing(client: async_nats::Client, names: Names, cancel: &Cancel
     }
 }
 
+/// Opens the schedules index (creating it if missing) and waits for it to hold every job.
+/// NATS trouble is waited out for up to `LAYOUT_WAIT`: on a cluster, a stream another agent
+/// is creating at the same moment can be found by one request and not by the next.
+async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> Result<crate::store::Bucket, Error> {
+    let deadline = tokio::time::Instant::now() + LAYOUT_WAIT;
+    loop {
+        let opened = match store.schedules_index(shards).await {
+            Ok(index) => store.index_filled(&index, cancel).await.map(|()| index),
+            Err(e) => Err(e),
+        };
+        match opened {
+            Err(e) if *e.kind() == crate::ErrorKind::Nats && tokio::time::Instant::now() < deadline => {
+                warn!("opening the schedules index: {e}; trying again");
+            }
+            Ok(index) => {
+                info!("the schedules index is ready");
+                return Ok(index);
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(Error::new(crate::ErrorKind::Other, "stopped while opening the schedules index")),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
 async fn run_roles(
     client: async_nats::Client,
     config: AgentConfig,
@@ -161,14 +188,11 @@ async fn run_roles(
         true => {
             let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
             info!(shards, "opening the schedules index");
-            let index = store.schedules_index(shards).await?;
-            match store.index_filled(&index, &cancel).await {
+            match open_index(&store, shards, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),
-                filled => filled?,
+                index => Some((shards, index?)),
             }
-            info!("the schedules index is ready");
-            Some((shards, index))
         }
         false => None,
     };
