@@ -130,7 +130,24 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Starts `size` nodes. A route port is picked free before its node binds it, so another
+    /// process (a node's own outgoing route) can take it meanwhile: then all the nodes are
+    /// started again on other ports, up to three times.
     pub async fn start(size: usize) -> Cluster {
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(size).await {
+                Ok(cluster) => return cluster,
+                Err(e) if attempt < 3 && e.contains("address already in use") => {
+                    eprintln!("starting the cluster: {e}; again on other ports");
+                    attempt += 1;
+                }
+                Err(e) => panic!("starting the cluster: {e}"),
+            }
+        }
+    }
+
+    async fn try_start(size: usize) -> Result<Cluster, String> {
         let dir = test_dir();
         let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
         // Routes authenticate as `cronrun auth init --routes` writes it.
@@ -148,10 +165,12 @@ impl Cluster {
                 probe_creds: Some(test_seed.clone()),
             };
             let path = dir.path().join(format!("n{i}"));
-            async move { EmbeddedNats::start(&path, &opts).await.unwrap() }
+            async move { EmbeddedNats::start(&path, &opts).await }
         });
-        let nodes = futures::future::join_all(starts).await.into_iter().map(Some).collect();
-        Cluster { nodes, dir }
+        // Nodes started are killed on drop when another failed.
+        let started: Result<Vec<_>, _> = futures::future::join_all(starts).await.into_iter().collect();
+        let nodes = started.map_err(|e| e.to_string())?.into_iter().map(Some).collect();
+        Ok(Cluster { nodes, dir })
     }
 
     /// Every live node's URL, comma-separated, as `--nats` takes them.
