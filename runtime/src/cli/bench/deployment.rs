@@ -210,6 +210,13 @@ impl Deployment {
         self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0, rss_kib)
     }
 
+    /// CPU seconds (user and system) used so far by nats-server, and by the agents
+    /// together (their own, not their runs' processes).
+    pub fn cpu_seconds(&self) -> (f64, f64) {
+        let server = self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0.0, cpu_seconds);
+        (server, self.agents.iter().filter_map(|a| a.child.id()).map(cpu_seconds).sum())
+    }
+
     /// Stops the agents (SIGTERM, each waited for); the server stays. An agent that did not
     /// stop cleanly is an error.
     pub async fn stop_agents(&mut self) -> Result<()> {
@@ -314,6 +321,17 @@ pub(super) fn rss_kib(pid: u32) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// CPU seconds (user and system) process `pid` has used (0 when it is gone): `utime` and
+/// `stime` of `/proc/<pid>/stat`, fields 14 and 15, counted after the command's name (in
+/// parentheses, which may hold spaces).
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| after_name.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
+    (ticks(11) + ticks(12)) as f64 / per_second as f64
 }
 
 fn path_str(path: &Path) -> String {

@@ -94,6 +94,11 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     }
     let kind = if plugin.is_some() { "Wasm (clock)" } else { "shell" };
     eprintln!("{} {kind} jobs ({described}) on {} agents; measuring {from} .. {to}", a.jobs, a.agents);
+    // The window's CPU, for what a run costs: at high rates that, not waiting, is the lateness.
+    sleep_until(from).await;
+    let cpu_from = deployment.cpu_seconds();
+    sleep_until(to).await;
+    let cpu_to = deployment.cpu_seconds();
     sleep_until(to + chrono::Duration::seconds(3)).await;
     // The agents stop before the records are read (no prune takes the window's runs away)
     // and before the anchor runs alone on the machine; the server stays.
@@ -127,6 +132,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
+        "cpu_s": { "nats_server": cpu_to.0 - cpu_from.0, "agents": cpu_to.1 - cpu_from.1 },
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
@@ -163,7 +169,8 @@ fn text(v: &Value) -> String {
     let summary = format!(
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms; \
-         fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms\n\
+         fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; CPU over the window: nats-server {:.1} s, \
+         the agents {:.1} s\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
         v["jobs"],
         v["kind"].as_str().unwrap_or_default(),
@@ -182,6 +189,8 @@ fn text(v: &Value) -> String {
         ms(&v["dispatched_at_ms"], "p50"),
         ms(&v["dispatched_at_ms"], "p99"),
         ms(&v["dispatched_at_ms"], "max"),
+        ms(&v["cpu_s"], "nats_server"),
+        ms(&v["cpu_s"], "agents"),
         v["anchor"].as_str().unwrap_or_default(),
         ms(&v["anchor_ms"], "p50"),
         ms(&v["anchor_ms"], "p99"),
