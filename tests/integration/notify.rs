@@ -61,6 +61,49 @@ async fn a_failed_run_is_notified_once_with_two_agents_up_signed_and_listed() {
     assert!(listed.contains("delivered") && listed.contains(&format!("POST {hook}: 200 OK")), "{listed}");
 }
 
+/// Older agents made the `notify` consumer with one filter per kind they handle; an agent
+/// now finds it so, updates it to one filter on every event, and delivers as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notify_consumer_an_older_agent_made_with_many_filters_is_updated_and_delivers() {
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let stream = store.js.get_stream(store.names.events_stream()).await.unwrap();
+    let older = async_nats::jetstream::consumer::pull::Config {
+        durable_name: Some("notify".into()),
+        filter_subjects: ["dispatched", "failed", "succeeded"].map(|k| store.names.event_subject("*", k)).to_vec(),
+        deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::New,
+        ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+        ..Default::default()
+    };
+    stream.create_consumer(older).await.unwrap();
+    let receiver = Receiver::start(0, 0).await;
+    let agent = nats.agent_with_tables("a", &notify_tables());
+    ready(&agent).await;
+    let hook = receiver.url("/hook");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"breaks\"\nschedule = \"@yearly\"\nshell = \"exit 3\"\n\
+             notify = [{{ on = [\"failed\"], webhook = \"{hook}\" }}]\n"
+        ),
+    );
+    nats.trigger("breaks");
+    eventually(Duration::from_secs(20), "the notice to be delivered", || async {
+        (!receiver.received().is_empty()).then_some(())
+    })
+    .await;
+    let config = stream.consumer_info("notify").await.unwrap().config;
+    assert_eq!((config.filter_subject.as_str(), config.filter_subjects.len()), ("cronrun.events.*.*", 0));
+    // The events no rule needs (`started`, `changed`, `notified`) are read and acked too.
+    eventually(Duration::from_secs(10), "every event acked", || async {
+        let info = stream.consumer_info("notify").await.unwrap();
+        (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.received().len(), 1);
+    assert_eq!(receiver.received()[0].json()["notice"], "failed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_notice_is_retried_until_the_receiver_is_back() {
     let nats = Nats::start().await;

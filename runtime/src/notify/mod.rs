@@ -159,12 +159,15 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
 async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, Error> {
     let events = store.names.events_stream();
     let stream = store.js.get_stream(&events).await.map_err(|e| Error::nats("opening the events stream", e))?;
-    let filter_subjects = watched_kinds().map(|k| store.names.event_subject("*", k.as_str())).collect();
     stream
         .create_consumer(pull::Config {
             durable_name: Some(NOTIFY_CONSUMER.into()),
             description: Some("cronrun notifications".into()),
-            filter_subjects,
+            // Every event, those no rule needs acked unread (`handle`): with one filter per
+            // watched kind instead, the server's search for the next message matching any
+            // of them took most of its CPU under load (see the README's benchmarks). An
+            // older agent's consumer with those filters is updated to this one.
+            filter_subject: store.names.event_subject("*", "*"),
             deliver_policy: DeliverPolicy::New,
             ack_policy: AckPolicy::Explicit,
             // One delivery at most between progress acks (see `notify`).
@@ -205,6 +208,10 @@ impl Notifier {
                 return;
             }
         };
+        if !watched_kinds().any(|kind| kind == event.event) {
+            let _ = msg.ack().await;
+            return;
+        }
         let handled = match event.event {
             EventKind::Dispatched => self.check_late(&msg, &event, seq, tries).await,
             _ => self.notify(&msg, &event, seq, tries).await.map(|()| None),
