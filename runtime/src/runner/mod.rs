@@ -321,7 +321,8 @@ impl Runner {
         let stops = Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
         let mut tasks = Watched::default();
         for pool in &ctx.config.pools {
-            let consumer = pool_consumer(&ctx.store, pool, ctx.config.heartbeat).await?;
+            // Stopped meanwhile: the stop below finds the cancel.
+            let Some(consumer) = open_pool_consumer(&ctx, pool, &cancel).await? else { break };
             let puller = pull_loop(ctx.clone(), consumer, slots.clone(), tracker.clone(), stops.clone());
             tasks.spawn(format!("the puller of pool {pool}"), puller);
         }
@@ -352,6 +353,34 @@ impl Runner {
         match fault {
             Some(why) => Err(Error::new(crate::ErrorKind::Other, why)),
             None => Ok(()),
+        }
+    }
+}
+
+/// How long a runner starting waits out NATS trouble opening its pools' consumer.
+const CONSUMER_WAIT: Duration = Duration::from_secs(120);
+
+/// `pool_consumer`, NATS trouble waited out for up to `CONSUMER_WAIT`: a node of the
+/// cluster failing as the runner started made the whole agent stop. None when stopped.
+async fn open_pool_consumer(
+    ctx: &RunnerCtx,
+    pool: &str,
+    cancel: &CancellationToken,
+) -> Result<Option<PullConsumer>, Error> {
+    let deadline = tokio::time::Instant::now() + CONSUMER_WAIT;
+    loop {
+        let opened = tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            opened = pool_consumer(&ctx.store, pool, ctx.config.heartbeat) => opened,
+        };
+        match opened {
+            Ok(consumer) => return Ok(Some(consumer)),
+            Err(e) if tokio::time::Instant::now() < deadline => warn!("{e}; trying again"),
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }
