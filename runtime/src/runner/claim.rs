@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
+use chrono::{DateTime, Utc};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::held::Held;
@@ -67,14 +68,16 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
 
 /// Claims the run and runs it, unless another runner has it or had it.
 async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
-    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-    let redelivered = delivered > 1;
+    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
     // The record as dispatched saves a read; after a redelivery it may be out of date.
     let stored = match (&d.queued, redelivered) {
         (Some(q), false) => StoredRun { record: q.record.clone(), revision: q.revision },
         _ => match ctx.store.get_run(&d.job, &d.run_id).await {
             Ok(s) => s,
-            Err(e) if e.is_not_found() => return Ok(record_not_found(delivered)),
+            Err(e) if e.is_not_found() => {
+                let dispatched_at = d.queued.as_ref().and_then(|q| q.record.dispatched_at);
+                return Ok(record_not_found(dispatched_at, ctx.clock.now()));
+            }
             Err(e) => return Err(e),
         },
     };
@@ -131,16 +134,19 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
     result
 }
 
-/// Deliveries of a message whose run record is not found before it is dropped.
-const NOT_FOUND_DELIVERIES: i64 = 5;
+/// How long after its dispatch a message whose run record is not found is looked at again.
+const NOT_FOUND_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A dispatch whose record is not found: its job was removed (a plain `rm` purges the
 /// runs), or the read came from a replica not yet up to date with the record's create (a
 /// NATS node failing; reads may be served by any replica). Dropped at once in the second
-/// case, the record would stay `queued` with nobody to start it until the sweep, so it is
-/// looked at again a few times first.
-fn record_not_found(delivered: i64) -> Disposition {
-    match delivered < NOT_FOUND_DELIVERIES {
+/// case, the record would stay `queued` with nobody to start it until a sweep, so it is
+/// looked at again every second while its dispatch is recent. By time, not by delivery:
+/// the deliveries of a node's failure go to errors and leases held as well.
+fn record_not_found(dispatched_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Disposition {
+    // Dispatched "after" now: the dispatcher's clock is ahead of ours, and it is recent.
+    let recent = dispatched_at.is_some_and(|at| (now - at).to_std().unwrap_or_default() < NOT_FOUND_PATIENCE);
+    match recent {
         true => Disposition::Later(Duration::from_secs(1)),
         false => Disposition::Done,
     }
@@ -191,11 +197,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_redelivered_run_whose_record_is_not_found_is_looked_at_again_before_it_is_dropped() {
+    fn a_redelivered_run_whose_record_is_not_found_is_looked_at_again_while_its_dispatch_is_recent() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let ago = |s: i64| Some(now - chrono::TimeDelta::seconds(s));
         let later = |d: Disposition| matches!(d, Disposition::Later(_));
-        let cases = [(2, true), (4, true), (NOT_FOUND_DELIVERIES, false), (100, false)];
-        for (delivered, looked_at_again) in cases {
-            assert_eq!(later(record_not_found(delivered)), looked_at_again, "delivery {delivered}");
+        // (dispatched at, looked at again)
+        let cases =
+            [(ago(-2), true), (ago(1), true), (ago(29), true), (ago(30), false), (ago(3600), false), (None, false)];
+        for (dispatched_at, looked_at_again) in cases {
+            assert_eq!(later(record_not_found(dispatched_at, now)), looked_at_again, "dispatched at {dispatched_at:?}");
         }
     }
 
