@@ -143,8 +143,9 @@ async fn open_existing(client: async_nats::Client, names: Names, cancel: &Cancel
 }
 
 /// Opens the schedules index (creating it if missing) and waits for it to hold every job.
-/// NATS trouble is waited out for up to `LAYOUT_WAIT`: on a cluster, a stream another agent
-/// is creating at the same moment can be found by one request and not by the next.
+/// After NATS trouble it tries again every second until `LAYOUT_WAIT` from the first try:
+/// on a cluster, a stream another agent is creating at the same moment can be found by one
+/// request and not by the next.
 async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> Result<crate::store::Bucket, Error> {
     let deadline = tokio::time::Instant::now() + LAYOUT_WAIT;
     loop {
@@ -164,7 +165,7 @@ async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> R
         }
         tokio::select! {
             _ = cancel.cancelled() => return Err(Error::new(crate::ErrorKind::Other, "stopped while opening the schedules index")),
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

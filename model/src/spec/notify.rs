@@ -113,8 +113,8 @@ impl Notice {
     }
 }
 
-/// The event kinds some rule could need to see: what the notifier's consumer reads (a
-/// fire's `dispatched` starts its `late` check).
+/// The event kinds some rule could need to see: what the notifier handles (a fire's
+/// `dispatched` starts its `late` check); it acks the others unread.
 pub fn watched_kinds() -> impl Iterator<Item = EventKind> {
     REPORTABLE.into_iter().chain([EventKind::Dispatched])
 }

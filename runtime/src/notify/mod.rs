@@ -1,6 +1,7 @@
 //! Notifications (rules: `spec::notify`). Agents with the scheduler role share one durable
-//! consumer, `notify`, of the events stream, reading only the kinds a rule may name and
-//! `dispatched`: each event is looked at by one agent, whichever are up. For each, the
+//! consumer, `notify`, of the events stream, handling the kinds a rule may name and
+//! `dispatched` (the others are acked unread): each event is looked at by one agent,
+//! whichever are up. For each, the
 //! job's rules (its spec's `notify`, else `[notify] default`) decide from the run's kept records
 //! (`decide.rs`); each notice is delivered (`deliver.rs`), and the event acked once all
 //! are. A failed delivery is tried again with backoff (1 s doubling to 5 min) up to

@@ -211,7 +211,7 @@ impl Deployment {
     }
 
     /// CPU seconds (user and system) used so far by nats-server, and by the agents
-    /// together (their own, not their runs' processes).
+    /// together (with the Wasm guests they run; not a shell job's processes).
     pub fn cpu_seconds(&self) -> (f64, f64) {
         let server = self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0.0, cpu_seconds);
         (server, self.agents.iter().filter_map(|a| a.child.id()).map(cpu_seconds).sum())
