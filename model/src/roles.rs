@@ -226,10 +226,10 @@ impl Names {
                 }
                 api.add(self.wildcard("dispatch"));
                 api.add(self.wildcard("events"));
-                // Notifications: the one `notify` consumer of the events stream, pulled
-                // from and acknowledged; rules with a subject publish under `notify.`.
+                // Notifications: the one `notify` consumer of the events stream (created as
+                // any consumer of a layout stream), pulled from and acknowledged; rules with
+                // a subject publish under `notify.`.
                 let events = self.events_stream();
-                api.add(format!("$JS.API.CONSUMER.DURABLE.CREATE.{events}.{NOTIFY_CONSUMER}"));
                 api.add(format!("$JS.API.CONSUMER.INFO.{events}.{NOTIFY_CONSUMER}"));
                 api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{events}.{NOTIFY_CONSUMER}"));
                 api.add(format!("$JS.ACK.{events}.{NOTIFY_CONSUMER}.>"));
@@ -260,7 +260,6 @@ impl Names {
                 let dispatch = self.dispatch_stream();
                 // The pool consumers: created once, then pulled from and acknowledged.
                 api.add(format!("$JS.API.CONSUMER.CREATE.{dispatch}.>"));
-                api.add(format!("$JS.API.CONSUMER.DURABLE.CREATE.{dispatch}.>"));
                 api.add(format!("$JS.API.CONSUMER.INFO.{dispatch}.>"));
                 api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{dispatch}.>"));
                 api.add(format!("$JS.ACK.{dispatch}.>"));
@@ -375,6 +374,12 @@ mod tests {
             (Runner, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
             (Runner, "$JS.API.STREAM.PURGE.OBJ_cronrun_plugins", false),
             (Runner, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_DISPATCH.pool-a", true),
+            // Consumers are made through `CONSUMER.CREATE.<stream>.<name>.<filter>` (what
+            // async-nats sends); the older `DURABLE.CREATE` API is granted to no one.
+            (Runner, "$JS.API.CONSUMER.CREATE.CRONRUN_DISPATCH.pool-a.cronrun.dispatch.a", true),
+            (Runner, "$JS.API.CONSUMER.DURABLE.CREATE.CRONRUN_DISPATCH.pool-a", false),
+            (Scheduler, "$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.notify.cronrun.events.*.*", true),
+            (Scheduler, "$JS.API.CONSUMER.DURABLE.CREATE.CRONRUN_EVENTS.notify", false),
             (Runner, "cronrun.dispatch.default", false),
             (Runner, "orders.new", true),
             (Runner, "payments.new", false),
