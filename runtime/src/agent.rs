@@ -13,6 +13,7 @@ use crate::config::{AgentConfig, Role};
 use crate::error::Error;
 use crate::http::Health;
 use crate::names::Names;
+use crate::retry::{Patience, retried};
 use crate::runner::Runner;
 use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::Store;
@@ -124,22 +125,16 @@ pub const LAYOUT_WAIT: Duration = Duration::from_secs(120);
 /// The layout as a runner finds it: a runner's identity may not create streams, and on a
 /// fresh deployment its scheduler may start a moment later. Waits at most `LAYOUT_WAIT`.
 async fn open_existing(client: async_nats::Client, names: Names, cancel: &CancellationToken) -> Result<Store, Error> {
-    let deadline = tokio::time::Instant::now() + LAYOUT_WAIT;
     let mut said = false;
-    loop {
-        match Store::open_existing(client.clone(), names.clone()).await {
-            Err(e) if e.is_not_found() && tokio::time::Instant::now() < deadline => {
-                if !std::mem::replace(&mut said, true) {
-                    warn!("waiting for the layout: {e}");
-                }
-            }
-            result => return result,
+    let waiting = |e: &Error| {
+        if !std::mem::replace(&mut said, true) {
+            warn!("waiting for the layout: {e}");
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return Err(Error::new(crate::ErrorKind::Other, "stopped while waiting for the layout")),
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-        }
-    }
+    };
+    let patience = Patience { bound: LAYOUT_WAIT, pause: Duration::from_millis(500) };
+    let opened =
+        retried(patience, cancel, Error::is_not_found, waiting, || Store::open_existing(client.clone(), names.clone()));
+    opened.await?.ok_or_else(|| Error::new(crate::ErrorKind::Other, "stopped while waiting for the layout"))
 }
 
 /// Opens the schedules index (creating it if missing) and waits for it to hold every job.
@@ -147,27 +142,18 @@ async fn open_existing(client: async_nats::Client, names: Names, cancel: &Cancel
 /// on a cluster, a stream another agent is creating at the same moment can be found by one
 /// request and not by the next.
 async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> Result<crate::store::Bucket, Error> {
-    let deadline = tokio::time::Instant::now() + LAYOUT_WAIT;
-    loop {
-        let opened = match store.schedules_index(shards).await {
-            Ok(index) => store.index_filled(&index, cancel).await.map(|()| index),
-            Err(e) => Err(e),
-        };
-        match opened {
-            Err(e) if *e.kind() == crate::ErrorKind::Nats && tokio::time::Instant::now() < deadline => {
-                warn!("opening the schedules index: {e}; trying again");
-            }
-            Ok(index) => {
-                info!("the schedules index is ready");
-                return Ok(index);
-            }
-            Err(e) => return Err(e),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return Err(Error::new(crate::ErrorKind::Other, "stopped while opening the schedules index")),
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+    let patience = Patience { bound: LAYOUT_WAIT, pause: Duration::from_secs(1) };
+    let trouble = |e: &Error| *e.kind() == crate::ErrorKind::Nats;
+    let said = |e: &Error| warn!("opening the schedules index: {e}; trying again");
+    let opened = retried(patience, cancel, trouble, said, || async {
+        let index = store.schedules_index(shards).await?;
+        store.index_filled(&index, cancel).await.map(|()| index)
+    });
+    let index = opened
+        .await?
+        .ok_or_else(|| Error::new(crate::ErrorKind::Other, "stopped while opening the schedules index"))?;
+    info!("the schedules index is ready");
+    Ok(index)
 }
 
 async fn run_roles(

@@ -25,7 +25,8 @@
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
 //! - `auth`: NATS identities per role and the server's `authorization` block.
 //! - `cli`: the command line, one file per command.
-//! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched.
+//! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
+//!   `retry`: start-up steps tried again through NATS trouble.
 //! - `clock`: time behind a trait for tests.
 pub mod actions;
 pub mod agent;
@@ -47,6 +48,7 @@ pub mod messages;
 pub mod metrics;
 pub mod notify;
 pub mod output;
+pub mod retry;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;

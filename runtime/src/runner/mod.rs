@@ -46,6 +46,7 @@ use tracing::{error, info, warn};
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
+use crate::retry::{Patience, retried};
 use crate::spec::{History, JobSpec};
 use crate::store::Store;
 use crate::store::pull::{EXPIRES, PullLimits, pull_into_slots};
@@ -367,22 +368,9 @@ async fn open_pool_consumer(
     pool: &str,
     cancel: &CancellationToken,
 ) -> Result<Option<PullConsumer>, Error> {
-    let deadline = tokio::time::Instant::now() + CONSUMER_WAIT;
-    loop {
-        let opened = tokio::select! {
-            _ = cancel.cancelled() => return Ok(None),
-            opened = pool_consumer(&ctx.store, pool, ctx.config.heartbeat) => opened,
-        };
-        match opened {
-            Ok(consumer) => return Ok(Some(consumer)),
-            Err(e) if tokio::time::Instant::now() < deadline => warn!("{e}; trying again"),
-            Err(e) => return Err(e),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(None),
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+    let patience = Patience { bound: CONSUMER_WAIT, pause: Duration::from_secs(1) };
+    let said = |e: &Error| warn!("{e}; trying again");
+    retried(patience, cancel, |_| true, said, || pool_consumer(&ctx.store, pool, ctx.config.heartbeat)).await
 }
 
 /// The durable consumer all runners of `pool` share; created once, used as found.
