@@ -122,7 +122,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         };
         queue.upsert(job, start);
     }
-    let mut planner = Planner::new(s.ctx.config.lead, s.ctx.config.default_deadline);
+    let mut planner = Planner::new(s.ctx.config.lead, s.ctx.shards, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
     publish_triggers(s, &mut triggers).await;
@@ -164,7 +164,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         }
         // Not leased, it sleeps until a renewal is answered.
         let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
-        let wake = planner.sleep(queue.peek(), now, room);
+        let wake = planner.sleep(&mut queue, now, room);
         tokio::select! {
             _ = cancel.cancelled() => break Ok(()),
             _ = tokio::time::sleep(wake) => {}

@@ -1,6 +1,9 @@
 //! The fire queue: every scheduled job's next fire in a binary heap, O(log n) per fire,
 //! built for a million schedules. Edits and removals bump a job's generation; heap
 //! entries of an older generation are dropped when they surface (lazy invalidation).
+//! Beside it, how many jobs' next fire falls on each instant: the planner gives a large
+//! instant more lead (`plan.rs`). Jobs of one schedule and zone share their next fire,
+//! so this has an entry per distinct schedule in use, not per job.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -52,6 +55,9 @@ pub struct FireQueue {
     free: Vec<u32>,
     by_name: HashMap<Arc<str>, u32>,
     generation: u32,
+    /// Jobs whose next fire is at this instant (Unix milliseconds), for every instant
+    /// that has one.
+    at_instant: HashMap<i64, u32>,
 }
 
 impl FireQueue {
@@ -98,13 +104,39 @@ impl FireQueue {
         if let Some(next) = slot.next {
             self.heap.push(Reverse((next, index, slot.generation)));
         }
-        self.slots[index as usize] = Some(slot);
+        let next = slot.next;
+        let replaced = self.slots[index as usize].replace(slot);
+        self.count(replaced.and_then(|old| old.next), next);
     }
 
     pub fn remove(&mut self, name: &str) {
         if let Some(i) = self.by_name.remove(name) {
-            self.slots[i as usize] = None;
+            let removed = self.slots[i as usize].take();
+            self.count(removed.and_then(|old| old.next), None);
             self.free.push(i);
+        }
+    }
+
+    /// How many jobs' next fire is at `at`.
+    pub fn fires_at(&self, at: DateTime<Utc>) -> usize {
+        self.at_instant.get(&at.timestamp_millis()).map_or(0, |n| *n as usize)
+    }
+
+    /// A job's next fire moved from `old` to `new`.
+    fn count(&mut self, old: Option<i64>, new: Option<i64>) {
+        if old == new {
+            return;
+        }
+        if let Some(old) = old
+            && let Some(n) = self.at_instant.get_mut(&old)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.at_instant.remove(&old);
+            }
+        }
+        if let Some(new) = new {
+            *self.at_instant.entry(new).or_default() += 1;
         }
     }
 
@@ -127,11 +159,14 @@ impl FireQueue {
         }
         let Reverse((_, index, generation)) = self.heap.pop()?;
         let slot = self.slots[index as usize].as_mut()?;
+        let old = slot.next;
         slot.next = slot.next_after(at).map(|next| next.timestamp_millis());
         if let Some(next) = slot.next {
             self.heap.push(Reverse((next, index, generation)));
         }
-        Some(Due { job: slot.job.clone(), fire: at })
+        let (job, new) = (slot.job.clone(), slot.next);
+        self.count(old, new);
+        Some(Due { job, fire: at })
     }
 
     /// The next fires of the `max` queued jobs that fire soonest, in Unix milliseconds.
@@ -216,6 +251,30 @@ mod tests {
         // Still ahead at 25: the edit's next after 25 replaces it.
         q.upsert(job("a", "*/4 * * * * *", false), t(25));
         assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(28)));
+    }
+
+    /// The count of next fires per instant follows every change of a job's next fire.
+    #[test]
+    fn fires_at_counts_the_jobs_whose_next_fire_is_that_instant() {
+        let mut q = FireQueue::default();
+        for name in ["a", "b", "c"] {
+            q.upsert(job(name, "*/10 * * * * *", false), t(0));
+        }
+        q.upsert(job("d", "*/4 * * * * *", false), t(0));
+        let counts = |q: &FireQueue| [4, 8, 10, 20].map(|s| q.fires_at(t(s)));
+        assert_eq!(counts(&q), [1, 0, 3, 0]);
+        // An edit moves c to another instant; a pause and a removal take b and d out.
+        q.upsert(job("c", "*/8 * * * * *", false), t(0));
+        assert_eq!(counts(&q), [1, 1, 2, 0]);
+        q.upsert(job("b", "*/10 * * * * *", true), t(0));
+        q.remove("d");
+        assert_eq!(counts(&q), [0, 1, 1, 0]);
+        // Fired: counted at the job's following fire.
+        assert_eq!(q.pop_due(t(8)).map(|d| d.fire), Some(t(8)));
+        assert_eq!(q.pop_due(t(10)).map(|d| d.fire), Some(t(10)));
+        assert_eq!(counts(&q), [0, 0, 0, 1]);
+        assert_eq!(q.fires_at(t(16)), 1);
+        assert_eq!(q.at_instant.len(), 2, "no instant is kept once no job fires on it");
     }
 
     #[test]
