@@ -63,8 +63,8 @@ pub struct RunnerConfig {
     /// Pools this runner takes runs from, besides the pool named after the agent (so
     /// `pool = "<agent name>"` pins a job to one host). Default `["default"]`.
     pub pools: Vec<String>,
-    /// Runs held at once, waiting for their instant (at most the scheduler's lead) or
-    /// running. A job firing every second holds a slot for about the scheduler's lead
+    /// Runs held at once, waiting for their instant (at most the scheduler's lead, more
+    /// for an instant that over 2,000 jobs share) or running. A job firing every second holds a slot for about the scheduler's lead
     /// (1.5 s) plus its run time, so a thousand such jobs need about 2,500 slots. Default
     /// 4096.
     pub slots: usize,

@@ -16,7 +16,7 @@
 //! No NATS here: the leader carries the actions out (`leader.rs`), and the decisions are
 //! tested on a manual clock below.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -61,11 +61,18 @@ const GROUP_PACE_US: i64 = 200;
 /// The most lead added to an instant (reached at 27,000 fires).
 const GROUP_LEAD_MAX: TimeDelta = TimeDelta::seconds(5);
 
+/// Fires of an instant in one shard below which that shard's share says too little of
+/// the whole group (with 4,096 shards, a few jobs meeting in one by chance).
+const GROUP_SHARD_MIN: usize = 8;
+
 /// The lead added to an instant on which `shard_fires` jobs of one of `shards` shards
 /// fire. Jobs fall into shards by a hash of their name, so a large group is spread evenly
 /// and one shard's share, times the shard count, is the whole group: every leader gives
 /// the instant about the same lead without asking the others.
 fn group_lead(shard_fires: usize, shards: u32) -> TimeDelta {
+    if shard_fires < GROUP_SHARD_MIN {
+        return TimeDelta::zero();
+    }
     let fires = shard_fires.saturating_mul(shards as usize);
     let beyond = i64::try_from(fires.saturating_sub(GROUP_FITS)).unwrap_or(i64::MAX);
     TimeDelta::microseconds(beyond.saturating_mul(GROUP_PACE_US)).min(GROUP_LEAD_MAX)
@@ -77,35 +84,46 @@ pub(super) struct Planner {
     shards: u32,
     default_deadline: Duration,
     missed_per_job: HashMap<String, u32>,
-    /// The earliest instant still queued and the most fires seen queued on it: its fires
-    /// taken so far (room is limited) must not shorten the rest's lead.
-    head: Option<(DateTime<Utc>, usize)>,
+    /// Fires taken per instant that still has fires queued: with those, the instant's
+    /// whole group, however many were taken so far (room is limited).
+    taken: BTreeMap<DateTime<Utc>, usize>,
 }
 
 impl Planner {
     pub(super) fn new(lead: Duration, shards: u32, default_deadline: Duration) -> Self {
         let lead = TimeDelta::from_std(lead).unwrap_or_default();
-        Self { lead, shards, default_deadline, missed_per_job: HashMap::new(), head: None }
+        Self { lead, shards, default_deadline, missed_per_job: HashMap::new(), taken: BTreeMap::new() }
     }
 
-    /// The earliest queued fire and how long before it it is due: `scheduler.lead`, more
-    /// for a large instant. A large instant behind the earliest gets its own once it is
-    /// the earliest.
-    fn next(&mut self, queue: &mut FireQueue) -> Option<(DateTime<Utc>, TimeDelta)> {
-        let at = queue.peek()?;
-        let seen = self.head.filter(|(head, _)| *head == at).map_or(0, |(_, fires)| fires);
-        let fires = seen.max(queue.fires_at(at));
-        self.head = Some((at, fires));
-        Some((at, self.lead + group_lead(fires, self.shards)))
+    /// When the fires of instant `at` are due, `queued` of them still in the queue:
+    /// `scheduler.lead` before it, more for a large instant.
+    fn due_at(&self, at: DateTime<Utc>, queued: usize) -> DateTime<Utc> {
+        let fires = queued + self.taken.get(&at).copied().unwrap_or(0);
+        at - self.lead - group_lead(fires, self.shards)
     }
 
-    /// Up to `room` fires due by `now` plus their lead, taken from `queue` in fire order.
-    /// Fires of jobs whose spec no longer reads are dropped.
+    /// The latest queued instant due by `now`; the fires of earlier instants go with it
+    /// (a little early, when a large instant follows a small one closely).
+    fn due_until(&mut self, queue: &mut FireQueue, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let first = queue.peek()?;
+        // Instants before the earliest queued one have no fire left to take.
+        self.taken = self.taken.split_off(&first);
+        // Every instant within the lead is due; one past it, when its group adds enough.
+        // Only those few seconds are looked at (a catch-up may queue a great many before).
+        let within = now + self.lead;
+        let later = queue.instants(within, within + GROUP_LEAD_MAX).rev();
+        let extended = later.filter(|&(at, queued)| self.due_at(at, queued) <= now).map(|(at, _)| at).next();
+        extended.or((first <= within).then_some(within))
+    }
+
+    /// Up to `room` fires due by `now`, taken from `queue` in fire order. Fires of jobs
+    /// whose spec no longer reads are dropped.
     pub(super) fn due(&mut self, queue: &mut FireQueue, now: DateTime<Utc>, room: usize) -> Vec<Action> {
         let mut actions = Vec::new();
+        let Some(until) = self.due_until(queue, now) else { return actions };
         while actions.len() < room {
-            let Some((_, lead)) = self.next(queue) else { break };
-            let Some(due) = queue.pop_due(now + lead) else { break };
+            let Some(due) = queue.pop_due(until) else { break };
+            *self.taken.entry(due.fire).or_default() += 1;
             let Some(summary) = due.summary() else { continue };
             match catchup::judge(summary, due.fire, now, self.default_deadline) {
                 Verdict::Run(trigger) => actions.push(Action::Run(due, trigger)),
@@ -124,13 +142,14 @@ impl Planner {
         actions
     }
 
-    /// How long the leader may sleep before the queue's next fire is due; an hour when
-    /// there is none or no room (a dispatch ending wakes it).
+    /// How long the leader may sleep before a queued fire is due; an hour when there is
+    /// none or no room (a dispatch ending wakes it).
     pub(super) fn sleep(&mut self, queue: &mut FireQueue, now: DateTime<Utc>, room: usize) -> Duration {
-        match self.next(queue) {
-            Some((next, lead)) if room > 0 => (next - lead - now).to_std().unwrap_or_default(),
-            _ => Duration::from_secs(3600),
-        }
+        let Some(first) = queue.peek().filter(|_| room > 0) else { return Duration::from_secs(3600) };
+        // A later instant is due before the first only by its added lead, at most the maximum.
+        let instants = queue.instants(first, first + GROUP_LEAD_MAX);
+        let next = instants.map(|(at, queued)| self.due_at(at, queued)).min().unwrap_or(first - self.lead);
+        (next - now).to_std().unwrap_or_default()
     }
 }
 
@@ -206,13 +225,24 @@ mod tests {
 
     #[test]
     fn an_instant_many_jobs_share_gets_lead_in_proportion_to_them_up_to_a_maximum() {
-        // (fires of the instant in one of 64 shards, lead added in microseconds)
-        let cases = [(0, 0), (1, 0), (31, 0), (32, 9_600), (157, 1_609_600), (422, 5_000_000), (usize::MAX, 5_000_000)];
-        for (shard_fires, added_us) in cases {
-            assert_eq!(group_lead(shard_fires, 64), TimeDelta::microseconds(added_us), "{shard_fires}");
+        // (fires of the instant in one shard, shards, lead added in microseconds)
+        let cases = [
+            (0, 64, 0),
+            (1, 64, 0),
+            (31, 64, 0),
+            (32, 64, 9_600),
+            (157, 64, 1_609_600),
+            (422, 64, 5_000_000),
+            (usize::MAX, 64, 5_000_000),
+            // The same group in fewer, fuller shards gets the same lead.
+            (628, 16, 1_609_600),
+            // A few jobs meeting in one of many shards by chance say nothing of the rest.
+            (7, 4096, 0),
+            (8, 4096, 5_000_000),
+        ];
+        for (shard_fires, shards, added_us) in cases {
+            assert_eq!(group_lead(shard_fires, shards), TimeDelta::microseconds(added_us), "{shard_fires} of {shards}");
         }
-        // The same group in fewer, fuller shards gets the same lead.
-        assert_eq!(group_lead(157 * 4, 16), group_lead(157, 64));
     }
 
     /// 157 jobs of one shard (of 64) fire at t(10): about 10,000 in all, dispatched
@@ -239,6 +269,58 @@ mod tests {
             planner.due(&mut queue, t(19), 100).iter().map(outcome).collect::<Vec<_>>(),
             [("alone".to_string(), 20, "Schedule".to_string())]
         );
+    }
+
+    /// A job firing every second keeps the shard's earliest instant a second ahead of the
+    /// large one: the large one is still dispatched its whole lead ahead, the fires before
+    /// it with it, and every fire once and in order.
+    #[test]
+    fn a_large_instant_behind_a_small_one_gets_its_whole_lead() {
+        let mut queue = FireQueue::default();
+        queue.upsert(job("tick", "* * * * * *", Catchup::None), t(0));
+        for i in 0..157 {
+            queue.upsert(job(&format!("many-{i}"), "10 * * * * *", Catchup::None), t(0));
+        }
+        let mut planner = Planner::new(Duration::from_secs(1), 64, Duration::from_secs(60));
+        let (mut now, mut taken) = (t(0), Vec::new());
+        while now <= t(10) {
+            let room = usize::MAX;
+            taken.extend(planner.due(&mut queue, now, room).iter().map(|a| (now, outcome(a))));
+            now += TimeDelta::milliseconds(10).max(TimeDelta::from_std(planner.sleep(&mut queue, now, room)).unwrap());
+        }
+        let many: Vec<_> = taken.iter().filter(|(_, (name, _, _))| name.starts_with("many")).collect();
+        assert_eq!(many.len(), 157);
+        let due = t(10) - TimeDelta::microseconds(2_609_600);
+        assert!(
+            many.iter().all(|(at, (_, fire, _))| *fire == 10 && *at >= due && *at < due + TimeDelta::milliseconds(10))
+        );
+        // The tick's fires at 9 (before them) and 10 went with them; the others a second
+        // ahead.
+        let ticks: Vec<(DateTime<Utc>, i64)> =
+            taken.iter().filter(|(_, (name, _, _))| name == "tick").map(|(at, (_, fire, _))| (*at, *fire)).collect();
+        assert_eq!(ticks.iter().map(|(_, fire)| *fire).collect::<Vec<_>>(), (1..=11).collect::<Vec<_>>());
+        for (at, fire) in ticks {
+            let expected = if fire == 9 || fire == 10 { due } else { t(fire - 1) };
+            assert!(at >= expected && at < expected + TimeDelta::milliseconds(10), "tick {fire} taken at {at}");
+        }
+    }
+
+    /// Part of a large instant taken (no more room), then a job added that fires before
+    /// it: the rest of the instant keeps the lead of the whole.
+    #[test]
+    fn the_rest_of_a_large_instant_keeps_its_lead_when_an_earlier_fire_comes_first() {
+        let mut queue = FireQueue::default();
+        for i in 0..157 {
+            queue.upsert(job(&format!("many-{i}"), "10 * * * * *", Catchup::None), t(0));
+        }
+        let mut planner = Planner::new(Duration::from_secs(1), 64, Duration::from_secs(60));
+        let now = t(10) - TimeDelta::milliseconds(2_609);
+        assert_eq!(planner.due(&mut queue, now, 100).len(), 100);
+        queue.upsert(job("new", "9 * * * * *", Catchup::None), now);
+        let rest: Vec<_> = planner.due(&mut queue, now, 100).iter().map(outcome).collect();
+        assert_eq!(rest.len(), 58);
+        assert_eq!(rest[0], ("new".to_string(), 9, "Schedule".to_string()));
+        assert!(rest[1..].iter().all(|(name, fire, _)| name.starts_with("many") && *fire == 10));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! so this has an entry per distinct schedule in use, not per job.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 use crate::catalog::{CatalogJob, JobSummary};
@@ -57,7 +57,7 @@ pub struct FireQueue {
     generation: u32,
     /// Jobs whose next fire is at this instant (Unix milliseconds), for every instant
     /// that has one.
-    at_instant: HashMap<i64, u32>,
+    at_instant: BTreeMap<i64, u32>,
 }
 
 impl FireQueue {
@@ -117,9 +117,19 @@ impl FireQueue {
         }
     }
 
-    /// How many jobs' next fire is at `at`.
-    pub fn fires_at(&self, at: DateTime<Utc>) -> usize {
-        self.at_instant.get(&at.timestamp_millis()).map_or(0, |n| *n as usize)
+    /// The instants from `from` to `to` on which some job's next fire falls, each with how
+    /// many jobs fire on it, in time order.
+    pub fn instants(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl DoubleEndedIterator<Item = (DateTime<Utc>, usize)> {
+        let (from, to) = (from.timestamp_millis(), to.timestamp_millis());
+        // A range's end before its start would panic: it lists nothing instead.
+        self.at_instant
+            .range(from..=to.max(from))
+            .filter(move |(at, _)| **at <= to)
+            .filter_map(|(at, n)| Some((DateTime::from_timestamp_millis(*at)?, *n as usize)))
     }
 
     /// A job's next fire moved from `old` to `new`.
@@ -253,28 +263,44 @@ mod tests {
         assert_eq!(q.pop_due(t(30)).map(|d| d.fire), Some(t(28)));
     }
 
-    /// The count of next fires per instant follows every change of a job's next fire.
+    /// The count of next fires per instant follows every change of a job's next fire: it
+    /// equals a count made afresh from the jobs' slots after each step.
     #[test]
-    fn fires_at_counts_the_jobs_whose_next_fire_is_that_instant() {
+    fn instants_count_the_jobs_whose_next_fire_is_on_each() {
         let mut q = FireQueue::default();
+        let check = |q: &FireQueue, expected: &[(i64, usize)]| {
+            let mut afresh = BTreeMap::new();
+            for next in q.slots.iter().flatten().filter_map(|slot| slot.next) {
+                *afresh.entry(next).or_insert(0u32) += 1;
+            }
+            assert_eq!(q.at_instant, afresh);
+            let listed: Vec<(i64, usize)> =
+                q.instants(t(0), t(60)).map(|(at, n)| ((at - t(0)).num_seconds(), n)).collect();
+            assert_eq!(listed, expected);
+        };
         for name in ["a", "b", "c"] {
             q.upsert(job(name, "*/10 * * * * *", false), t(0));
         }
-        q.upsert(job("d", "*/4 * * * * *", false), t(0));
-        let counts = |q: &FireQueue| [4, 8, 10, 20].map(|s| q.fires_at(t(s)));
-        assert_eq!(counts(&q), [1, 0, 3, 0]);
-        // An edit moves c to another instant; a pause and a removal take b and d out.
+        let d = job("d", "*/4 * * * * *", false);
+        q.upsert(d.clone(), t(0));
+        check(&q, &[(4, 1), (10, 3)]);
+        // The same revision again, and an edit keeping a fire due but not taken: no move.
+        q.upsert(d, t(30));
+        let c = job("c", "*/10 * * * * *", false);
+        q.upsert(c, t(12));
+        check(&q, &[(4, 1), (10, 3)]);
+        // An edit moves c; a pause and a removal take b and d out.
         q.upsert(job("c", "*/8 * * * * *", false), t(0));
-        assert_eq!(counts(&q), [1, 1, 2, 0]);
         q.upsert(job("b", "*/10 * * * * *", true), t(0));
         q.remove("d");
-        assert_eq!(counts(&q), [0, 1, 1, 0]);
-        // Fired: counted at the job's following fire.
-        assert_eq!(q.pop_due(t(8)).map(|d| d.fire), Some(t(8)));
-        assert_eq!(q.pop_due(t(10)).map(|d| d.fire), Some(t(10)));
-        assert_eq!(counts(&q), [0, 0, 0, 1]);
-        assert_eq!(q.fires_at(t(16)), 1);
-        assert_eq!(q.at_instant.len(), 2, "no instant is kept once no job fires on it");
+        check(&q, &[(8, 1), (10, 1)]);
+        // A name added again reuses a freed slot.
+        q.upsert(job("d", "*/4 * * * * *", false), t(0));
+        check(&q, &[(4, 1), (8, 1), (10, 1)]);
+        // Fired: counted at the job's following fire; no instant is kept with no job on it.
+        while q.pop_due(t(10)).is_some() {}
+        check(&q, &[(12, 1), (16, 1), (20, 1)]);
+        assert_eq!(q.instants(t(20), t(12)).count(), 0, "an empty range lists nothing");
     }
 
     #[test]
