@@ -64,9 +64,9 @@ pub struct RunnerConfig {
     /// `pool = "<agent name>"` pins a job to one host). Default `["default"]`.
     pub pools: Vec<String>,
     /// Runs held at once, waiting for their instant (at most the scheduler's lead, more
-    /// for an instant that over 2,000 jobs share) or running. A job firing every second holds a slot for about the scheduler's lead
-    /// (1.5 s) plus its run time, so a thousand such jobs need about 2,500 slots. Default
-    /// 4096.
+    /// for an instant that over 2,000 jobs share) or running. A job firing every second
+    /// holds a slot for about the scheduler's lead (1.5 s) plus its run time, so a
+    /// thousand such jobs need about 2,500 slots. Default 4096.
     pub slots: usize,
     /// How often a running run's record and message are refreshed. Default 5s.
     #[serde(with = "crate::spec::codec::duration")]

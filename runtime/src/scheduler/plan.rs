@@ -111,8 +111,8 @@ impl Planner {
         // Every instant within the lead is due; one past it, when its group adds enough.
         // Only those few seconds are looked at (a catch-up may queue a great many before).
         let within = now + self.lead;
-        let later = queue.instants(within, within + GROUP_LEAD_MAX).rev();
-        let extended = later.filter(|&(at, queued)| self.due_at(at, queued) <= now).map(|(at, _)| at).next();
+        let mut later = queue.instants(within, within + GROUP_LEAD_MAX).rev();
+        let extended = later.find(|&(at, queued)| self.due_at(at, queued) <= now).map(|(at, _)| at);
         extended.or((first <= within).then_some(within))
     }
 
