@@ -161,8 +161,14 @@ impl Catalog {
 
     /// The job's summary now; None if it does not exist.
     pub async fn get(&self, name: &str) -> Result<Option<Arc<CatalogJob>>, Error> {
+        Ok(self.get_read(name).await?.map(|(job, _)| job))
+    }
+
+    /// `get`, and the stored value when it was read from KV now (not cached): a caller
+    /// needing the whole spec too reads it once.
+    pub async fn get_read(&self, name: &str) -> Result<Option<(Arc<CatalogJob>, Option<Versioned>)>, Error> {
         let ticket = match self.inner.cache.get(name) {
-            Ok(job) => return Ok(Some(job)),
+            Ok(job) => return Ok(Some((job, None))),
             Err(ticket) => ticket,
         };
         let Some(value) = self.inner.store.jobs.get(name).await? else { return Ok(None) };
@@ -170,7 +176,7 @@ impl Catalog {
         if let Some(ticket) = ticket {
             self.inner.cache.keep(ticket, job.clone());
         }
-        Ok(Some(job))
+        Ok(Some((job, Some(value))))
     }
 
     /// Whether the job was removed while this agent ran (and not added again).

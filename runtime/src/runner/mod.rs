@@ -48,8 +48,8 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::retry::{Patience, retried};
 use crate::spec::{History, JobSpec};
-use crate::store::Store;
 use crate::store::pull::{EXPIRES, PullLimits, pull_into_slots};
+use crate::store::{Store, StoredJob};
 use crate::supervise::Watched;
 
 pub use crate::output::{EOF_HEADER, STREAM_HEADER};
@@ -165,19 +165,21 @@ impl RunnerCtx {
     /// dispatched with): from the catalog, or from KV when the catalog has not seen that
     /// revision yet (a `trigger` right after an edit). None: the job was removed.
     async fn current(&self, job: &str, at_least: u64) -> Result<Option<(u64, Arc<JobSpec>)>, Error> {
-        match self.catalog.get(job).await? {
+        match self.catalog.get_read(job).await? {
             None => Ok(None),
-            Some(known) if known.revision >= at_least => {
+            Some((known, read)) if known.revision >= at_least => {
                 if let Err(e) = &known.summary {
                     return Err(e.clone());
                 }
-                Ok(Some((known.revision, self.spec(job, known.revision).await?)))
+                let spec = match read {
+                    // Read from KV just now (a job this runner had not run lately): once.
+                    Some(value) => self.keep_spec(StoredJob::decode(job, &value))?,
+                    None => self.spec(job, known.revision).await?,
+                };
+                Ok(Some((known.revision, spec)))
             }
             _ => match self.store.get_job(job).await {
-                Ok(stored) => {
-                    let revision = stored.revision;
-                    Ok(Some((revision, self.spec(job, revision).await?)))
-                }
+                Ok(stored) => Ok(Some((stored.revision, self.keep_spec(stored)?))),
                 Err(e) if e.is_not_found() => Ok(None),
                 Err(e) => Err(e),
             },
@@ -192,13 +194,17 @@ impl RunnerCtx {
         {
             return Ok(spec.clone());
         }
-        let stored = self.store.get_job(job).await?;
+        self.keep_spec(self.store.get_job(job).await?)
+    }
+
+    /// The spec as read, kept for the job's next runs.
+    fn keep_spec(&self, stored: StoredJob) -> Result<Arc<JobSpec>, Error> {
         let spec = Arc::new(stored.spec?);
         if let Ok(mut cache) = self.specs.lock() {
             if cache.len() >= SPEC_CACHE_MAX {
                 cache.clear();
             }
-            cache.insert(job.to_string(), (stored.revision, spec.clone()));
+            cache.insert(stored.name, (stored.revision, spec.clone()));
         }
         Ok(spec)
     }
