@@ -8,14 +8,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=target/release/cronrun
-for b in "$bin" target/release/cronrun-supervise; do
+supervise=target/release/cronrun-supervise
+for b in "$bin" "$supervise"; do
   [ -x "$b" ] || { echo "install.sh: $b not found; run cargo build --release first" >&2; exit 1; }
 done
+# The static build of deploy/static-supervisor.sh, when there is one of this build's
+# protocol (cargo's next build puts its own back beside cronrun).
+static=target/x86_64-unknown-linux-musl/release/cronrun-supervise
+if [ -x "$static" ] && [ "$("$static" --protocol)" = "$("$supervise" --protocol)" ]; then
+  supervise="$static"
+fi
 [ "$(id -u)" = 0 ] || { echo "install.sh: run as root (sudo deploy/install.sh)" >&2; exit 1; }
 
 install -m 0755 "$bin" /usr/local/bin/cronrun
 # Beside cronrun, where the runner looks for it (without it, runs exec cronrun itself).
-install -m 0755 target/release/cronrun-supervise /usr/local/bin/cronrun-supervise
+install -m 0755 "$supervise" /usr/local/bin/cronrun-supervise
 id cronrun >/dev/null 2>&1 || useradd --system --home-dir /var/lib/cronrun --create-home --shell /usr/sbin/nologin cronrun
 install -d -m 0755 /etc/cronrun
 [ -f /etc/cronrun/cronrun.toml ] || install -m 0644 deploy/cronrun.toml /etc/cronrun/cronrun.toml

@@ -5,8 +5,9 @@
 # asking the CPU for its features, which a VM answers slowly), static with musl 0.3 ms
 # (README, Benchmarks). It behaves the same: same code, same protocol line.
 #   deploy/static-supervisor.sh [release|debug]      (default release)
-# Run it after `cargo build`; cargo relinks its own build only when the supervisor's
-# source changes, and then this is to be run again.
+# Run it after the last `cargo build` (or test, run) of the cronrun package: each of
+# those puts cargo's own build back beside `cronrun`. deploy/install.sh takes the static
+# one from where this builds it (target/x86_64-unknown-linux-musl/release) either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,7 @@ beside="$target_dir/$profile/cronrun-supervise"
 [ -x "$beside" ] || { echo "static-supervisor.sh: $beside not found; run cargo build${flag:+ $flag} first" >&2; exit 1; }
 if ! rustup target list --installed | grep -qx "$musl"; then
   rustup target add "$musl" >/dev/null 2>&1 || {
-    echo "static-supervisor.sh: cannot add the Rust target $musl (rustup target add $musl); the dynamic supervisor stays" >&2
+    echo "static-supervisor.sh: cannot add the Rust target $musl (rustup target add $musl); $beside is left as cargo built it" >&2
     exit 1
   }
 fi
@@ -30,8 +31,9 @@ cargo build $flag --quiet -p cronrun-supervisor --features bin --target "$musl"
 built="$target_dir/$musl/$profile/cronrun-supervise"
 # The same protocol as the runner's, or the runner would refuse it (and run `cronrun
 # __supervise` instead): checked before it replaces the other.
-[ "$("$built" --protocol)" = "$("$beside" --protocol)" ] || {
-  echo "static-supervisor.sh: $built answers another protocol than $beside" >&2
+ours="$("$beside" --protocol)"
+[ -n "$ours" ] && [ "$("$built" --protocol)" = "$ours" ] || {
+  echo "static-supervisor.sh: $built does not answer --protocol as $beside does ($ours)" >&2
   exit 1
 }
 install -m 0755 "$built" "$beside"

@@ -32,7 +32,12 @@ impl AliveDir {
     pub fn make() -> std::io::Result<Self> {
         let base =
             base(&[std::env::var_os("RUNTIME_DIRECTORY"), std::env::var_os("XDG_RUNTIME_DIR"), Some(SHM.into())]);
-        let removed = remove_left_behind(&base, SystemTime::now());
+        // The temp dir too: where earlier versions made it, and where it goes when no
+        // other base will do.
+        let mut removed = remove_left_behind(&base, SystemTime::now());
+        if base != std::env::temp_dir() {
+            removed.extend(remove_left_behind(&std::env::temp_dir(), SystemTime::now()));
+        }
         if !removed.is_empty() {
             info!(removed = removed.len(), "removed keepalive directories of runners that are gone");
         }
@@ -54,19 +59,27 @@ impl AliveDir {
 const SHM: &str = "/dev/shm";
 
 /// Where the directory is made: the first of `candidates` (systemd's `RUNTIME_DIRECTORY`,
-/// then `XDG_RUNTIME_DIR`, then `/dev/shm`) that is a directory we may write in, else the
-/// temp dir. Each shell run creates and removes a file there: on ext4, finding a free
-/// inode among the many just freed (`find_inode_bit`, `recently_deleted`) took a quarter
-/// of a runner's own CPU at 200 runs a second; on tmpfs it costs nearly nothing.
+/// then `XDG_RUNTIME_DIR`, then `/dev/shm`) that is safe to make it in, else the temp dir.
+/// Each shell run creates and removes a file there: on ext4, finding a free inode among
+/// the many just freed (`find_inode_bit`, `recently_deleted`) took a quarter of a
+/// runner's own CPU at 200 runs a second; on tmpfs it costs nearly nothing.
 fn base(candidates: &[Option<std::ffi::OsString>]) -> PathBuf {
-    let writable =
-        |dir: &Path| nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_ok();
-    candidates
-        .iter()
-        .flatten()
-        .map(PathBuf::from)
-        .find(|dir| dir.is_absolute() && dir.is_dir() && writable(dir))
-        .unwrap_or_else(std::env::temp_dir)
+    let me = nix::unistd::geteuid().as_raw();
+    candidates.iter().flatten().map(PathBuf::from).find(|dir| safe_base(dir, me)).unwrap_or_else(std::env::temp_dir)
+}
+
+/// Whether `dir` is an absolute directory we may write in, where no one else can tamper
+/// with what we make: ours and closed to others (a runtime directory), or root's and
+/// sticky (`/dev/shm`, as `/tmp`: others can neither rename nor remove our directory). A
+/// root agent started after `su` keeps the other user's `XDG_RUNTIME_DIR`: not taken.
+fn safe_base(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(meta) = std::fs::symlink_metadata(dir) else { return false };
+    let mode = meta.permissions().mode();
+    let private = meta.uid() == uid && mode & 0o022 == 0;
+    let sticky = meta.uid() == 0 && mode & 0o1000 != 0;
+    let writable = nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_ok();
+    dir.is_absolute() && meta.is_dir() && (private || sticky) && writable
 }
 
 /// Removes the keepalive directories in `tmp` that no runner holds and that, with the
@@ -100,27 +113,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keepalive_files_go_to_the_first_writable_directory_named_else_the_temp_dir() {
+    fn keepalive_files_go_to_the_first_safe_directory_named_else_the_temp_dir() {
+        use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
-        let (run, xdg, missing) = (tmp.path().join("run"), tmp.path().join("xdg"), tmp.path().join("missing"));
-        for dir in [&run, &xdg] {
-            std::fs::create_dir(dir).unwrap();
-        }
-        let file = tmp.path().join("a-file");
+        let dir = |name: &str, mode: u32| {
+            let path = tmp.path().join(name);
+            std::fs::create_dir(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            path
+        };
+        let (run, xdg, open_to_all, group_writable) =
+            (dir("run", 0o700), dir("xdg", 0o755), dir("open", 0o777), dir("group", 0o770));
+        let (missing, file, link) = (tmp.path().join("missing"), tmp.path().join("a-file"), tmp.path().join("link"));
         std::fs::write(&file, "").unwrap();
+        std::os::unix::fs::symlink(&run, &link).unwrap();
         let os = |p: &Path| Some(p.as_os_str().to_owned());
         let relative = Some(std::ffi::OsString::from("relative/dir"));
         // (candidates, chosen)
-        let cases: [(Vec<Option<std::ffi::OsString>>, PathBuf); 5] = [
+        let cases: [(Vec<Option<std::ffi::OsString>>, PathBuf); 6] = [
             (vec![os(&run), os(&xdg)], run.clone()),
             (vec![None, os(&xdg)], xdg.clone()),
-            (vec![os(&missing), os(&file), os(&xdg)], xdg.clone()),
+            (vec![os(&missing), os(&file), os(&link), os(&xdg)], xdg.clone()),
+            (vec![os(&open_to_all), os(&group_writable), os(&run)], run.clone()),
             (vec![relative, None], std::env::temp_dir()),
             (vec![], std::env::temp_dir()),
         ];
         for (candidates, chosen) in cases {
             assert_eq!(base(&candidates), chosen, "{candidates:?}");
         }
+        // Another user's directory, however closed (a root agent keeping a user's
+        // XDG_RUNTIME_DIR), is not taken; a sticky one of root's is.
+        let me = nix::unistd::geteuid().as_raw();
+        assert!(!safe_base(&run, me + 1), "another user's directory");
+        let sticky = dir("sticky", 0o1777);
+        assert_eq!(safe_base(&sticky, me), me == 0, "sticky, ours: taken only as root's");
     }
 
     #[test]

@@ -90,7 +90,8 @@ impl Held {
     fn touch_alive(&self, at: std::time::SystemTime) {
         let Some(path) = &self.alive else { return };
         let touch = || std::fs::File::options().create(true).truncate(false).write(true).open(path)?.set_modified(at);
-        // A cleaner of /tmp may have removed the directory: make it again, once.
+        // A cleaner of the temp dir (or of /dev/shm) may have removed the directory: make
+        // it again, once.
         let touched = touch().or_else(|_| {
             path.parent().map(std::fs::create_dir_all).transpose()?;
             touch()

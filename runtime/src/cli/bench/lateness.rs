@@ -141,7 +141,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
-        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / expected as f64 - command_cpu),
+        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / measured.code_ms.len().max(1) as f64 - command_cpu),
         "command_cpu_ms": 1e3 * command_cpu,
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
