@@ -1,7 +1,7 @@
 //! The directory of a runner's keepalive files (see `supervisor`), on a memory file system
-//! when there is one (`base`). It is
-//! removed with the runner, but a runner killed (SIGKILL, the OOM killer, a crash) leaves
-//! it behind: one directory and a few empty files each time. So a runner holds a lock on
+//! when there is one (`base`). It is removed with the runner, but a runner killed
+//! (SIGKILL, the OOM killer, a crash) leaves it behind: one directory and a few empty
+//! files each time. So a runner holds a lock on
 //! its directory while it lives, and a runner starting removes those nobody holds and
 //! nobody touched for a while. The prefix is new with the lock: directories of older
 //! runners (`cronrun-alive-*`), unlocked though alive, are never taken for left behind.
