@@ -2,7 +2,7 @@
 //! processes, added with the CLI, each job reporting its own clock; beside it the anchor,
 //! measured in the same run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::anchor::{self, sleep_until};
 use super::deployment::{Cpu, Deployment};
+use super::executions;
 use super::percentile;
 use crate::cli::Ctx;
 use crate::record::Status;
@@ -55,9 +56,10 @@ impl Schedules {
 
 /// Jobs fire on their schedules (every second by default) over a window after a warm-up. For each fire: from the fire to
 /// the job's own code (the clock a shell job's `date` or the `clock` guest printed) and to
-/// `started_at` (the runner's release of the run). The anchor runs after, over a
-/// window as long: NATS's own message scheduler for Wasm jobs, a plain spawn of the same
-/// commands for shell jobs. The agents run with production defaults, but with runner
+/// `started_at` (the runner's release of the run); and how many times each run's code
+/// ran, by its output line in the logs stream (a run that ran twice fails the bench). The
+/// anchor runs after, over a window as long: NATS's own message scheduler for Wasm jobs, a
+/// plain spawn of the same commands for shell jobs. The agents run with production defaults, but with runner
 /// slots for every job when there are more jobs than the default 4,096.
 pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     if a.agents == 0 || a.jobs == 0 || a.seconds <= 0 {
@@ -105,6 +107,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // and before the anchor runs alone on the machine; the server stays.
     deployment.stop_agents().await?;
     let measured = measure(&store, &names, from, to).await?;
+    let executions = executions::count(&store, &measured.logs).await?;
     drop(store);
 
     // Time to store the schedules before the first fire.
@@ -138,6 +141,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let value = json!({
         "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
+        "runs_doubled": executions.doubled, "runs_line_unseen": executions.unseen,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
@@ -150,6 +154,12 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     ctx.print(&value, || text(&value))?;
     if measured.no_clock > 0 {
         bail!("{} runs succeeded without printing their clock first: is --wasm the clock plugin?", measured.no_clock);
+    }
+    if executions.doubled > 0 {
+        bail!(
+            "{} runs ran their code more than once (their line is in the logs stream more than once)",
+            executions.doubled
+        );
     }
     if measured.code_ms.len() != expected {
         bail!("{} of {expected} fires ran ({} ended otherwise)", measured.code_ms.len(), measured.not_succeeded);
@@ -178,7 +188,8 @@ fn text(v: &Value) -> String {
     }
     let summary = format!(
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
-         max {:.1} ms ({} of {} fires ran, {} ended otherwise); fire to started_at p50 {:.1}, p99 {:.1} ms; \
+         max {:.1} ms ({} of {} fires ran, {} ended otherwise; by their output lines in the logs stream, {} ran more than \
+         once, {} lines not seen there); fire to started_at p50 {:.1}, p99 {:.1} ms; \
          fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; CPU over the window: nats-server {:.1} s, \
          the agents {:.1} s, their runs' processes {:.1} s; agent CPU per run{}: {:.2} ms\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
@@ -194,6 +205,8 @@ fn text(v: &Value) -> String {
         v["fires_ran"],
         v["fires_expected"],
         v["fires_not_succeeded"],
+        v["runs_doubled"],
+        v["runs_line_unseen"],
         ms(&v["started_at_ms"], "p50"),
         ms(&v["started_at_ms"], "p99"),
         ms(&v["dispatched_at_ms"], "p50"),
@@ -262,6 +275,8 @@ struct Measured {
     /// ahead of the fire when it keeps up.
     dispatched_ms: Vec<f64>,
     not_succeeded: usize,
+    /// The logs subjects of the runs that ran: their executions are counted there.
+    logs: HashSet<String>,
     /// Succeeded without printing a clock first.
     no_clock: usize,
 }
@@ -279,6 +294,7 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
         let printed = r.output.first().and_then(|line| line.trim().parse::<i64>().ok());
         match (r.status, r.started_at, printed) {
             (Status::Succeeded, Some(started), Some(ns)) => {
+                m.logs.insert(store.names.logs_subject(&r.job, &r.run_id));
                 let ms = (ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6;
                 m.code_ms.push(ms);
                 m.code_ms_by_minute.entry((at - from).num_minutes()).or_default().push(ms);

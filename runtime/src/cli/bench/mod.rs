@@ -16,6 +16,7 @@
 mod anchor;
 mod deployment;
 mod dispatch;
+mod executions;
 mod lateness;
 mod load;
 mod raw_nats;
