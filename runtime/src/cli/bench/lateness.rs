@@ -59,8 +59,9 @@ impl Schedules {
 /// `started_at` (the runner's release of the run); and how many times each run's code
 /// ran, by its output line in the logs stream (a run that ran twice fails the bench). The
 /// anchor runs after, over a window as long: NATS's own message scheduler for Wasm jobs, a
-/// plain spawn of the same commands for shell jobs. The agents run with production defaults, but with runner
-/// slots for every job when there are more jobs than the default 4,096.
+/// plain spawn of the same commands for shell jobs. The agents run with production
+/// defaults, but with runner slots for every job when there are more jobs than the
+/// default 4,096.
 pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     if a.agents == 0 || a.jobs == 0 || a.seconds <= 0 {
         bail!("bench lateness needs --agents, --jobs and --seconds above 0");
