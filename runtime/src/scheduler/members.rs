@@ -41,18 +41,18 @@ pub(super) async fn publish(store: Store, holder: String, ttl: Duration, cancel:
     }
 }
 
-/// The member list to act on: `list` with us in it once we have joined (`joined`, kept by
-/// the caller). Our own key missing means that our presence writes came late (a server
-/// too busy to acknowledge them within the TTL), not that we left: we leave by deleting
-/// it, when stopping. Dropping out would hand every shard we lead to the others, each read
-/// from the schedules index again, and back once our key returns: at 10,000,000 jobs
-/// that cascade kept four agents loading for minutes. Shards stay fenced by their leases,
-/// whatever the list says: the others stand by for ours until we release or lose them.
-pub(super) fn with_self(mut list: Vec<String>, holder: &str, joined: &mut bool) -> Vec<String> {
-    match list.binary_search_by(|m| m.as_str().cmp(holder)) {
-        Ok(_) => *joined = true,
-        Err(at) if *joined => list.insert(at, holder.to_string()),
-        Err(_) => {}
+/// The member list to act on: `list` with us in it once we have joined, that is once the
+/// list acted on `before` held us. Our own key missing means that our presence writes
+/// came late (a server too busy to acknowledge them within the TTL), not that we left:
+/// we leave by deleting it, when stopping. Dropping out would hand every shard we lead to
+/// the others, each read from the schedules index again, and back once our key returns:
+/// at 10,000,000 jobs that cascade kept four agents loading for minutes. Shards stay
+/// fenced by their leases, whatever the list says: the others stand by for ours until we
+/// release or lose them.
+pub(super) fn with_self(mut list: Vec<String>, holder: &str, before: &[String]) -> Vec<String> {
+    let joined = before.iter().any(|m| m == holder);
+    if joined && let Err(at) = list.binary_search_by(|m| m.as_str().cmp(holder)) {
+        list.insert(at, holder.to_string());
     }
     list
 }
@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn a_scheduler_that_joined_stays_in_its_own_list_when_its_key_lapses() {
         let list = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-        let mut joined = false;
+        let mut before = Vec::new();
         // (the list the watch holds, what we act on, joined after)
         let steps: [(&[&str], &[&str], bool); 5] = [
             (&["a", "c"], &["a", "c"], false),
@@ -116,8 +116,10 @@ mod tests {
             (&["c"], &["b", "c"], true),
         ];
         for (seen, acted_on, joined_after) in steps {
-            assert_eq!(with_self(list(seen), "b", &mut joined), list(acted_on), "{seen:?}");
-            assert_eq!(joined, joined_after, "{seen:?}");
+            let acted = with_self(list(seen), "b", &before);
+            assert_eq!(acted, list(acted_on), "{seen:?}");
+            assert_eq!(acted.iter().any(|m| m == "b"), joined_after, "{seen:?}");
+            before = acted;
         }
     }
 }

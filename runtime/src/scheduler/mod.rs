@@ -183,7 +183,7 @@ impl Scheduler {
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
-        let (mut seen, mut settle, mut joined) = (Vec::new(), settle::Settle::default(), false);
+        let (mut seen, mut settle) = (Vec::new(), settle::Settle::default());
         let mut shard_check = tokio::time::interval(SHARD_CHECK_EVERY);
         info!(holder = %self.ctx.holder, shards = self.ctx.shards, "scheduler started");
         loop {
@@ -205,7 +205,7 @@ impl Scheduler {
                     if changed.is_err() {
                         continue; // the member list task ended: `tasks.ended` says why
                     }
-                    let list = members::with_self(members.borrow_and_update().clone(), &self.ctx.holder, &mut joined);
+                    let list = members::with_self(members.borrow_and_update().clone(), &self.ctx.holder, &seen);
                     let now = settle.changed(&seen, &list, tokio::time::Instant::now());
                     seen = list;
                     if now {
