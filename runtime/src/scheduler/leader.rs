@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -18,6 +19,7 @@ use super::index::{PublishedTriggers, ShardChange, ShardJobs};
 use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
 use super::{Due, FireQueue, SchedulerCtx, shards};
+use crate::catalog::CatalogJob;
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -100,7 +102,9 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         write_watermark(s, &mut watermark, now).await?;
     }
     let from = watermark.at;
-    let (loaded, mut jobs) = match load(s, &mut lease, cancel).await {
+    let resume =
+        Resume { from, led_before: (!first_lead).then_some((&s.ctx.store, now, s.ctx.config.default_deadline)) };
+    let (mut queue, mut triggers, mut jobs) = match load(s, &mut lease, cancel, resume).await {
         Ok(Some(loaded)) => loaded,
         // Given up at once, so that another (or this one again) takes the shard now.
         outcome => {
@@ -110,18 +114,6 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             return outcome.map(|_| ());
         }
     };
-    let mut queue = FireQueue::default();
-    let mut triggers = PublishedTriggers::new(s.n);
-    for job in loaded.jobs {
-        triggers.set(&job);
-        let start = match (&job.summary, first_lead) {
-            (Ok(summary), false) => {
-                catchup::resume_from(&s.ctx.store, &job.name, summary, from, now, s.ctx.config.default_deadline).await
-            }
-            _ => from,
-        };
-        queue.upsert(job, start);
-    }
     let mut planner = Planner::new(s.ctx.config.lead, s.ctx.shards, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
 
@@ -276,17 +268,22 @@ async fn end(
     }
 }
 
-/// The shard's jobs and the watch of their changes; None when cancelled meanwhile. The
-/// lease is renewed while they are read: a pass over a large index takes seconds.
+/// The shard's fire queue (each job as `resume` says), its triggers and the watch of its
+/// jobs' changes; None when cancelled meanwhile. The lease is renewed while they are read
+/// and queued: a pass over a large index takes seconds, and so does queueing what it read
+/// (four agents on 10M schedules: once queued outside this, and each in one go, every
+/// shard's lease ran out while its queue was built, and every shard was read again).
 async fn load(
     s: &Led<'_>,
     lease: &mut Lease,
     cancel: &CancellationToken,
-) -> Result<Option<(Loaded, ShardJobs)>, Error> {
+    resume: Resume<'_>,
+) -> Result<Option<(FireQueue, PublishedTriggers, ShardJobs)>, Error> {
     let loading = async {
-        let loaded = s.ctx.loader.load(s.n).await?;
-        let jobs = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, loaded.after).await?;
-        Ok::<_, Error>((loaded, jobs))
+        let Loaded { jobs, after } = s.ctx.loader.load(s.n).await?;
+        let changes = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, after).await?;
+        let (queue, triggers) = queued(s.n, jobs, &resume).await;
+        Ok::<_, Error>((queue, triggers, changes))
     };
     tokio::pin!(loading);
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
@@ -298,6 +295,39 @@ async fn load(
             _ = renew.tick() => lease.renew().await?,
         }
     }
+}
+
+/// Where a leader starts each job's fires: from `from`, the watermark; or, when the shard
+/// was led before (the store, now, the default deadline), as `catchup::resume_from` says.
+struct Resume<'a> {
+    from: DateTime<Utc>,
+    led_before: Option<(&'a Store, DateTime<Utc>, Duration)>,
+}
+
+impl Resume<'_> {
+    async fn start(&self, job: &CatalogJob) -> DateTime<Utc> {
+        match (&job.summary, self.led_before) {
+            (Ok(summary), Some((store, now, deadline))) => {
+                catchup::resume_from(store, &job.name, summary, self.from, now, deadline).await
+            }
+            _ => self.from,
+        }
+    }
+}
+
+/// Shard `n`'s fire queue and triggers of `jobs`, each from where `resume` says. A shard
+/// holds up to hundreds of thousands of jobs, and an agent queues its shards side by side:
+/// the worker is given back to the runtime between jobs (tokio's budget), so that the
+/// agent's other tasks, its leases' renewals among them, run meanwhile.
+async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (FireQueue, PublishedTriggers) {
+    let (mut queue, mut triggers) = (FireQueue::default(), PublishedTriggers::new(n));
+    for job in jobs {
+        tokio::task::consume_budget().await;
+        triggers.set(&job);
+        let start = resume.start(&job).await;
+        queue.upsert(job, start);
+    }
+    (queue, triggers)
 }
 
 /// Dispatches not finished yet, and their fire instants (for the watermark).
@@ -484,7 +514,28 @@ fn jitter(job: &str, fire: DateTime<Utc>, max: Duration) -> TimeDelta {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
+    use crate::spec::{JobSpec, ShellSpec};
+
+    #[tokio::test]
+    async fn queueing_a_shard_gives_way_to_the_agents_other_tasks() {
+        // One thread: the task beside runs only when the queueing gives way.
+        let queueing = Arc::new(AtomicBool::new(true));
+        let beside = tokio::spawn({
+            let queueing = queueing.clone();
+            async move { queueing.load(Ordering::SeqCst) }
+        });
+        let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
+        let job =
+            |i| Arc::new(CatalogJob::from_spec(&JobSpec::shell(&format!("job-{i}"), "*/5 * * * *", shell.clone()), 1));
+        let from = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let (queue, _) = queued(0, (0..2_000).map(job).collect(), &Resume { from, led_before: None }).await;
+        queueing.store(false, Ordering::SeqCst);
+        assert_eq!(queue.len(), 2_000);
+        assert!(beside.await.unwrap(), "the task beside ran only once the queue was built");
+    }
 
     #[test]
     fn jitter_is_fixed_by_job_and_fire_and_stays_below_its_maximum() {
