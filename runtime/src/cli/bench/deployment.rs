@@ -233,19 +233,31 @@ impl Deployment {
         Ok(())
     }
 
-    /// Stops the agents, then the server, and removes the directory.
+    /// Stops the agents, then the server, and removes the directory, unless `KEEP_ENV` is
+    /// set: the agents' logs of a run that passed are worth reading too (how long each
+    /// step took, what stepped down).
     pub async fn stop(mut self) -> Result<()> {
         self.stop_agents().await?;
         if let Some(server) = self.server.take() {
             server.stop().await;
         }
-        self.dir.take();
+        if !keep(std::env::var_os(KEEP_ENV).as_deref()) {
+            self.dir.take();
+        }
         Ok(())
     }
 }
 
+/// Set (to anything but "" or "0"), a benchmark keeps its deployment's directory.
+pub(super) const KEEP_ENV: &str = "CRONRUN_BENCH_KEEP";
+
+fn keep(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 impl Drop for Deployment {
-    /// Not stopped cleanly: the processes die with their handles, the logs stay.
+    /// Not stopped cleanly (or kept, see `KEEP_ENV`): the processes die with their
+    /// handles, the logs stay.
     fn drop(&mut self) {
         if let Some(dir) = self.dir.take() {
             eprintln!("bench: the deployment's logs are kept in {}", dir.keep().display());
@@ -362,4 +374,15 @@ impl Cpu {
 
 fn path_str(path: &Path) -> String {
     path.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_deployment_that_passed_is_kept_only_when_asked() {
+        let cases = [(None, false), (Some(""), false), (Some("0"), false), (Some("1"), true), (Some("yes"), true)];
+        for (value, kept) in cases {
+            assert_eq!(super::keep(value.map(std::ffi::OsStr::new)), kept, "{value:?}");
+        }
+    }
 }
