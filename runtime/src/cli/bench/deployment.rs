@@ -249,7 +249,7 @@ impl Deployment {
 }
 
 /// Set (to anything but "" or "0"), a benchmark keeps its deployment's directory.
-pub(super) const KEEP_ENV: &str = "CRONRUN_BENCH_KEEP";
+const KEEP_ENV: &str = "CRONRUN_BENCH_KEEP";
 
 fn keep(value: Option<&std::ffi::OsStr>) -> bool {
     value.is_some_and(|v| !v.is_empty() && v != "0")
