@@ -43,10 +43,10 @@ pub(super) async fn publish(store: Store, holder: String, ttl: Duration, cancel:
 
 /// The member list to act on: `list` with us in it once we have joined, that is once the
 /// list acted on `before` held us. Our own key missing means that our presence writes
-/// came late (a server too busy to acknowledge them within the TTL), not that we left:
-/// we leave by deleting it, when stopping. Dropping out would hand every shard we lead to
-/// the others, each read from the schedules index again, and back once our key returns:
-/// at 10,000,000 jobs that cascade kept four agents loading for minutes. Shards stay
+/// came late (the server or this agent too busy to get them through within the TTL), not
+/// that we left: we leave by deleting it, when stopping. Dropping out would hand every
+/// shard we lead to the others, each read from the schedules index again, and back once
+/// our key returns: at 10,000,000 jobs that cascade kept four agents loading for minutes. Shards stay
 /// fenced by their leases, whatever the list says: the others stand by for ours until we
 /// release or lose them.
 pub(super) fn with_self(mut list: Vec<String>, holder: &str, before: &[String]) -> Vec<String> {
