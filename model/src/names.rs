@@ -58,6 +58,12 @@ impl Names {
     pub fn schedules_bucket(&self) -> String {
         format!("{}_schedules", self.ns)
     }
+    /// Snapshots of the schedules index by shard (keys `<shard>` and `<shard>.<slot>.<k>`),
+    /// from which a scheduler taking a shard reads its jobs instead of passing over the
+    /// whole index.
+    pub fn snapshots_bucket(&self) -> String {
+        format!("{}_snapshots", self.ns)
+    }
     /// The Wasm jobs' own KV stores: keys `<job>.<key>`.
     pub fn job_kv_bucket(&self) -> String {
         format!("{}_jobkv", self.ns)

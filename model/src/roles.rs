@@ -211,6 +211,11 @@ impl Names {
                 // Acknowledging the index's messages, which its consumers (ordered, no
                 // acks) ignore: for an agent (scheduler and runner), see `ack_watched`.
                 api.add(format!("$JS.ACK.{schedules}.>"));
+                // The index's snapshots, a bucket the schedulers make and write.
+                let snapshots = self.snapshots_bucket();
+                api.read_stream(&kv_stream(&snapshots));
+                api.add(format!("$JS.API.STREAM.CREATE.{}", kv_stream(&snapshots)));
+                api.add(kv_write(snapshots, ">"));
                 api.add(kv_write(self.runs_bucket(), ">"));
                 for key in [
                     "shard.*".to_string(),
@@ -347,6 +352,13 @@ mod tests {
             (Scheduler, "cronrun.dispatch.default", true),
             (Scheduler, "cronrun.ctl.run.j.r.kill", false),
             (Scheduler, "$O.cronrun_plugins.M.abc", false),
+            (Scheduler, "$KV.cronrun_snapshots.3.0.1", true),
+            (Scheduler, "$JS.API.STREAM.CREATE.KV_cronrun_snapshots", true),
+            (Scheduler, "$JS.API.STREAM.PURGE.KV_cronrun_snapshots", false),
+            (Scheduler, "$JS.API.STREAM.DELETE.KV_cronrun_snapshots", false),
+            (Runner, "$KV.cronrun_snapshots.3", false),
+            (Admin, "$KV.cronrun_snapshots.3", false),
+            (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_snapshots", false),
             (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_EVENTS.notify", true),
             (Scheduler, "$JS.API.CONSUMER.MSG.NEXT.CRONRUN_EVENTS.other", false),
             (Scheduler, "$JS.ACK.CRONRUN_EVENTS.notify.1.2.3.4.5.6.7", true),

@@ -15,8 +15,10 @@ use crate::http::Health;
 use crate::names::Names;
 use crate::retry::{Patience, retried};
 use crate::runner::Runner;
+use crate::scheduler::loader::Loader;
+use crate::scheduler::snapshot::Snapshots;
 use crate::scheduler::{Scheduler, SchedulerCtx};
-use crate::store::Store;
+use crate::store::{Bucket, Store};
 use crate::supervise::{Watched, describe};
 
 /// What an orderly stop may take beyond the runner's `drain_timeout`: releasing shard
@@ -141,7 +143,7 @@ async fn open_existing(client: async_nats::Client, names: Names, cancel: &Cancel
 /// After NATS trouble it tries again every second until `LAYOUT_WAIT` from the first try:
 /// on a cluster, a stream another agent is creating at the same moment can be found by one
 /// request and not by the next.
-async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> Result<crate::store::Bucket, Error> {
+async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> Result<Bucket, Error> {
     let patience = Patience { bound: LAYOUT_WAIT, pause: Duration::from_secs(1) };
     let trouble = |e: &Error| *e.kind() == crate::ErrorKind::Nats;
     let said = |e: &Error| warn!("opening the schedules index: {e}; trying again");
@@ -154,6 +156,28 @@ async fn open_index(store: &Store, shards: u32, cancel: &CancellationToken) -> R
         .ok_or_else(|| Error::new(crate::ErrorKind::Other, "stopped while opening the schedules index"))?;
     info!("the schedules index is ready");
     Ok(index)
+}
+
+/// How long a scheduler tries to open the index's snapshots before it goes without them.
+const SNAPSHOTS_WAIT: Duration = Duration::from_secs(30);
+
+/// The index's snapshots (created if missing), or None after `SNAPSHOTS_WAIT`: they only
+/// spare the server passes over the index, and a scheduler given the permissions of a
+/// version without them (its requests go unanswered) still schedules.
+async fn open_snapshots(store: &Store, index: &Bucket, cancel: &CancellationToken) -> Option<Snapshots> {
+    let patience = Patience { bound: SNAPSHOTS_WAIT, pause: Duration::from_secs(1) };
+    let trouble = |e: &Error| *e.kind() == crate::ErrorKind::Nats;
+    let said = |e: &Error| warn!("opening the schedules index's snapshots: {e}; trying again");
+    match retried(patience, cancel, trouble, said, || store.snapshots_bucket(index)).await {
+        Ok(bucket) => bucket.map(|b| Snapshots::new(b, store.client.server_info().max_payload)),
+        Err(e) => {
+            warn!(
+                "no snapshots of the schedules index ({e}): shards are read from the whole index; if this \
+                 identity lacks the rights, give nats-server this version's authorization (`cronrun auth init`)"
+            );
+            None
+        }
+    }
 }
 
 async fn run_roles(
@@ -175,11 +199,13 @@ async fn run_roles(
         true => {
             let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
             info!(shards, "opening the schedules index");
-            match open_index(&store, shards, &cancel).await {
+            let index = match open_index(&store, shards, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),
-                index => Some((shards, index?)),
-            }
+                index => index?,
+            };
+            let snapshots = open_snapshots(&store, &index, &cancel).await;
+            Some((shards, (index, snapshots)))
         }
         false => None,
     };
@@ -187,11 +213,11 @@ async fn run_roles(
     let catalog_cancel = CancellationToken::new();
     let catalog = Catalog::start(store.clone(), index.as_ref().map(|(shards, _)| *shards), catalog_cancel.clone());
     let _ = health.catalog.set(catalog.clone());
-    let scheduler = index.map(|(shards, index)| {
+    let scheduler = index.map(|(shards, (index, snapshots))| {
         let ctx = SchedulerCtx {
             store: store.clone(),
             catalog: catalog.clone(),
-            loader: crate::scheduler::loader::Loader::new(index.clone(), shards),
+            loader: Loader::new(index.clone(), shards, snapshots.map(|s| (s, config.scheduler.snapshots_from))),
             index,
             config: config.scheduler.clone(),
             clock: clock.clone(),

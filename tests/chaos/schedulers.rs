@@ -88,8 +88,10 @@ async fn ten_agents_starting_at_once_create_the_layout_once() {
     let all_ready = start.elapsed();
     let names = cronrun::names::Names::new("cronrun").unwrap();
     let mut layout: BTreeMap<String, usize> = names.layout_streams().into_iter().map(|name| (name, 1)).collect();
-    // And the schedules index, made by the schedulers once the shard count is fixed.
+    // And the schedules index, made by the schedulers once the shard count is fixed, and
+    // its snapshots.
     layout.insert(format!("KV_{}", names.schedules_bucket()), 1);
+    layout.insert(format!("KV_{}", names.snapshots_bucket()), 1);
     eventually(Duration::from_secs(10), "an advisory for every stream of the layout", || async {
         let created = created.lock().unwrap();
         layout.keys().all(|name| created.contains_key(name)).then_some(())

@@ -181,3 +181,110 @@ async fn the_index_files_each_job_in_its_shard_and_is_made_again_when_deleted() 
     assert!(gap >= 4, "the outage leaves fires behind");
     assert_each_second_once(&store, "tick", from, gap).await;
 }
+
+/// A scheduler taking shards reads each one's snapshot, written by the pass of the one
+/// before, and then only the index's changes since (a job added, one edited, one removed),
+/// never the whole index; a snapshot whose chunk is garbage is read from the index instead,
+/// and written again.
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    for i in 0..300 {
+        let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
+        store.put_job(&JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)).await.unwrap();
+    }
+    let every_second = |name: &str| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nshell = \"true\"\noverlap = \"allow\"\n\
+             history = {{ succeeded = 1000, failed = 1000 }}\n"
+        )
+    };
+    apply(&nats, &format!("{}{}", every_second("paused-later"), every_second("removed-later")));
+    let scheduler = |name: &str, port: u16| {
+        let config = test_config(name).replace("[scheduler]\n", "[scheduler]\nsnapshots_from = 0\n");
+        let toml = format!("roles = [\"scheduler\"]\nhttp.listen = \"127.0.0.1:{port}\"\n{config}");
+        nats.agent_with_env(name, &toml, &[])
+    };
+    let loads = |port: u16, from: &str| {
+        let text = http_get(port, "/metrics").map(|(_, text)| text).unwrap_or_default();
+        samples(&text).get(&format!("cronrun_shard_loads_total{{from=\"{from}\"}}")).copied().unwrap_or(0.0)
+    };
+    let led = |port: u16| samples(&http_get(port, "/metrics")?.1).get("cronrun_schedules_led").copied();
+
+    let runner = nats.agent("r", "roles = [\"runner\"]");
+    let port_a = free_port();
+    let a = scheduler("a", port_a);
+    for agent in [&runner, &a] {
+        ready(agent).await;
+    }
+    eventually(Duration::from_secs(20), "a to read every shard from the index", || async {
+        (loads(port_a, "index") == TEST_SHARDS as f64).then_some(())
+    })
+    .await;
+    let snapshots = store.js.get_key_value(store.names.snapshots_bucket()).await.expect("the snapshots bucket");
+    eventually(Duration::from_secs(10), "every shard's snapshot written", || async {
+        for n in 0..TEST_SHARDS {
+            snapshots.get(n.to_string()).await.ok()??;
+        }
+        Some(())
+    })
+    .await;
+    assert_eq!(loads(port_a, "snapshot"), 0.0);
+
+    // Changes after the snapshots: one job added, one paused, one removed.
+    apply(&nats, &every_second("added-later"));
+    assert!(nats.cli(&["pause", "paused-later"]).status.success());
+    store.delete_job("removed-later").await.unwrap();
+    stop(a).await;
+
+    let port_b = free_port();
+    let b = scheduler("b", port_b);
+    ready(&b).await;
+    let taken = Utc::now();
+    // The 300 yearly jobs and the one added; neither the paused one nor the removed one.
+    eventually(Duration::from_secs(20), "b to lead 301 jobs", || async { (led(port_b)? == 301.0).then_some(()) }).await;
+    assert_eq!(loads(port_b, "snapshot"), TEST_SHARDS as f64, "every shard from its snapshot");
+    assert_eq!(loads(port_b, "index"), 0.0, "none from the whole index");
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_each_second_once(&store, "added-later", from, 3).await;
+    for job in ["paused-later", "removed-later"] {
+        let late: Vec<_> =
+            runs(&store, job).await.into_iter().filter(|r| r.scheduled_at.is_some_and(|t| t > taken)).collect();
+        assert!(late.is_empty(), "{job} ran after b took over: {late:?}");
+    }
+
+    // A garbage chunk: that read falls back to the whole index and writes the snapshot again.
+    let shard = cronrun::scheduler::shard_of("added-later", TEST_SHARDS);
+    let head: serde_json::Value =
+        serde_json::from_slice(&snapshots.get(shard.to_string()).await.unwrap().unwrap()).unwrap();
+    let chunk = format!("{shard}.{}.0", head["slot"]);
+    snapshots.put(&chunk, bytes::Bytes::from_static(b"garbage of eight bytes or more")).await.unwrap();
+    stop(b).await;
+    let port_c = free_port();
+    let c = scheduler("c", port_c);
+    ready(&c).await;
+    eventually(Duration::from_secs(20), "c to lead 301 jobs", || async { (led(port_c)? == 301.0).then_some(()) }).await;
+    assert_eq!(loads(port_c, "index") + loads(port_c, "snapshot"), TEST_SHARDS as f64);
+    assert!(loads(port_c, "index") >= 1.0, "the shard with the garbage chunk is read from the index");
+    assert!(
+        c.log().contains(&format!("shard {shard}'s snapshot: chunk 0: of another generation")),
+        "c says which snapshot it could not read:\n{}",
+        c.log()
+    );
+    let rewritten = eventually(Duration::from_secs(10), "the snapshot written again", || async {
+        let now: serde_json::Value = serde_json::from_slice(&snapshots.get(shard.to_string()).await.ok()??).ok()?;
+        (now["generation"] != head["generation"]).then_some(now)
+    })
+    .await;
+    assert_ne!(rewritten["slot"], head["slot"], "written into the other slot");
+}
+
+/// Stops `agent` with SIGTERM and waits for it to exit.
+async fn stop(mut agent: Agent) {
+    kill(Pid::from_raw(agent.pid()), Signal::SIGTERM).unwrap();
+    eventually(Duration::from_secs(20), "the agent to stop", || async { agent.exited().then_some(()) }).await;
+    agent.kill9();
+}

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use tracing::{error, warn};
 
 use super::shard_of;
@@ -98,13 +100,16 @@ fn name_of(key: &str) -> &str {
 /// another shard than its own (a disagreement with the server's partition, which must not
 /// be: that shard's leader would fire it).
 pub(super) fn decode(n: u32, shards: u32, change: Change) -> Option<Arc<CatalogJob>> {
-    let value = change.value?;
-    let name = name_of(&change.key);
+    decode_entry(n, shards, name_of(&change.key), change.value?, change.revision)
+}
+
+/// Job `name` stored as `value` at `revision` in shard `n`; None if that is not its shard.
+pub(super) fn decode_entry(n: u32, shards: u32, name: &str, value: Bytes, revision: u64) -> Option<Arc<CatalogJob>> {
     if shard_of(name, shards) != n {
         error!(job = %name, "the schedules index files this job under shard {n}, but its shard is {}", shard_of(name, shards));
         return None;
     }
-    Some(CatalogJob::decode(name, &Versioned { value, revision: change.revision }))
+    Some(CatalogJob::decode(name, &Versioned { value, revision }))
 }
 
 /// The triggers of the shard's jobs, and their publication under `triggers.<shard>` (see

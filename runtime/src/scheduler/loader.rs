@@ -8,18 +8,25 @@
 //! consumer filtering on all of them (on everything, up to `WHOLE_INDEX_UP_TO` jobs): one
 //! pass. Each shard's leader then follows its shard
 //! from where the pass ended, which costs the server only the changes themselves.
+//!
+//! In a deployment of `snapshots_from` jobs or more, a pass also writes a snapshot of each
+//! shard it read (see `snapshot`), and a later read takes the shards' snapshots and only
+//! the entries written to the index since, as long as those are under half the index;
+//! otherwise it passes over the index again, which writes new snapshots.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::index::decode;
+use super::snapshot::{Head, IndexAt, ShardEntries, Snapshots, Writer};
 use crate::catalog::CatalogJob;
 use crate::error::Error;
 use crate::store::Bucket;
+use crate::store::kv::{Change, Watch};
 
 /// How long a request waits for others to share its pass.
 const BATCH_WINDOW: Duration = Duration::from_millis(100);
@@ -45,18 +52,23 @@ pub struct Loaded {
 
 type Request = (u32, oneshot::Sender<Result<Loaded, Error>>);
 
+/// Shards' jobs by shard, and the index's sequence they are read up to.
+type Read = (HashMap<u32, Vec<Arc<CatalogJob>>>, u64);
+
 /// The loader of one scheduler's shards.
 #[derive(Clone)]
 pub struct Loader {
     index: Bucket,
     shards: u32,
+    /// The snapshots, used once the index holds this many jobs.
+    snapshots: Option<(Snapshots, u64)>,
     /// Requests waiting for the next pass.
     waiting: Arc<Mutex<Vec<Request>>>,
 }
 
 impl Loader {
-    pub fn new(index: Bucket, shards: u32) -> Self {
-        Self { index, shards, waiting: Arc::default() }
+    pub fn new(index: Bucket, shards: u32, snapshots: Option<(Snapshots, u64)>) -> Self {
+        Self { index, shards, snapshots, waiting: Arc::default() }
     }
 
     /// Every job of shard `n` now. The first request of a batch starts a task that makes
@@ -81,9 +93,11 @@ impl Loader {
 
     async fn pass(&self, batch: Vec<Request>) {
         let wanted: Vec<u32> = batch.iter().map(|(n, _)| *n).collect();
-        match read(&self.index, self.shards, &wanted).await {
+        let started = std::time::Instant::now();
+        match self.read(&wanted).await {
             Ok((mut by_shard, after)) => {
-                debug!(shards = wanted.len(), after, "shards read from the index in one pass");
+                let jobs: usize = by_shard.values().map(Vec::len).sum();
+                info!(shards = ?wanted, jobs, after, took_ms = started.elapsed().as_millis() as u64, "shards read");
                 for (n, tx) in batch {
                     let _ = tx.send(Ok(Loaded { jobs: by_shard.remove(&n).unwrap_or_default(), after }));
                 }
@@ -95,60 +109,196 @@ impl Loader {
             }
         }
     }
+
+    /// The jobs of `wanted` shards: from their snapshots and the index's entries since,
+    /// when every one has a snapshot that fits and those entries are under half the
+    /// index; from a pass over the index otherwise, which writes their snapshots.
+    async fn read(&self, wanted: &[u32]) -> Result<Read, Error> {
+        let at = index_at(&self.index, self.shards).await?;
+        let Some(snapshots) = self.snapshots.as_ref().filter(|(_, from)| at.messages >= *from).map(|(s, _)| s) else {
+            return counted("index", wanted, pass_over(&self.index, &at, wanted, &mut HashMap::new()).await);
+        };
+        let mut heads = Vec::with_capacity(wanted.len());
+        for &n in wanted {
+            let head = snapshots.head(n, &at.index).await.unwrap_or_else(|e| {
+                warn!(shard = n, "reading the shard's snapshot: {e}");
+                None
+            });
+            heads.push((n, head));
+        }
+        let all: Option<Vec<(u32, Head)>> = heads.iter().map(|(n, h)| Some((*n, h.clone()?))).collect();
+        let oldest = all.iter().flatten().map(|(_, h)| h.after).min().unwrap_or(0);
+        match all {
+            // The entries since are fewer than half the index (the sequences since count
+            // entries replaced meanwhile too: at most as many).
+            Some(all) if at.index.last - oldest <= at.messages / 2 => {
+                match from_snapshots(snapshots, &self.index, &at.index, &all).await {
+                    Ok(read) => return counted("snapshot", wanted, Ok(read)),
+                    Err(e) => warn!("{e}; reading the shards from the whole schedules index instead"),
+                }
+            }
+            Some(_) => info!(oldest, last = at.index.last, "the shards' snapshots are old: reading the whole index"),
+            None => {}
+        }
+        let mut writers: HashMap<u32, Writer> =
+            heads.iter().map(|(n, head)| (*n, snapshots.writer(*n, &at.index, head.as_ref()))).collect();
+        let read = counted("index", wanted, pass_over(&self.index, &at, wanted, &mut writers).await)?;
+        for (n, writer) in writers {
+            match writer.finish().await {
+                Ok(head) => debug!(shard = n, after = head.after, "the shard's snapshot is written"),
+                Err(e) => warn!(shard = n, "writing the shard's snapshot: {e}; the next reader reads the whole index"),
+            }
+        }
+        Ok(read)
+    }
 }
 
-/// The jobs of `wanted` shards by shard, and the sequence the index is read up to.
-pub async fn read(
+/// Counts the shards read from `from` (`cronrun_shard_loads_total`).
+fn counted(from: &'static str, wanted: &[u32], read: Result<Read, Error>) -> Result<Read, Error> {
+    if read.is_ok() {
+        metrics::counter!("cronrun_shard_loads_total", "from" => from).increment(wanted.len() as u64);
+    }
+    read
+}
+
+/// The index now, and how many entries it holds.
+struct Index {
+    index: IndexAt,
+    messages: u64,
+    subjects: u64,
+}
+
+async fn index_at(index: &Bucket, shards: u32) -> Result<Index, Error> {
+    let mut stream = index.kv.stream.clone();
+    let info = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?;
+    let index = IndexAt { shards, last: info.state.last_sequence, created: info.created.to_string() };
+    Ok(Index { index, messages: info.state.messages, subjects: info.state.subjects_count })
+}
+
+/// The jobs of `wanted` shards by shard, and the sequence the index is read up to: one
+/// pass over the index (the bench's probe reads this way).
+pub async fn read(index: &Bucket, shards: u32, wanted: &[u32]) -> Result<Read, Error> {
+    pass_over(index, &index_at(index, shards).await?, wanted, &mut HashMap::new()).await
+}
+
+/// One pass over the index for `wanted` shards, each entry also handed to the shard's
+/// snapshot writer if it has one.
+async fn pass_over(
     index: &Bucket,
-    shards: u32,
+    at: &Index,
     wanted: &[u32],
-) -> Result<(HashMap<u32, Vec<Arc<CatalogJob>>>, u64), Error> {
+    writers: &mut HashMap<u32, Writer>,
+) -> Result<Read, Error> {
     if wanted.is_empty() {
         return Ok((HashMap::new(), 0));
     }
+    let shards = at.index.shards;
     // Everything up to here is read: a shard with nothing in it is followed from here on.
-    let mut stream = index.kv.stream.clone();
-    let info = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?;
-    let floor = info.state.last_sequence;
-    let filters: Vec<String> = match wanted.len() > 1 && info.state.subjects_count <= WHOLE_INDEX_UP_TO {
+    let floor = at.index.last;
+    let filters: Vec<String> = match wanted.len() > 1 && at.subjects <= WHOLE_INDEX_UP_TO {
         true => vec![">".to_string()],
         false => wanted.iter().map(|n| format!("{n}.>")).collect(),
     };
-    let mut watch = index.watch_all_of(&filters).await?;
+    let mut pass = Pass::new(index.watch_all_of(&filters).await?, floor);
     // By shard and name: a job removed or edited during the pass is seen again, later.
-    let mut seen: HashMap<u32, foldhash::HashMap<Arc<str>, Option<Arc<CatalogJob>>>> = HashMap::new();
-    let (mut after, mut errors) = (floor, 0);
-    while !watch.initially_empty {
-        let change = match tokio::time::timeout(PASS_IDLE_MAX, watch.next()).await {
-            Err(_) => return Err(Error::nats("reading the schedules index", format!("nothing for {PASS_IDLE_MAX:?}"))),
-            Ok(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
-            Ok(Some(Err(e))) => {
-                errors += 1;
-                if errors >= PASS_ERRORS_MAX {
-                    return Err(e);
-                }
-                warn!("reading the schedules index: {e}");
-                continue;
-            }
-            Ok(Some(Ok(change))) => change,
-        };
-        errors = 0;
-        let caught_up = change.caught_up;
-        after = after.max(change.sequence);
-        let shard = change.key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name)));
-        if let Some((n, name)) = shard.filter(|(n, _)| wanted.contains(n)) {
-            // Keyed by the job's own name (no copy), or the removed job's.
-            let removed: Option<Arc<str>> = change.value.is_none().then(|| name.into());
-            match (decode(n, shards, change), removed) {
-                (Some(job), _) => seen.entry(n).or_default().insert(job.name.clone(), Some(job)),
-                (None, Some(name)) => seen.entry(n).or_default().insert(name, None),
-                (None, None) => None,
-            };
+    let mut seen: HashMap<u32, ShardEntries> = HashMap::new();
+    while let Some(change) = pass.next().await? {
+        let Some((n, name)) = shard_and_name(&change.key).filter(|(n, _)| wanted.contains(n)) else { continue };
+        if let Some(writer) = writers.get_mut(&n) {
+            writer.add(name, change.revision, change.value.as_deref()).await;
         }
-        if caught_up {
-            break;
+        take(&mut seen, n, shards, change);
+    }
+    Ok((by_shard(seen), pass.after))
+}
+
+/// The jobs of the shards of `heads` from their snapshots, then the index's entries
+/// written after each one's snapshot.
+async fn from_snapshots(
+    snapshots: &Snapshots,
+    index: &Bucket,
+    at: &IndexAt,
+    heads: &[(u32, Head)],
+) -> Result<Read, Error> {
+    let mut seen: HashMap<u32, ShardEntries> = HashMap::new();
+    for (n, head) in heads {
+        seen.insert(*n, snapshots.read(*n, head, at).await?);
+    }
+    let oldest = heads.iter().map(|(_, h)| h.after).min().unwrap_or(0);
+    let filters: Vec<String> = heads.iter().map(|(n, _)| format!("{n}.>")).collect();
+    let mut pass = Pass::new(index.changes_after_all_of(&filters, oldest).await?, at.last);
+    let mut since = 0u64;
+    while let Some(change) = pass.next().await? {
+        let Some((n, _)) = shard_and_name(&change.key) else { continue };
+        if heads.iter().any(|(m, h)| *m == n && change.sequence > h.after) {
+            since += 1;
+            take(&mut seen, n, at.shards, change);
         }
     }
-    let by_shard = seen.into_iter().map(|(n, jobs)| (n, jobs.into_values().flatten().collect())).collect();
-    Ok((by_shard, after))
+    info!(shards = heads.len(), oldest, since, "shards read from their snapshots and the index's changes since");
+    Ok((by_shard(seen), pass.after))
+}
+
+/// `<shard>.<job>` split.
+fn shard_and_name(key: &str) -> Option<(u32, &str)> {
+    key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name)))
+}
+
+/// Takes in one entry of shard `n`: keyed by the job's own name (no copy), or the removed
+/// job's.
+fn take(seen: &mut HashMap<u32, ShardEntries>, n: u32, shards: u32, change: Change) {
+    let removed: Option<Arc<str>> =
+        change.value.is_none().then(|| shard_and_name(&change.key).map_or("", |(_, name)| name).into());
+    match (decode(n, shards, change), removed) {
+        (Some(job), _) => seen.entry(n).or_default().insert(job.name.clone(), Some(job)),
+        (None, Some(name)) => seen.entry(n).or_default().insert(name, None),
+        (None, None) => None,
+    };
+}
+
+fn by_shard(seen: HashMap<u32, ShardEntries>) -> HashMap<u32, Vec<Arc<CatalogJob>>> {
+    seen.into_iter().map(|(n, jobs)| (n, jobs.into_values().flatten().collect())).collect()
+}
+
+/// A watch read until it has caught up, with the pass's bounds.
+struct Pass {
+    watch: Watch,
+    /// The highest sequence seen, at least the index's last when the pass began.
+    after: u64,
+    errors: u32,
+    done: bool,
+}
+
+impl Pass {
+    fn new(watch: Watch, floor: u64) -> Self {
+        let done = watch.initially_empty;
+        Self { watch, after: floor, errors: 0, done }
+    }
+
+    /// The next entry; None once caught up. An error if nothing comes for
+    /// `PASS_IDLE_MAX`, the watch ends, or fails `PASS_ERRORS_MAX` times in a row.
+    async fn next(&mut self) -> Result<Option<Change>, Error> {
+        while !self.done {
+            let change = match tokio::time::timeout(PASS_IDLE_MAX, self.watch.next()).await {
+                Err(_) => {
+                    return Err(Error::nats("reading the schedules index", format!("nothing for {PASS_IDLE_MAX:?}")));
+                }
+                Ok(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
+                Ok(Some(Err(e))) => {
+                    self.errors += 1;
+                    if self.errors >= PASS_ERRORS_MAX {
+                        return Err(e);
+                    }
+                    warn!("reading the schedules index: {e}");
+                    continue;
+                }
+                Ok(Some(Ok(change))) => change,
+            };
+            self.errors = 0;
+            self.done = change.caught_up;
+            self.after = self.after.max(change.sequence);
+            return Ok(Some(change));
+        }
+        Ok(None)
+    }
 }

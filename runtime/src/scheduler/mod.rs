@@ -6,8 +6,9 @@
 //!   when a change of it is acted on.
 //! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
 //! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
-//! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass;
-//!   `index.rs`: a led shard's job changes, and its triggers published.
+//! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass,
+//!   or from `snapshot.rs`, the shards' snapshots; `index.rs`: a led shard's job changes,
+//!   and its triggers published.
 //! - `queue.rs`: next fires of every job of a shard (heap).
 //! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
@@ -33,6 +34,7 @@ mod reaper;
 mod settle;
 mod shard;
 mod shards;
+pub mod snapshot;
 pub mod sweep;
 
 use std::collections::HashMap;
@@ -81,6 +83,11 @@ pub struct SchedulerConfig {
     /// without an owner (see `sweep`). Default 5m.
     #[serde(with = "crate::spec::codec::duration")]
     pub reconcile_every: Duration,
+    /// From this many jobs in the deployment, a scheduler that reads shards from the
+    /// schedules index writes a snapshot of each, and one taking a shard later reads the
+    /// snapshot and the index's changes since instead of the whole index (see
+    /// `snapshot`). Below it, reading the index is quick. Default 100,000; 0: always.
+    pub snapshots_from: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -92,6 +99,7 @@ impl Default for SchedulerConfig {
             default_deadline: Duration::from_secs(60),
             max_in_flight: 256,
             reconcile_every: Duration::from_secs(300),
+            snapshots_from: 100_000,
         }
     }
 }

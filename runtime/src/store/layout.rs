@@ -192,7 +192,11 @@ fn refuse_missing(missing: Missing, name: &str) -> Result<(), Error> {
     }
 }
 
-async fn ensure_kv(js: &jetstream::Context, missing: Missing, config: kv::Config) -> Result<kv::Store, Error> {
+pub(super) async fn ensure_kv(
+    js: &jetstream::Context,
+    missing: Missing,
+    config: kv::Config,
+) -> Result<kv::Store, Error> {
     let bucket = config.bucket.clone();
     if let Ok(store) = js.get_key_value(&bucket).await {
         return Ok(store);

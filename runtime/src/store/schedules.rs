@@ -96,6 +96,20 @@ impl Store {
         Ok(Bucket::sourced(kv, self.js.clone()))
     }
 
+    /// The snapshots of the index (see `scheduler::snapshot`), made if missing, with as
+    /// many replicas as the index: a snapshot lost only makes a reader pass over the index.
+    pub async fn snapshots_bucket(&self, index: &Bucket) -> Result<Bucket, Error> {
+        let config = async_nats::jetstream::kv::Config {
+            bucket: self.names.snapshots_bucket(),
+            description: "cronrun snapshots of the schedules index, by shard".into(),
+            history: 1,
+            num_replicas: index.kv.stream.cached_info().config.num_replicas,
+            ..Default::default()
+        };
+        let kv = super::layout::ensure_kv(&self.js, super::layout::Missing::Create, config).await?;
+        Ok(Bucket::new(kv, self.js.clone()))
+    }
+
     /// Waits until the server has filed every job written so far in the index: a new
     /// index (a new deployment, an upgrade, one deleted by hand) fills while the jobs are
     /// sourced, and a leader that read its shard before would start the jobs filed after

@@ -1,7 +1,8 @@
 //! Whole agents at scale: N schedules, K `cronrun agent` processes started together leading
 //! and loading them (each only its shards' jobs), then one leaving and the others taking
 //! its shards over, while every-second jobs record their own fires so that a fire lost or
-//! doubled in the handover is seen.
+//! doubled in the handover is seen; then all of them stopped and started again, as in an
+//! upgrade (shards read from the snapshots the first start wrote).
 
 use std::time::{Duration, Instant};
 
@@ -44,14 +45,7 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     load::filed(&deployment.bench_store().await?, a.schedules).await?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
 
-    let start = Instant::now();
-    deployment.add_agents(a.agents).await?;
-    led_by(&http, &deployment.agents, a.schedules).await.context("the agents starting")?;
-    let load_s = start.elapsed().as_secs_f64();
-    let mut agents_rss_kib = Vec::new();
-    for agent in &mut deployment.agents {
-        agents_rss_kib.push(agent.rss_kib()?);
-    }
+    let (load_s, agents_rss_kib) = start_agents(&mut deployment, &http, &a).await.context("the agents starting")?;
     let server_rss_kib = deployment.server_rss_kib();
     eprintln!("{} agents lead every shard and {} jobs after {load_s:.1}s", a.agents, a.schedules);
 
@@ -68,18 +62,36 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     // The last second judged has had two to run and be written.
     let to = whole_second(Utc::now()) - chrono::Duration::seconds(2);
     let fired = soak::judge_fires(&names, &fires, from, to, &[])?;
+
+    while !deployment.agents.is_empty() {
+        deployment.remove_agent(0).await?;
+    }
+    let (restart_s, restarted_rss_kib) =
+        start_agents(&mut deployment, &http, &a).await.context("the agents started again")?;
     deployment.stop().await?;
 
     let value = json!({
         "schedules": a.schedules, "agents": a.agents, "load_s": load_s,
         "agents_rss_kib": agents_rss_kib, "nats_server_rss_kib": server_rss_kib,
         "leaving": leaving, "stop_s": stop_s, "handover_s": handover_s, "fires": fired,
+        "restart_s": restart_s, "restarted_rss_kib": restarted_rss_kib,
     });
     ctx.print(&value, || text(&value))?;
     if fired.not_run > 0 || fired.twice > 0 {
         bail!("through the handover {} fires did not run and {} ran twice", fired.not_run, fired.twice);
     }
     Ok(())
+}
+
+/// Starts the agents together and waits until they lead every shard and hold every job:
+/// how long that took, and their resident memory then.
+async fn start_agents(deployment: &mut Deployment, http: &reqwest::Client, a: &ScaleArgs) -> Result<(f64, Vec<u64>)> {
+    let start = Instant::now();
+    deployment.add_agents(a.agents).await?;
+    led_by(http, &deployment.agents, a.schedules).await?;
+    let took = start.elapsed().as_secs_f64();
+    let rss_kib = deployment.agents.iter_mut().map(AgentProcess::rss_kib).collect::<Result<_>>()?;
+    Ok((took, rss_kib))
 }
 
 /// Schedules that do not fire while the bench runs: once a year, about half a year from now.
@@ -114,22 +126,21 @@ async fn led_by(http: &reqwest::Client, agents: &[AgentProcess], jobs: usize) ->
 
 fn text(v: &Value) -> String {
     let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-    let mib: Vec<String> = v["agents_rss_kib"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|k| (k.as_u64().unwrap_or(0) / 1024).to_string())
-        .collect();
+    let mib = |key: &str| -> String {
+        let each = v[key].as_array().into_iter().flatten().map(|k| (k.as_u64().unwrap_or(0) / 1024).to_string());
+        each.collect::<Vec<_>>().join(", ")
+    };
     let fired = &v["fires"];
     format!(
         "{} schedules on {} agents started together: every shard led and every job loaded after {:.1}s; \
          agents' resident memory {} MiB, nats-server {} MiB\n\
          {} left (SIGTERM, stopped in {:.1}s): its shards led and loaded by the others {:.1}s after it was told\n\
-         every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all",
+         every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all\n\
+         all stopped and started again: every shard led and every job loaded after {:.1}s; resident memory {} MiB",
         v["schedules"],
         v["agents"],
         f("load_s"),
-        mib.join(", "),
+        mib("agents_rss_kib"),
         v["nats_server_rss_kib"].as_u64().unwrap_or(0) / 1024,
         v["leaving"].as_str().unwrap_or("?"),
         f("stop_s"),
@@ -138,5 +149,7 @@ fn text(v: &Value) -> String {
         fired["expected"],
         fired["twice"],
         fired["not_run"],
+        f("restart_s"),
+        mib("restarted_rss_kib"),
     )
 }

@@ -80,6 +80,13 @@ impl Bucket {
         self.follow(filter, from, false).await
     }
 
+    /// Changes of keys matching any of `filters` after `sequence` of the bucket's stream,
+    /// in one pass however many filters there are.
+    pub async fn changes_after_all_of(&self, filters: &[String], sequence: u64) -> Result<Watch, Error> {
+        let from = DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 };
+        self.follow_filters(filters, from, false).await
+    }
+
     /// The keys matching `filter`, from each one's latest state, without their values.
     pub(super) async fn keys_watch(&self, filter: &str) -> Result<Watch, Error> {
         self.follow(filter, self.latest(), true).await
