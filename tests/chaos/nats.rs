@@ -466,3 +466,58 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
     assert_eq!(chained.len(), 1, "{chained:?}");
     assert_eq!((chained[0].trigger, chained[0].status), (Trigger::Chain, Status::Succeeded), "{chained:?}");
 }
+
+/// nats-server killed at a random moment while a scheduler reads a large index and writes
+/// its shards' snapshots, then started again: the scheduler reads its shards again, and a
+/// scheduler taking them over reads their snapshots and the index's changes since (a job
+/// added after) and leads exactly the deployment's jobs, which run once per fire.
+#[tokio::test(flavor = "multi_thread")]
+async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    const JOBS: usize = 20_000;
+    let mut nats = Nats::start().await;
+    let store = nats.store().await;
+    let specs: Vec<JobSpec> = (0..JOBS)
+        .map(|i| {
+            let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
+            JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)
+        })
+        .collect();
+    for batch in specs.chunks(500) {
+        futures::future::try_join_all(batch.iter().map(|spec| store.put_job(spec))).await.unwrap();
+    }
+    let runner = nats.agent("r", "roles = [\"runner\"]");
+    let port_a = free_port();
+    let mut a = nats.scheduler_snapshotting("a", port_a);
+    for agent in [&runner, &a] {
+        ready(agent).await;
+    }
+    // Killed once the first chunk of a snapshot is stored: the pass and its writes are
+    // under way.
+    let snapshots = format!("KV_{}", store.names.snapshots_bucket());
+    eventually(Duration::from_secs(20), "a snapshot's first chunk", || async {
+        let info = store.js.get_stream(&snapshots).await.ok()?.info().await.ok()?.state.messages;
+        (info > 0).then_some(())
+    })
+    .await;
+    nats.kill_server().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nats.restart_server().await;
+    let led =
+        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
+    eventually(Duration::from_secs(60), "a to lead every job", || led(port_a, JOBS)).await;
+    apply(&nats, EVERY_SECOND);
+    eventually(Duration::from_secs(20), "a to lead tick too", || led(port_a, JOBS + 1)).await;
+
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    eventually(Duration::from_secs(20), "a to stop", || async { a.exited().then_some(()) }).await;
+    a.kill9();
+    let port_b = free_port();
+    let b = nats.scheduler_snapshotting("b", port_b);
+    ready(&b).await;
+    eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, JOBS + 1)).await;
+    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_each_second_once(&store, "tick", from, 3).await;
+}

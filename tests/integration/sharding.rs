@@ -202,16 +202,9 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
         )
     };
     apply(&nats, &format!("{}{}", every_second("paused-later"), every_second("removed-later")));
-    let scheduler = |name: &str, port: u16| {
-        let config = test_config(name).replace("[scheduler]\n", "[scheduler]\nsnapshots_from = 0\n");
-        let toml = format!("roles = [\"scheduler\"]\nhttp.listen = \"127.0.0.1:{port}\"\n{config}");
-        nats.agent_with_env(name, &toml, &[])
-    };
-    let loads = |port: u16, from: &str| {
-        let text = http_get(port, "/metrics").map(|(_, text)| text).unwrap_or_default();
-        samples(&text).get(&format!("cronrun_shard_loads_total{{from=\"{from}\"}}")).copied().unwrap_or(0.0)
-    };
-    let led = |port: u16| samples(&http_get(port, "/metrics")?.1).get("cronrun_schedules_led").copied();
+    let scheduler = |name: &str, port: u16| nats.scheduler_snapshotting(name, port);
+    let loads = |port: u16, from: &str| shard_loads(port, from);
+    let led = |port: u16| metric(port, "cronrun_schedules_led");
 
     let runner = nats.agent("r", "roles = [\"runner\"]");
     let port_a = free_port();

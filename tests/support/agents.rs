@@ -51,6 +51,14 @@ impl Nats {
         self.agent_with_config(name, &format!("roles = [\"scheduler\"]\n{base}"))
     }
 
+    /// A scheduler that keeps snapshots of the schedules index whatever its size
+    /// (`snapshots_from = 0`), with its HTTP listener on `port`.
+    pub fn scheduler_snapshotting(&self, name: &str, port: u16) -> Agent {
+        let config = test_config(name).replace("[scheduler]\n", "[scheduler]\nsnapshots_from = 0\n");
+        let toml = format!("roles = [\"scheduler\"]\nhttp.listen = \"127.0.0.1:{port}\"\n{config}");
+        self.agent_with_config(name, &toml)
+    }
+
     fn agent_with_config(&self, name: &str, toml: &str) -> Agent {
         self.agent_with_env(name, toml, &[])
     }

@@ -135,6 +135,16 @@ pub fn login_cookie(port: u16, token: &str) -> String {
     cookie.split(';').next().unwrap().to_string()
 }
 
+/// The value of `series` (as `samples` keys it) on the agent's `/metrics` at `port`.
+pub fn metric(port: u16, series: &str) -> Option<f64> {
+    samples(&http_get(port, "/metrics")?.1).get(series).copied()
+}
+
+/// Shards the scheduler at `port` has read `from` the index or a snapshot (0 if none).
+pub fn shard_loads(port: u16, from: &str) -> f64 {
+    metric(port, &format!("cronrun_shard_loads_total{{from=\"{from}\"}}")).unwrap_or(0.0)
+}
+
 /// Prometheus text as `name{label="value",...}` (labels sorted) to value.
 pub fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();

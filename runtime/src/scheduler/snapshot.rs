@@ -42,6 +42,8 @@ const FORMAT: u32 = 1;
 const RAW_CHUNK: usize = 256 << 10;
 /// A chunk is refused past this many bytes of entries (a bound for hostile heads and chunks).
 const RAW_CHUNK_MAX: usize = 4 << 20;
+/// Chunks of one snapshot at most (16 GiB of entries): a head claiming more is not read.
+const MAX_CHUNKS: u32 = 1 << 16;
 /// Chunk writes awaiting their acknowledgement at once, per shard.
 const WRITES_IN_FLIGHT: usize = 8;
 
@@ -75,7 +77,11 @@ pub struct IndexAt {
 impl Head {
     /// Whether the snapshot may be read for the index as it is now.
     fn fits(&self, index: &IndexAt) -> bool {
-        self.format == FORMAT && self.shards == index.shards && self.index == index.created && self.after <= index.last
+        self.format == FORMAT
+            && self.shards == index.shards
+            && self.index == index.created
+            && self.after <= index.last
+            && self.chunks <= MAX_CHUNKS
     }
 }
 
@@ -113,20 +119,39 @@ impl Snapshots {
     }
 
     /// The entries of shard `n`'s snapshot. An error if a chunk is missing, of another
-    /// generation, or unreadable.
+    /// generation, or unreadable. Chunks are decoded one at a time, the next one fetched
+    /// meanwhile, giving way to the agent's other tasks between two (a chunk is a few
+    /// milliseconds of work).
     pub async fn read(&self, n: u32, head: &Head, index: &IndexAt) -> Result<ShardEntries, Error> {
-        let mut chunks = Vec::with_capacity(head.chunks as usize);
-        for k in 0..head.chunks {
-            let key = chunk_key(n, head.slot, k);
-            let Some(stored) = self.bucket.get(&key).await? else {
-                return Err(unreadable(n, format!("chunk {key} is missing")));
-            };
-            chunks.push(stored.value);
+        let mut jobs = ShardEntries::default();
+        if head.chunks == 0 {
+            return Ok(jobs);
         }
-        let (generation, shards) = (head.generation, index.shards);
-        tokio::task::spawn_blocking(move || replay(n, shards, generation, &chunks))
-            .await
-            .map_err(|e| unreadable(n, format!("its decoding ended abruptly: {e}")))?
+        let mut chunk = self.chunk(n, head, 0).await?;
+        for k in 0..head.chunks {
+            // Polled first: the next chunk is asked for before this one is decoded.
+            let fetch = async { (k + 1 < head.chunks).then_some(self.chunk(n, head, k + 1).await) };
+            let decode = async {
+                let decoded = replay_chunk(&mut jobs, n, index.shards, head.generation, k, &chunk);
+                tokio::task::consume_budget().await;
+                decoded
+            };
+            let (next, decoded) = tokio::join!(fetch, decode);
+            decoded?;
+            match next {
+                Some(next) => chunk = next?,
+                None => break,
+            }
+        }
+        Ok(jobs)
+    }
+
+    async fn chunk(&self, n: u32, head: &Head, k: u32) -> Result<Bytes, Error> {
+        let key = chunk_key(n, head.slot, k);
+        match self.bucket.get(&key).await? {
+            Some(stored) => Ok(stored.value),
+            None => Err(unreadable(n, format!("chunk {key} is missing"))),
+        }
     }
 
     /// A writer of shard `n`'s snapshot of the index as it was at `index.last`, into the
@@ -184,6 +209,10 @@ impl Writer {
         let mut chunk = self.head.generation.to_le_bytes().to_vec();
         chunk.extend_from_slice(&lz4_flex::block::compress_prepend_size(&self.raw));
         self.raw.clear();
+        if self.head.chunks >= MAX_CHUNKS {
+            self.failed = Some(unreadable(self.n, format!("the shard takes over {MAX_CHUNKS} chunks")));
+            return;
+        }
         if chunk.len() > self.snapshots.chunk_max {
             let why =
                 format!("a chunk of {} bytes is over the {} the server takes", chunk.len(), self.snapshots.chunk_max);
@@ -241,40 +270,43 @@ fn encode_entry(out: &mut Vec<u8>, name: &str, revision: u64, value: Option<&[u8
     }
 }
 
-/// The jobs of shard `n` that `chunks` of generation `generation` hold, in order.
-fn replay(n: u32, shards: u32, generation: u64, chunks: &[Bytes]) -> Result<ShardEntries, Error> {
-    let mut jobs = ShardEntries::default();
-    for (k, chunk) in chunks.iter().enumerate() {
-        let bad = |why: &str| unreadable(n, format!("chunk {k}: {why}"));
-        let Some((found, block)) = chunk.split_first_chunk::<8>() else { return Err(bad("too short")) };
-        if u64::from_le_bytes(*found) != generation {
-            return Err(bad("of another generation (written again meanwhile)"));
-        }
-        // The size is checked before decompressing: a hostile one would be allocated.
-        let Some((size, compressed)) = block.split_first_chunk::<4>() else { return Err(bad("too short")) };
-        let size = u32::from_le_bytes(*size) as usize;
-        if size > RAW_CHUNK_MAX {
-            return Err(bad(&format!("claims {size} bytes of entries, over {RAW_CHUNK_MAX}")));
-        }
-        let raw = lz4_flex::block::decompress(compressed, size).map_err(|e| bad(&e.to_string()))?;
-        let mut rest = raw.as_slice();
-        while !rest.is_empty() {
-            let (name, revision, value) = next_entry(&mut rest).ok_or_else(|| bad("an entry is cut short"))?;
-            let name = std::str::from_utf8(name).map_err(|_| bad("a job name is not UTF-8"))?;
-            match value {
-                Some(value) => {
-                    let job = decode_entry(n, shards, name, Bytes::copy_from_slice(value), revision);
-                    if let Some(job) = job {
-                        jobs.insert(job.name.clone(), Some(job));
-                    }
+/// Takes in chunk `k` of shard `n`'s snapshot of generation `generation`, entry by entry.
+fn replay_chunk(
+    jobs: &mut ShardEntries,
+    n: u32,
+    shards: u32,
+    generation: u64,
+    k: u32,
+    chunk: &[u8],
+) -> Result<(), Error> {
+    let bad = |why: &str| unreadable(n, format!("chunk {k}: {why}"));
+    let Some((found, block)) = chunk.split_first_chunk::<8>() else { return Err(bad("too short")) };
+    if u64::from_le_bytes(*found) != generation {
+        return Err(bad("of another generation (written again meanwhile)"));
+    }
+    // The size is checked before decompressing: a hostile one would be allocated.
+    let Some((size, compressed)) = block.split_first_chunk::<4>() else { return Err(bad("too short")) };
+    let size = u32::from_le_bytes(*size) as usize;
+    if size > RAW_CHUNK_MAX {
+        return Err(bad(&format!("claims {size} bytes of entries, over {RAW_CHUNK_MAX}")));
+    }
+    let raw = lz4_flex::block::decompress(compressed, size).map_err(|e| bad(&e.to_string()))?;
+    let mut rest = raw.as_slice();
+    while !rest.is_empty() {
+        let (name, revision, value) = next_entry(&mut rest).ok_or_else(|| bad("an entry is cut short"))?;
+        let name = std::str::from_utf8(name).map_err(|_| bad("a job name is not UTF-8"))?;
+        match value {
+            Some(value) => {
+                if let Some(job) = decode_entry(n, shards, name, Bytes::copy_from_slice(value), revision) {
+                    jobs.insert(job.name.clone(), Some(job));
                 }
-                None => {
-                    jobs.insert(name.into(), None);
-                }
+            }
+            None => {
+                jobs.insert(name.into(), None);
             }
         }
     }
-    Ok(jobs)
+    Ok(())
 }
 
 /// An entry as stored: the job's name, its revision, its value (None: removed).
@@ -305,6 +337,15 @@ mod tests {
     use super::*;
 
     const SHARDS: u32 = 4;
+
+    /// The jobs of shard `n` that `chunks` hold, as `Snapshots::read` takes them in.
+    fn replay(n: u32, shards: u32, generation: u64, chunks: &[Bytes]) -> Result<ShardEntries, Error> {
+        let mut jobs = ShardEntries::default();
+        for (k, chunk) in chunks.iter().enumerate() {
+            replay_chunk(&mut jobs, n, shards, generation, k as u32, chunk)?;
+        }
+        Ok(jobs)
+    }
 
     fn spec(name: &str) -> Vec<u8> {
         format!(r#"{{"name":"{name}","schedule":"0 0 1 1 *","shell":"true"}}"#).into_bytes()
@@ -393,6 +434,7 @@ mod tests {
             ("another shard count", Head { shards: 16, ..head.clone() }),
             ("an index made again", Head { index: "t1".into(), ..head.clone() }),
             ("past the index's end (made again, or purged)", Head { after: 101, ..head.clone() }),
+            ("an absurd chunk count", Head { chunks: u32::MAX, ..head.clone() }),
         ];
         for (what, head) in cases {
             assert!(!head.fits(&index), "{what}");
