@@ -130,7 +130,12 @@ impl Snapshots {
         let mut chunk = self.chunk(n, head, 0).await?;
         for k in 0..head.chunks {
             // Polled first: the next chunk is asked for before this one is decoded.
-            let fetch = async { (k + 1 < head.chunks).then_some(self.chunk(n, head, k + 1).await) };
+            let fetch = async {
+                match k + 1 < head.chunks {
+                    true => Some(self.chunk(n, head, k + 1).await),
+                    false => None,
+                }
+            };
             let decode = async {
                 let decoded = replay_chunk(&mut jobs, n, index.shards, head.generation, k, &chunk);
                 tokio::task::consume_budget().await;
