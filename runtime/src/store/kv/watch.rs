@@ -76,8 +76,7 @@ impl Bucket {
 
     /// Changes of keys matching `filter` after `sequence` of the bucket's stream.
     pub async fn changes_after(&self, filter: &str, sequence: u64) -> Result<Watch, Error> {
-        let from = DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 };
-        self.follow(filter, from, false).await
+        self.changes_after_all_of(&[filter.to_string()], sequence).await
     }
 
     /// Changes of keys matching any of `filters` after `sequence` of the bucket's stream,
