@@ -275,6 +275,42 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
     assert_ne!(rewritten["slot"], head["slot"], "written into the other slot");
 }
 
+/// A scheduler whose identity may not use the snapshots (nats-server given the
+/// authorization of a version without them) says so once and schedules from the index.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduler_without_rights_to_the_snapshots_says_so_and_reads_the_whole_index() {
+    let nats = Nats::start_without_rights("_snapshots").await;
+    let store = nats.store().await;
+    let runner = nats.agent("r", "roles = [\"runner\"]");
+    let port = free_port();
+    let a = nats.scheduler_snapshotting("a", port);
+    let said = "no snapshots of the schedules index";
+    // It tries for 30 s (requests refused by the server go unanswered).
+    eventually(Duration::from_secs(90), "a to say it goes without snapshots", || async {
+        a.log().contains(said).then_some(())
+    })
+    .await;
+    for agent in [&runner, &a] {
+        ready(agent).await;
+    }
+    apply(
+        &nats,
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = \"true\"\noverlap = \"allow\"\n\
+         history = { succeeded = 1000, failed = 1000 }\n",
+    );
+    eventually(Duration::from_secs(20), "a to read every shard from the index", || async {
+        (shard_loads(port, "index") == f64::from(TEST_SHARDS)).then_some(())
+    })
+    .await;
+    assert_eq!(shard_loads(port, "snapshot"), 0.0);
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_each_second_once(&store, "tick", from, 3).await;
+    let log = a.log();
+    assert_eq!(log.matches(said).count(), 1, "said once:\n{log}");
+    assert!(log.contains("cronrun auth init"), "says what to do:\n{log}");
+}
+
 /// Stops `agent` with SIGTERM and waits for it to exit.
 async fn stop(mut agent: Agent) {
     kill(Pid::from_raw(agent.pid()), Signal::SIGTERM).unwrap();

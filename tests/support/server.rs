@@ -50,6 +50,20 @@ impl Nats {
         Nats { url: server.url.clone(), server: Some(server), dir }
     }
 
+    /// A server whose identities lack every right naming `subjects_with` (as an
+    /// authorization written by a version without what those name).
+    pub async fn start_without_rights(subjects_with: &str) -> Nats {
+        let dir = test_dir();
+        let mut options = secure_options(dir.path(), 0);
+        let (head, block) = options.extra_config.split_at(options.extra_config.find('{').unwrap());
+        let mut block: serde_json::Value = serde_json::from_str(block.trim()).unwrap();
+        strip_subjects(&mut block, subjects_with);
+        options.extra_config = format!("{head}{block}\n");
+        assert!(!options.extra_config.contains(subjects_with), "left in:\n{}", options.extra_config);
+        let server = EmbeddedNats::start(dir.path(), &options).await.unwrap();
+        Nats { url: server.url.clone(), server: Some(server), dir }
+    }
+
     /// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
     pub fn identity(&self, name: &str) -> String {
         identity(self.dir.path(), name)
@@ -114,6 +128,18 @@ impl Nats {
         let server = EmbeddedNats::start(self.dir.path(), &secure_options(self.dir.path(), port)).await.unwrap();
         assert_eq!(server.url, self.url);
         self.server = Some(server);
+    }
+}
+
+/// Drops every subject containing `with` from the lists in `value`.
+fn strip_subjects(value: &mut serde_json::Value, with: &str) {
+    match value {
+        serde_json::Value::Array(items) => {
+            items.retain(|i| !i.as_str().is_some_and(|s| s.contains(with)));
+            items.iter_mut().for_each(|v| strip_subjects(v, with));
+        }
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(|v| strip_subjects(v, with)),
+        _ => {}
     }
 }
 
