@@ -202,18 +202,16 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
         )
     };
     apply(&nats, &format!("{}{}", every_second("paused-later"), every_second("removed-later")));
-    let scheduler = |name: &str, port: u16| nats.scheduler_snapshotting(name, port);
-    let loads = |port: u16, from: &str| shard_loads(port, from);
     let led = |port: u16| metric(port, "cronrun_schedules_led");
 
     let runner = nats.agent("r", "roles = [\"runner\"]");
     let port_a = free_port();
-    let a = scheduler("a", port_a);
+    let a = nats.scheduler_snapshotting("a", port_a);
     for agent in [&runner, &a] {
         ready(agent).await;
     }
     eventually(Duration::from_secs(20), "a to read every shard from the index", || async {
-        (loads(port_a, "index") == TEST_SHARDS as f64).then_some(())
+        (shard_loads(port_a, "index") == TEST_SHARDS as f64).then_some(())
     })
     .await;
     let snapshots = store.js.get_key_value(store.names.snapshots_bucket()).await.expect("the snapshots bucket");
@@ -224,7 +222,7 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
         Some(())
     })
     .await;
-    assert_eq!(loads(port_a, "snapshot"), 0.0);
+    assert_eq!(shard_loads(port_a, "snapshot"), 0.0);
 
     // Changes after the snapshots: one job added, one paused, one removed.
     apply(&nats, &every_second("added-later"));
@@ -233,13 +231,13 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
     stop(a).await;
 
     let port_b = free_port();
-    let b = scheduler("b", port_b);
+    let b = nats.scheduler_snapshotting("b", port_b);
     ready(&b).await;
     let taken = Utc::now();
     // The 300 yearly jobs and the one added; neither the paused one nor the removed one.
     eventually(Duration::from_secs(20), "b to lead 301 jobs", || async { (led(port_b)? == 301.0).then_some(()) }).await;
-    assert_eq!(loads(port_b, "snapshot"), TEST_SHARDS as f64, "every shard from its snapshot");
-    assert_eq!(loads(port_b, "index"), 0.0, "none from the whole index");
+    assert_eq!(shard_loads(port_b, "snapshot"), TEST_SHARDS as f64, "every shard from its snapshot");
+    assert_eq!(shard_loads(port_b, "index"), 0.0, "none from the whole index");
     let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_each_second_once(&store, "added-later", from, 3).await;
@@ -257,11 +255,11 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
     snapshots.put(&chunk, bytes::Bytes::from_static(b"garbage of eight bytes or more")).await.unwrap();
     stop(b).await;
     let port_c = free_port();
-    let c = scheduler("c", port_c);
+    let c = nats.scheduler_snapshotting("c", port_c);
     ready(&c).await;
     eventually(Duration::from_secs(20), "c to lead 301 jobs", || async { (led(port_c)? == 301.0).then_some(()) }).await;
-    assert_eq!(loads(port_c, "index") + loads(port_c, "snapshot"), TEST_SHARDS as f64);
-    assert!(loads(port_c, "index") >= 1.0, "the shard with the garbage chunk is read from the index");
+    assert_eq!(shard_loads(port_c, "index") + shard_loads(port_c, "snapshot"), TEST_SHARDS as f64);
+    assert!(shard_loads(port_c, "index") >= 1.0, "the shard with the garbage chunk is read from the index");
     assert!(
         c.log().contains(&format!("shard {shard}'s snapshot: chunk 0: of another generation")),
         "c says which snapshot it could not read:\n{}",
