@@ -120,7 +120,7 @@ impl Loader {
         };
         let mut heads = Vec::with_capacity(wanted.len());
         for &n in wanted {
-            let head = snapshots.head(n, &at.index).await.unwrap_or_else(|e| {
+            let head = snapshots.head(n, &at).await.unwrap_or_else(|e| {
                 warn!(shard = n, "reading the shard's snapshot: {e}");
                 None
             });
@@ -131,17 +131,17 @@ impl Loader {
         match all {
             // The entries since are fewer than half the index (the sequences since count
             // entries replaced meanwhile too: at most as many).
-            Some(all) if at.index.last - oldest <= at.messages / 2 => {
-                match from_snapshots(snapshots, &self.index, &at.index, &all).await {
+            Some(all) if at.last - oldest <= at.messages / 2 => {
+                match from_snapshots(snapshots, &self.index, &at, &all).await {
                     Ok(read) => return counted("snapshot", wanted, Ok(read)),
                     Err(e) => warn!("{e}; reading the shards from the whole schedules index instead"),
                 }
             }
-            Some(_) => info!(oldest, last = at.index.last, "the shards' snapshots are old: reading the whole index"),
+            Some(_) => info!(oldest, last = at.last, "the shards' snapshots are old: reading the whole index"),
             None => {}
         }
         let mut writers: HashMap<u32, Writer> =
-            heads.iter().map(|(n, head)| (*n, snapshots.writer(*n, &at.index, head.as_ref()))).collect();
+            heads.iter().map(|(n, head)| (*n, snapshots.writer(*n, &at, head.as_ref()))).collect();
         let read = counted("index", wanted, pass_over(&self.index, &at, wanted, &mut writers).await)?;
         for (n, writer) in writers {
             match writer.finish().await {
@@ -161,18 +161,17 @@ fn counted(from: &'static str, wanted: &[u32], read: Result<Read, Error>) -> Res
     read
 }
 
-/// The index now, and how many entries it holds.
-struct Index {
-    index: IndexAt,
-    messages: u64,
-    subjects: u64,
-}
-
-async fn index_at(index: &Bucket, shards: u32) -> Result<Index, Error> {
+/// The index now.
+async fn index_at(index: &Bucket, shards: u32) -> Result<IndexAt, Error> {
     let mut stream = index.kv.stream.clone();
     let info = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?;
-    let index = IndexAt { shards, last: info.state.last_sequence, created: info.created.to_string() };
-    Ok(Index { index, messages: info.state.messages, subjects: info.state.subjects_count })
+    Ok(IndexAt {
+        shards,
+        last: info.state.last_sequence,
+        created: info.created.to_string(),
+        messages: info.state.messages,
+        subjects: info.state.subjects_count,
+    })
 }
 
 /// The jobs of `wanted` shards by shard, and the sequence the index is read up to: one
@@ -185,16 +184,16 @@ pub async fn read(index: &Bucket, shards: u32, wanted: &[u32]) -> Result<Read, E
 /// snapshot writer if it has one.
 async fn pass_over(
     index: &Bucket,
-    at: &Index,
+    at: &IndexAt,
     wanted: &[u32],
     writers: &mut HashMap<u32, Writer>,
 ) -> Result<Read, Error> {
     if wanted.is_empty() {
         return Ok((HashMap::new(), 0));
     }
-    let shards = at.index.shards;
+    let shards = at.shards;
     // Everything up to here is read: a shard with nothing in it is followed from here on.
-    let floor = at.index.last;
+    let floor = at.last;
     let filters: Vec<String> = match wanted.len() > 1 && at.subjects <= WHOLE_INDEX_UP_TO {
         true => vec![">".to_string()],
         false => wanted.iter().map(|n| format!("{n}.>")).collect(),

@@ -64,7 +64,7 @@ pub struct Head {
     entries: u64,
 }
 
-/// The index as a snapshot is taken or read against.
+/// The index as a snapshot is taken or read against, and as a pass reads it.
 #[derive(Debug, Clone)]
 pub struct IndexAt {
     pub shards: u32,
@@ -72,6 +72,9 @@ pub struct IndexAt {
     pub last: u64,
     /// When the index was made (its stream's `created`).
     pub created: String,
+    /// Its entries (jobs and removed jobs' markers), and its subjects.
+    pub messages: u64,
+    pub subjects: u64,
 }
 
 impl Head {
@@ -422,7 +425,7 @@ mod tests {
 
     #[test]
     fn a_head_fits_only_the_index_it_was_taken_of() {
-        let index = IndexAt { shards: 64, last: 100, created: "t0".into() };
+        let index = IndexAt { shards: 64, last: 100, created: "t0".into(), messages: 100, subjects: 100 };
         let head = Head {
             format: FORMAT,
             shards: 64,
