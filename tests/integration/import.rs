@@ -118,8 +118,7 @@ fn fires(answer: &serde_json::Value) -> Vec<String> {
 
 /// The next fire of `job` as its shard's leader has queued it (published on `/metrics`).
 fn next_fire(port: u16, job: &str) -> Option<String> {
-    let (_, text) = http_get(port, "/metrics")?;
-    let seconds = *samples(&text).get(&format!("cronrun_job_next_fire_timestamp_seconds{{job=\"{job}\"}}"))?;
+    let seconds = metric(port, &format!("cronrun_job_next_fire_timestamp_seconds{{job=\"{job}\"}}"))?;
     let at = chrono::DateTime::from_timestamp_millis((seconds * 1000.0).round() as i64)?;
     Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
