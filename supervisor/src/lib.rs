@@ -20,12 +20,13 @@
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::getppid;
-use tokio::signal::unix::{SignalKind, signal};
 
 mod tree;
 
@@ -65,24 +66,12 @@ pub fn main(args: &[String]) -> ExitCode {
     let parent = getppid();
     // Everything that can be set up before the release is, so that the release is
     // followed by nothing but starting the job.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-    let runtime = match runtime {
-        Ok(rt) => rt,
+    let signals = match Signals::take() {
+        Ok(signals) => signals,
         Err(e) => {
-            eprintln!("cronrun: cannot supervise the run: {e}");
+            eprintln!("cronrun: cannot take the run's signals: {e}");
             return ExitCode::from(NOT_RELEASED);
         }
-    };
-    let _entered = runtime.enter();
-    let signals = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::user_defined1()),
-    );
-    let (Ok(term), Ok(int), Ok(hup), Ok(stop)) = signals else {
-        eprintln!("cronrun: cannot install signal handlers for the run");
-        return ExitCode::from(NOT_RELEASED);
     };
     let (alive, args) = match args {
         [flag, path, ms, rest @ ..] if flag == ALIVE_ARG => match ms.parse() {
@@ -132,7 +121,7 @@ pub fn main(args: &[String]) -> ExitCode {
             _ => return ExitCode::from(NOT_RELEASED),
         }
     }
-    runtime.block_on(supervise(args, parent, Options { alive, run_as, input }, Signals { term, int, hup, stop }))
+    supervise(args, parent, Options { alive, run_as, input }, signals)
 }
 
 /// What the flags before the job's command ask for.
@@ -151,13 +140,36 @@ fn stale(path: &Path, within: Duration) -> bool {
     modified.map(|t| t.elapsed().unwrap_or_default() > within).unwrap_or(true)
 }
 
-/// TERM, INT and HUP, caught so that they do not end the supervisor; USR1, the runner's
-/// order to end the whole tree now (see `STOP_SIGNAL`).
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    stop: tokio::signal::unix::Signal,
+/// The signals the supervisor acts on, blocked and read from a signalfd: TERM, INT and
+/// HUP, taken so that they do not end the supervisor (the job got them from the group and
+/// decides); USR1, the runner's order to end the whole tree now (see `STOP_SIGNAL`); CHLD,
+/// a child ended. No runtime and no handlers: a run's first process starts for little.
+/// The job starts with an empty mask, as `Command` gives every child.
+struct Signals(SignalFd);
+
+impl Signals {
+    fn take() -> nix::Result<Signals> {
+        let mut mask = SigSet::empty();
+        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, STOP_SIGNAL, Signal::SIGCHLD] {
+            mask.add(signal);
+        }
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).map(Signals)
+    }
+
+    /// Waits at most `timeout` for signals, and returns whether USR1 was among them.
+    fn wait(&self, timeout: Duration) -> bool {
+        let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, timeout).unwrap_or(0) <= 0 {
+            return false;
+        }
+        let mut stop = false;
+        while let Ok(Some(info)) = self.0.read_signal() {
+            stop |= info.ssi_signo == STOP_SIGNAL as u32;
+        }
+        stop
+    }
 }
 
 /// Sent by the runner to the supervisor alone: kill the run's whole tree and exit.
@@ -166,20 +178,20 @@ pub const STOP_SIGNAL: Signal = Signal::SIGUSR1;
 /// Exit code of a run whose tree was killed (128 + KILL, as shells report it).
 const KILLED: u8 = 137;
 
-async fn supervise(
+fn supervise(
     args: &[String],
     parent: nix::unistd::Pid,
     Options { alive, run_as, input }: Options,
-    mut signals: Signals,
+    signals: Signals,
 ) -> ExitCode {
     let mut cmd = match args {
         [mode, command] if mode == "shell" => {
-            let mut c = tokio::process::Command::new("/bin/sh");
+            let mut c = Command::new("/bin/sh");
             c.arg("-c").arg(command);
             c
         }
         [mode, program, rest @ ..] if mode == "exec" => {
-            let mut c = tokio::process::Command::new(program);
+            let mut c = Command::new(program);
             c.args(rest);
             c
         }
@@ -189,6 +201,7 @@ async fn supervise(
         }
     };
     if let Some((uid, gid)) = run_as {
+        use std::os::unix::process::CommandExt;
         // std drops the supplementary groups too when a root process sets a uid.
         cmd.uid(uid).gid(gid);
     }
@@ -202,29 +215,28 @@ async fn supervise(
             return ExitCode::from(127);
         }
     };
-    let mut check = tokio::time::interval(PARENT_CHECK);
+    let mut next_check = Instant::now() + PARENT_CHECK;
     loop {
-        tokio::select! {
-            status = child.wait() => {
-                // What the job left behind ends with it.
-                tree::kill_tree();
-                return status.map(process_exit).unwrap_or(ExitCode::FAILURE);
+        if let Some(status) = child.try_wait().transpose() {
+            // What the job left behind ends with it.
+            tree::kill_tree();
+            return status.map(process_exit).unwrap_or(ExitCode::FAILURE);
+        }
+        if signals.wait(next_check.saturating_duration_since(Instant::now())) {
+            return stop_tree();
+        }
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + PARENT_CHECK;
+            if getppid() != parent {
+                return stop_tree();
             }
-            // The job got the same signal from the group; it decides.
-            _ = signals.term.recv() => {}
-            _ = signals.int.recv() => {}
-            _ = signals.hup.recv() => {}
-            _ = signals.stop.recv() => return stop_tree(),
-            _ = check.tick() => {
-                if getppid() != parent {
-                    return stop_tree();
-                }
-                if let Some((path, within)) = &alive
-                    && stale(path, *within)
-                {
-                    eprintln!("cronrun: the runner renewed this run's lease last over {within:?} ago: stopping the run before a retry starts elsewhere");
-                    return stop_tree();
-                }
+            if let Some((path, within)) = &alive
+                && stale(path, *within)
+            {
+                eprintln!(
+                    "cronrun: the runner renewed this run's lease last over {within:?} ago: stopping the run before a retry starts elsewhere"
+                );
+                return stop_tree();
             }
         }
     }

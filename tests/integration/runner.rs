@@ -382,7 +382,7 @@ async fn runners_take_runs_only_into_free_slots() {
 }
 
 /// A process that leaves the run's process group (`setsid`) ends with the run all the
-/// same: when the job exits, and when it times out.
+/// same: when the job exits, and when it times out, also when it ignores TERM and USR1.
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_that_leave_the_group_die_with_the_run() {
     let nats = Nats::start().await;
@@ -404,12 +404,24 @@ name = "hangs"
 schedule = "@yearly"
 timeout = "2s"
 shell = "{}  sleep 600"
+
+[[job]]
+name = "deaf"
+schedule = "@yearly"
+timeout = "2s"
+shell = "trap '' TERM USR1; {}  sleep 600"
 "#,
             escape("left"),
-            escape("hung")
+            escape("hung"),
+            escape("deaf")
         ),
     );
-    for (job, file, status) in [("leaves", "left", Status::Succeeded), ("hangs", "hung", Status::TimedOut)] {
+    let jobs = [
+        ("leaves", "left", Status::Succeeded),
+        ("hangs", "hung", Status::TimedOut),
+        ("deaf", "deaf", Status::TimedOut),
+    ];
+    for (job, file, status) in jobs {
         let record = run_status(&nats, &nats.trigger(job)).await;
         assert_eq!(record.status, status, "{record:?}");
         let pid: i32 = std::fs::read_to_string(nats.dir.path().join(file)).unwrap().trim().parse().unwrap();
@@ -418,6 +430,40 @@ shell = "{}  sleep 600"
         })
         .await;
     }
+}
+
+/// The supervisor alone, as a runner starts it: the runner's stop signal (USR1, to the
+/// supervisor only) ends the whole tree even when the job ignores it and TERM, and a
+/// process that left the group dies too; the supervisor exits 137 at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stop_signal_ends_the_tree_of_a_job_that_ignores_it() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("escaped");
+    let job = format!("trap '' TERM USR1; setsid sh -c 'echo $$ > {}; exec sleep 600' & sleep 600", file.display());
+    let mut supervisor = std::process::Command::new(env!("CARGO_BIN_EXE_cronrun-supervise"))
+        .args(["shell", &job])
+        .stdin(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    supervisor.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let escaped: i32 = eventually(Duration::from_secs(10), "the escaped process to start", || async {
+        std::fs::read_to_string(&file).ok()?.trim().parse().ok()
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(supervisor.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let status = eventually(Duration::from_secs(5), "the supervisor to exit", || {
+        let exited = supervisor.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    assert_eq!(status.code(), Some(137), "{status:?}");
+    eventually(Duration::from_secs(5), "the escaped process to die", || async { (!alive(escaped)).then_some(()) })
+        .await;
+    assert!(group_members(pid.as_raw()).is_empty(), "the run's group outlived it");
 }
 
 /// A `cronrun-supervise` from another build left beside `cronrun` (an upgrade that missed
