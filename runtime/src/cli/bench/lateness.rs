@@ -82,6 +82,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // one schedule; spread, jobs/60 an instant, and the slots are more than needed).
     let slots = a.jobs.max(crate::runner::RunnerConfig::default().slots);
     let mut deployment = Deployment::start(NAMESPACE, a.agents, &format!("slots = {slots}\n")).await?;
+    let idle_per_s = idle_cpu(&deployment, a.seconds).await;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
     let plugin = match &a.wasm {
         Some(path) => Some(deploy_plugin(&deployment, path, &names[0]).await?),
@@ -139,6 +140,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
 
     let figures = |ms: &[f64]| json!({ "p50": percentile(ms, 50.0), "p99": percentile(ms, 99.0), "max": ms.last().copied().unwrap_or(f64::NAN) });
     let ratio = percentile(&measured.code_ms, 99.0) / percentile(&anchor_ms, 99.0);
+    let runs = measured.code_ms.len().max(1) as f64;
     let value = json!({
         "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
@@ -146,7 +148,9 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
-        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / measured.code_ms.len().max(1) as f64 - command_cpu),
+        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / runs - command_cpu),
+        "agents_idle_cpu_ms_per_s": 1e3 * idle_per_s,
+        "agent_cpu_per_run_less_idle_ms": 1e3 * ((agents_cpu.own + agents_cpu.children - idle_per_s * a.seconds as f64) / runs - command_cpu),
         "command_cpu_ms": 1e3 * command_cpu,
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
@@ -192,7 +196,8 @@ fn text(v: &Value) -> String {
          max {:.1} ms ({} of {} fires ran, {} ended otherwise; by their output lines in the logs stream, {} ran more than \
          once, {} lines not seen there); fire to started_at p50 {:.1}, p99 {:.1} ms; \
          fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; CPU over the window: nats-server {:.1} s, \
-         the agents {:.1} s, their runs' processes {:.1} s; agent CPU per run{}: {:.2} ms\n\
+         the agents {:.1} s, their runs' processes {:.1} s; agent CPU per run{}: {:.2} ms, {:.2} ms less the agents' \
+         idle work ({:.1} ms of CPU a second, before the jobs were added)\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
         v["jobs"],
         v["kind"].as_str().unwrap_or_default(),
@@ -221,6 +226,8 @@ fn text(v: &Value) -> String {
             _ => String::new(),
         },
         v["agent_cpu_per_run_ms"].as_f64().unwrap_or(f64::NAN),
+        v["agent_cpu_per_run_less_idle_ms"].as_f64().unwrap_or(f64::NAN),
+        v["agents_idle_cpu_ms_per_s"].as_f64().unwrap_or(f64::NAN),
         v["anchor"].as_str().unwrap_or_default(),
         ms(&v["anchor_ms"], "p50"),
         ms(&v["anchor_ms"], "p99"),
@@ -229,6 +236,19 @@ fn text(v: &Value) -> String {
         v["p99_ratio"].as_f64().unwrap_or(f64::NAN),
     );
     summary + &drift
+}
+
+/// The agents' CPU a second before they have jobs (leases, presence, timers): what they
+/// use whatever they run, shared by few runs at a low rate. Read after `IDLE_SETTLE`, over
+/// a third of the window (1-10 s; `/proc` counts in ticks of 10 ms).
+async fn idle_cpu(deployment: &Deployment, seconds: i64) -> f64 {
+    const IDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+    let window = std::time::Duration::from_secs((seconds as u64 / 3).clamp(1, 10));
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let before = deployment.cpu().1;
+    tokio::time::sleep(window).await;
+    let idle = deployment.cpu().1.since(before);
+    (idle.own + idle.children) / window.as_secs_f64()
 }
 
 /// The `n` fire instants whose slowest run was latest, latest first.
