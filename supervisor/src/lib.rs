@@ -148,6 +148,9 @@ fn stale(path: &Path, within: Duration) -> bool {
 struct Signals(SignalFd);
 
 impl Signals {
+    /// Blocks the signals and opens their signalfd. The supervisor has one thread (in
+    /// `cronrun __supervise` too: dispatched before anything starts a runtime), so this
+    /// thread's mask is the process's, and no signal reaches a thread that would die of it.
     fn take() -> nix::Result<Signals> {
         let mut mask = SigSet::empty();
         for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, STOP_SIGNAL, Signal::SIGCHLD] {
