@@ -19,6 +19,7 @@
 //! the run stops before its retry can start, without waiting for its runner to wake.
 
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -204,7 +205,6 @@ fn supervise(
         }
     };
     if let Some((uid, gid)) = run_as {
-        use std::os::unix::process::CommandExt;
         // std drops the supplementary groups too when a root process sets a uid.
         cmd.uid(uid).gid(gid);
     }
