@@ -214,13 +214,13 @@ impl Writer {
 
     /// Compresses the waiting entries into the next chunk and writes it.
     async fn flush(&mut self) {
-        let mut chunk = self.head.generation.to_le_bytes().to_vec();
-        chunk.extend_from_slice(&lz4_flex::block::compress_prepend_size(&self.raw));
-        self.raw.clear();
         if self.head.chunks >= MAX_CHUNKS {
             self.failed = Some(unreadable(self.n, format!("the shard takes over {MAX_CHUNKS} chunks")));
             return;
         }
+        let mut chunk = self.head.generation.to_le_bytes().to_vec();
+        chunk.extend_from_slice(&lz4_flex::block::compress_prepend_size(&self.raw));
+        self.raw.clear();
         if chunk.len() > self.snapshots.chunk_max {
             let why =
                 format!("a chunk of {} bytes is over the {} the server takes", chunk.len(), self.snapshots.chunk_max);

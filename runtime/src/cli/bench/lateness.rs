@@ -141,6 +141,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let figures = |ms: &[f64]| json!({ "p50": percentile(ms, 50.0), "p99": percentile(ms, 99.0), "max": ms.last().copied().unwrap_or(f64::NAN) });
     let ratio = percentile(&measured.code_ms, 99.0) / percentile(&anchor_ms, 99.0);
     let runs = measured.code_ms.len().max(1) as f64;
+    let agents_total = agents_cpu.own + agents_cpu.children;
     let value = json!({
         "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
@@ -148,9 +149,9 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
-        "agent_cpu_per_run_ms": 1e3 * ((agents_cpu.own + agents_cpu.children) / runs - command_cpu),
+        "agent_cpu_per_run_ms": 1e3 * (agents_total / runs - command_cpu),
         "agents_idle_cpu_ms_per_s": 1e3 * idle_per_s,
-        "agent_cpu_per_run_less_idle_ms": 1e3 * ((agents_cpu.own + agents_cpu.children - idle_per_s * a.seconds as f64) / runs - command_cpu),
+        "agent_cpu_per_run_less_idle_ms": 1e3 * ((agents_total - idle_per_s * a.seconds as f64) / runs - command_cpu),
         "command_cpu_ms": 1e3 * command_cpu,
         "job_code_p99_ms_by_minute": measured.code_ms_by_minute.values().map(|ms| percentile(ms, 99.0)).collect::<Vec<_>>(),
         "worst_instants": worst_instants(&measured.code_ms_max_by_instant, 5),
