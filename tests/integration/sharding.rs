@@ -273,6 +273,109 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
     assert_ne!(rewritten["slot"], head["slot"], "written into the other slot");
 }
 
+/// A leader keeps its shards' snapshots current while jobs change (added, edited, removed
+/// as it leads): it writes each shard's snapshot and its changes as a new snapshot, without
+/// passing over the index, and a scheduler taking the shards later reads every change from
+/// those snapshots and nothing from the index after them. Changes made while no scheduler
+/// ran are read after the snapshots by the next one, which then writes them in; a few
+/// changes, not yet worth a write, are written when the leader stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaders_keep_their_shards_snapshots_current_as_jobs_change() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    // Per shard: 64 jobs at first, 22 more added later, and 128 left alone (changes read
+    // after a snapshot are read so while under half the index); each round of changes is
+    // 64 a shard, what makes a snapshot's write due.
+    const FIRST: usize = 64;
+    const ALONE: std::ops::Range<usize> = FIRST + 22..FIRST + 150;
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let names: Vec<String> = (0..).map(|i| format!("yearly-{i}")).take(FIRST * 6 * TEST_SHARDS as usize).collect();
+    let shards: Vec<Vec<String>> = (0..TEST_SHARDS)
+        .map(|n| names.iter().filter(|name| cronrun::scheduler::shard_of(name, TEST_SHARDS) == n).cloned().collect())
+        .collect();
+    assert!(shards.iter().all(|names| names.len() >= ALONE.end), "names enough for every shard");
+    // Per shard, the jobs at `range` of its names: put (paused or not) or removed (None).
+    let change = |range: std::ops::Range<usize>, paused: Option<bool>| {
+        let (store, shards) = (&store, &shards);
+        async move {
+            for name in shards.iter().flat_map(|names| &names[range.clone()]) {
+                let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
+                match paused {
+                    Some(paused) => {
+                        store.put_job(&JobSpec { paused, ..JobSpec::shell(name, "0 0 1 1 *", shell) }).await.unwrap();
+                    }
+                    None => store.delete_job(name).await.unwrap(),
+                }
+            }
+        }
+    };
+    let led = |port: u16| metric(port, "cronrun_schedules_led");
+    let written = |port: u16| metric(port, "cronrun_snapshots_written_total{by=\"leader\"}").unwrap_or(0.0);
+    // Jobs led with `per_shard` of the changed ones in each shard.
+    let shards_of = |per_shard: usize| ((per_shard + ALONE.len()) * TEST_SHARDS as usize) as f64;
+    // Starts a scheduler and waits until it leads `jobs`: its port, and the entries it read
+    // from the index after the shards' snapshots.
+    let start = |name: &'static str, jobs: f64| {
+        let nats = &nats;
+        async move {
+            let port = free_port();
+            let agent = nats.scheduler_snapshotting(name, port);
+            ready(&agent).await;
+            eventually(Duration::from_secs(20), &format!("{name} to lead {jobs} jobs"), || async {
+                (led(port)? == jobs).then_some(())
+            })
+            .await;
+            let since =
+                agent.log().split(" since=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+            (agent, port, since)
+        }
+    };
+
+    change(0..FIRST, Some(false)).await;
+    change(ALONE, Some(false)).await;
+    let (a, port_a, _) = start("a", shards_of(FIRST)).await;
+    assert_eq!(shard_loads(port_a, "index"), f64::from(TEST_SHARDS), "a read every shard from the index");
+    // While a leads, in each shard: 21 paused, 21 removed, 22 added.
+    change(0..21, Some(true)).await;
+    change(21..42, None).await;
+    change(FIRST..FIRST + 22, Some(false)).await;
+    eventually(Duration::from_secs(20), "a to write every shard's snapshot again", || async {
+        (written(port_a) == f64::from(TEST_SHARDS)).then_some(())
+    })
+    .await;
+    stop(a).await;
+
+    let (b, port_b, since) = start("b", shards_of(FIRST - 42 + 22)).await;
+    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
+    assert_eq!(since, Some(0), "b read nothing from the index after the snapshots:\n{}", b.log());
+    stop(b).await;
+
+    // While no scheduler runs, in each shard: the 21 paused resumed, the 22 added paused,
+    // and 21 of the 22 left alone so far removed.
+    change(0..21, Some(false)).await;
+    change(FIRST..FIRST + 22, Some(true)).await;
+    change(42..63, None).await;
+    let (c, port_c, since) = start("c", shards_of(21 + 1)).await;
+    assert_eq!(shard_loads(port_c, "snapshot"), f64::from(TEST_SHARDS), "c read every shard from its snapshot");
+    assert_eq!(since, Some(64 * u64::from(TEST_SHARDS)), "c read the changes after them:\n{}", c.log());
+    eventually(Duration::from_secs(20), "c to write them into every shard's snapshot", || async {
+        (written(port_c) == f64::from(TEST_SHARDS)).then_some(())
+    })
+    .await;
+    stop(c).await;
+    let (d, port_d, since) = start("d", shards_of(21 + 1)).await;
+    assert_eq!(since, Some(0), "d read nothing from the index after the snapshots:\n{}", d.log());
+
+    // A few changes, under what makes a write due, are written when the leader stops.
+    change(63..64, None).await;
+    let (e, _, since) = {
+        assert_eq!(written(port_d), 0.0, "d wrote no snapshot while it led");
+        stop(d).await;
+        start("e", shards_of(21)).await
+    };
+    assert_eq!(since, Some(0), "e read nothing from the index after the snapshots:\n{}", e.log());
+}
+
 /// A scheduler whose identity may not use the snapshots (nats-server given the
 /// authorization of a version without them) says so once and schedules from the index.
 #[tokio::test(flavor = "multi_thread")]

@@ -19,8 +19,8 @@ const WATCH_ERRORS_MAX: u32 = 10;
 
 /// What changed in the shard.
 pub(super) enum ShardChange {
-    /// A job was added or edited.
-    Put(Arc<CatalogJob>),
+    /// A job was added or edited, and its spec as the index holds it.
+    Put(Arc<CatalogJob>, Bytes),
     /// A job was removed.
     Removed(String),
 }
@@ -44,6 +44,11 @@ impl ShardJobs {
         let mut jobs = Self { index: index.clone(), n, shards, watch: None, last: sequence, errors: 0 };
         jobs.open().await?;
         Ok(jobs)
+    }
+
+    /// The index's sequence of the last change seen.
+    pub fn last(&self) -> u64 {
+        self.last
     }
 
     async fn open(&mut self) -> Result<(), Error> {
@@ -81,11 +86,11 @@ impl ShardJobs {
                 continue;
             }
             self.last = change.sequence;
-            if change.value.is_none() {
+            let Some(value) = change.value.clone() else {
                 return Ok(ShardChange::Removed(name_of(&change.key).to_string()));
-            }
+            };
             if let Some(job) = decode(self.n, self.shards, change) {
-                return Ok(ShardChange::Put(job));
+                return Ok(ShardChange::Put(job, value));
             }
         }
     }

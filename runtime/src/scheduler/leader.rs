@@ -18,6 +18,7 @@ use super::catchup;
 use super::index::{PublishedTriggers, ShardChange, ShardJobs};
 use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
+use super::refresh::Keeper;
 use super::{Due, FireQueue, SchedulerCtx, shards};
 use crate::catalog::CatalogJob;
 use crate::dispatch::{DispatchMsg, dispatch};
@@ -87,6 +88,8 @@ impl Hold {
 
 /// How long the end of leading waits for a renewal in flight.
 const LAST_KEEP_MAX: Duration = Duration::from_secs(2);
+/// How long a stop waits for the shard's snapshot to be brought up to date.
+const FINAL_SNAPSHOT_MAX: Duration = Duration::from_secs(2);
 
 /// A renewal in flight, holding the lease and watermark until it is done.
 type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<(), Error>)> + Send + 'a>>;
@@ -104,7 +107,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     let from = watermark.at;
     let resume =
         Resume { from, led_before: (!first_lead).then_some((&s.ctx.store, now, s.ctx.config.default_deadline)) };
-    let (mut queue, mut triggers, mut jobs) = match load(s, &mut lease, cancel, resume).await {
+    let (mut queue, mut triggers, mut jobs, mut keeper) = match load(s, &mut lease, cancel, resume).await {
         Ok(Some(loaded)) => loaded,
         // Given up at once, so that another (or this one again) takes the shard now.
         outcome => {
@@ -137,6 +140,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     let mut keeping: Option<Keeping<'_>> = None;
     let ended = loop {
         counted.set(queue.len());
+        keeper.write_if_due();
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
         let leased = Instant::now() < lease_end;
@@ -161,12 +165,14 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             _ = cancel.cancelled() => break Ok(()),
             _ = tokio::time::sleep(wake) => {}
             change = jobs.next() => match change {
-                Ok(ShardChange::Put(job)) => {
+                Ok(ShardChange::Put(job, value)) => {
+                    keeper.note(job.name.clone(), job.revision, Some(value), jobs.last());
                     triggers.set(&job);
                     queue.upsert(job, s.ctx.clock.now());
                     publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
                 }
                 Ok(ShardChange::Removed(name)) => {
+                    keeper.note(name.as_str().into(), 0, None, jobs.last());
                     triggers.remove(&name);
                     queue.remove(&name);
                     publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
@@ -176,6 +182,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
                 Err(e) => break Err(e),
             },
             true = in_flight.join_next() => {}
+            ended = keeper.written(), if keeper.is_writing() => keeper.settle(ended),
             // Changed triggers go out a moment later, many edits (an `apply`) in one write.
             _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
                 publish_at = None;
@@ -223,12 +230,13 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         ended = ended.and(kept.map(|_| ()));
     }
     drop((keeping, idle));
-    end(s, hold, lease_end, (&mut queue, in_flight), (stopping, abandoned)).await;
+    end(s, hold, lease_end, (&mut queue, in_flight, keeper), (stopping, abandoned)).await;
     ended
 }
 
-/// The end of leading. On a stop, dispatches in flight are finished and the watermark
-/// written, while the lease is surely ours (`lease_end`). Then the lease is released:
+/// The end of leading. On a stop, dispatches in flight are finished, the watermark
+/// written and the shard's snapshot brought up to date, while the lease is surely ours
+/// (`lease_end`). Then the lease is released:
 /// fenced by its revision, this does nothing if it is no longer ours. Unless a write was
 /// `abandoned` (it could still land, after a successor read what it wrote): then the lease
 /// is left to expire.
@@ -236,7 +244,7 @@ async fn end(
     s: &Led<'_>,
     hold: Hold,
     lease_end: Instant,
-    (queue, mut in_flight): (&mut FireQueue, InFlight),
+    (queue, mut in_flight, keeper): (&mut FireQueue, InFlight, Keeper),
     (stopping, mut abandoned): (bool, bool),
 ) {
     let Hold { lease, mut watermark } = hold;
@@ -255,6 +263,9 @@ async fn end(
         if !matches!(moved, Ok(Ok(()))) {
             warn!("the watermark was not moved at the end of leading: a successor resumes from the last one");
         }
+        // Before the release, so that a successor reads this snapshot, not one written
+        // under it while it reads.
+        keeper.finish(lease_end.min(Instant::now() + FINAL_SNAPSHOT_MAX)).await;
     }
     // Dispatches still in flight go on by themselves (after a step-down too): cut short,
     // one would leave its fire's record `queued` unpublished until the sweep; a
@@ -268,8 +279,8 @@ async fn end(
     }
 }
 
-/// The shard's fire queue (each job as `resume` says), its triggers and the watch of its
-/// jobs' changes; None when cancelled meanwhile. The lease is renewed while they are read
+/// The shard's fire queue (each job as `resume` says), its triggers, the watch of its
+/// jobs' changes and its snapshot's keeping; None when cancelled meanwhile. The lease is renewed while they are read
 /// and queued: a pass over a large index takes seconds, and so does queueing what it read
 /// (four agents on 10M schedules: once queued outside this, and each in one go, every
 /// shard's lease ran out while its queue was built, and every shard was read again).
@@ -278,12 +289,13 @@ async fn load(
     lease: &mut Lease,
     cancel: &CancellationToken,
     resume: Resume<'_>,
-) -> Result<Option<(FireQueue, PublishedTriggers, ShardJobs)>, Error> {
+) -> Result<Option<(FireQueue, PublishedTriggers, ShardJobs, Keeper)>, Error> {
     let loading = async {
-        let Loaded { jobs, after } = s.ctx.loader.load(s.n).await?;
+        let Loaded { jobs, after, kept } = s.ctx.loader.load(s.n).await?;
         let changes = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, after).await?;
+        let keeper = Keeper::new(s.ctx.loader.snapshots(), s.n, kept, after);
         let (queue, triggers) = queued(s.n, jobs, &resume).await;
-        Ok::<_, Error>((queue, triggers, changes))
+        Ok::<_, Error>((queue, triggers, changes, keeper))
     };
     tokio::pin!(loading);
     let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);

@@ -9,10 +9,11 @@
 //! pass. Each shard's leader then follows its shard
 //! from where the pass ended, which costs the server only the changes themselves.
 //!
-//! In a deployment of `snapshots_from` jobs or more, a pass also writes a snapshot of each
-//! shard it read (see `snapshot`), and a later read takes the shards' snapshots and only
-//! the entries written to the index since, as long as those are under half the index;
-//! otherwise it passes over the index again, which writes new snapshots.
+//! A pass also writes a snapshot of each shard it read (see `snapshot`), which its leader
+//! then keeps current (see `refresh`). In a deployment of `snapshots_from` jobs or more, a
+//! later read takes the shards' snapshots and only the entries written to the index since,
+//! as long as those are under half the index; otherwise it passes over the index again,
+//! which writes new snapshots.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,8 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::index::decode;
-use super::snapshot::{Head, IndexAt, ShardEntries, Snapshots, Writer};
+use super::refresh::{KEEP_BYTES_MAX, Kept};
+use super::snapshot::{Changes, Head, IndexAt, ShardEntries, Snapshots, Writer};
 use crate::catalog::CatalogJob;
 use crate::error::Error;
 use crate::store::Bucket;
@@ -30,8 +32,9 @@ use crate::store::kv::{Change, Watch};
 
 /// How long a request waits for others to share its pass.
 const BATCH_WINDOW: Duration = Duration::from_millis(100);
-/// Up to this many jobs in the index, a pass for several shards reads all of it and keeps
-/// the shards wanted (one filter is not affected by what follows).
+/// Up to this many jobs in the index, a read for several shards (a pass, or the changes
+/// after their snapshots) reads all of it and keeps the shards wanted (one filter is not
+/// affected by what follows).
 /// nats-server (2.14) looks for the next block holding a match of a consumer filtering on
 /// several subjects by walking the stream's whole subject tree whenever the rest of a
 /// block holds none (`checkSkipFirstBlockMulti`, skipped above 1,000,000 subjects): once
@@ -44,16 +47,26 @@ const PASS_IDLE_MAX: Duration = Duration::from_secs(30);
 /// fewer by itself).
 const PASS_ERRORS_MAX: u32 = 10;
 
-/// One shard's jobs, and the index's sequence they are read up to.
+/// One shard's jobs, the index's sequence they are read up to, and the shard's snapshot
+/// for its leader to keep (see `refresh`).
 pub struct Loaded {
     pub jobs: Vec<Arc<CatalogJob>>,
     pub after: u64,
+    pub(super) kept: Option<Kept>,
 }
 
 type Request = (u32, oneshot::Sender<Result<Loaded, Error>>);
 
-/// Shards' jobs by shard, and the index's sequence they are read up to.
-type Read = (HashMap<u32, Vec<Arc<CatalogJob>>>, u64);
+/// What a read of several shards gives.
+#[derive(Default)]
+struct Read {
+    /// Their jobs by shard.
+    jobs: HashMap<u32, Vec<Arc<CatalogJob>>>,
+    /// The index's sequence they are read up to.
+    after: u64,
+    /// Their snapshots as written or read, with the changes read after each.
+    kept: HashMap<u32, Kept>,
+}
 
 /// The loader of one scheduler's shards.
 #[derive(Clone)]
@@ -69,6 +82,11 @@ pub struct Loader {
 impl Loader {
     pub fn new(index: Bucket, shards: u32, snapshots: Option<(Snapshots, u64)>) -> Self {
         Self { index, shards, snapshots, waiting: Arc::default() }
+    }
+
+    /// The snapshots, if this scheduler may use them.
+    pub fn snapshots(&self) -> Option<Snapshots> {
+        self.snapshots.as_ref().map(|(s, _)| s.clone())
     }
 
     /// Every job of shard `n` now. The first request of a batch starts a task that makes
@@ -95,11 +113,12 @@ impl Loader {
         let wanted: Vec<u32> = batch.iter().map(|(n, _)| *n).collect();
         let started = std::time::Instant::now();
         match self.read(&wanted).await {
-            Ok((mut by_shard, after)) => {
-                let jobs: usize = by_shard.values().map(Vec::len).sum();
+            Ok(mut read) => {
+                let (jobs, after): (usize, u64) = (read.jobs.values().map(Vec::len).sum(), read.after);
                 info!(shards = ?wanted, jobs, after, took_ms = started.elapsed().as_millis() as u64, "shards read");
                 for (n, tx) in batch {
-                    let _ = tx.send(Ok(Loaded { jobs: by_shard.remove(&n).unwrap_or_default(), after }));
+                    let jobs = read.jobs.remove(&n).unwrap_or_default();
+                    let _ = tx.send(Ok(Loaded { jobs, after, kept: read.kept.remove(&n) }));
                 }
             }
             Err(e) => {
@@ -111,11 +130,12 @@ impl Loader {
     }
 
     /// The jobs of `wanted` shards: from their snapshots and the index's entries since,
-    /// when every one has a snapshot that fits and those entries are under half the
-    /// index; from a pass over the index otherwise, which writes their snapshots.
+    /// when the index holds `snapshots_from` jobs or more, every shard has a snapshot that
+    /// fits and those entries are under half the index; from a pass over the index
+    /// otherwise, which writes their snapshots.
     async fn read(&self, wanted: &[u32]) -> Result<Read, Error> {
         let at = index_at(&self.index, self.shards).await?;
-        let Some(snapshots) = self.snapshots.as_ref().filter(|(_, from)| at.messages >= *from).map(|(s, _)| s) else {
+        let Some((snapshots, from)) = self.snapshots.as_ref() else {
             return counted("index", wanted, pass_over(&self.index, &at, wanted, &mut HashMap::new()).await);
         };
         let mut heads = Vec::with_capacity(wanted.len());
@@ -129,6 +149,7 @@ impl Loader {
         let all: Option<Vec<(u32, Head)>> = heads.iter().map(|(n, h)| Some((*n, h.clone()?))).collect();
         let oldest = all.iter().flatten().map(|(_, h)| h.after).min().unwrap_or(0);
         match all {
+            Some(_) if at.messages < *from => {}
             // The entries since are fewer than half the index (the sequences since count
             // entries replaced meanwhile too: at most as many).
             Some(all) if at.last - oldest <= at.messages / 2 => {
@@ -142,10 +163,15 @@ impl Loader {
         }
         let mut writers: HashMap<u32, Writer> =
             heads.iter().map(|(n, head)| (*n, snapshots.writer(*n, &at, head.as_ref()))).collect();
-        let read = counted("index", wanted, pass_over(&self.index, &at, wanted, &mut writers).await)?;
-        for (n, writer) in writers {
-            match writer.finish().await {
-                Ok(head) => debug!(shard = n, after = head.after, "the shard's snapshot is written"),
+        let mut read = counted("index", wanted, pass_over(&self.index, &at, wanted, &mut writers).await)?;
+        let finished = writers.into_iter().map(|(n, writer)| async move { (n, writer.finish().await) });
+        for (n, finished) in futures::future::join_all(finished).await {
+            match finished {
+                Ok(head) => {
+                    debug!(shard = n, after = head.after, "the shard's snapshot is written");
+                    metrics::counter!("cronrun_snapshots_written_total", "by" => "pass").increment(1);
+                    read.kept.insert(n, Kept { head, changes: Changes::default() });
+                }
                 Err(e) => warn!(shard = n, "writing the shard's snapshot: {e}; the next reader reads the whole index"),
             }
         }
@@ -176,8 +202,13 @@ async fn index_at(index: &Bucket, shards: u32) -> Result<IndexAt, Error> {
 
 /// The jobs of `wanted` shards by shard, and the sequence the index is read up to: one
 /// pass over the index (the bench's probe reads this way).
-pub async fn read(index: &Bucket, shards: u32, wanted: &[u32]) -> Result<Read, Error> {
-    pass_over(index, &index_at(index, shards).await?, wanted, &mut HashMap::new()).await
+pub async fn read(
+    index: &Bucket,
+    shards: u32,
+    wanted: &[u32],
+) -> Result<(HashMap<u32, Vec<Arc<CatalogJob>>>, u64), Error> {
+    let read = pass_over(index, &index_at(index, shards).await?, wanted, &mut HashMap::new()).await?;
+    Ok((read.jobs, read.after))
 }
 
 /// One pass over the index for `wanted` shards, each entry also handed to the shard's
@@ -189,16 +220,12 @@ async fn pass_over(
     writers: &mut HashMap<u32, Writer>,
 ) -> Result<Read, Error> {
     if wanted.is_empty() {
-        return Ok((HashMap::new(), 0));
+        return Ok(Read::default());
     }
     let shards = at.shards;
     // Everything up to here is read: a shard with nothing in it is followed from here on.
     let floor = at.last;
-    let filters: Vec<String> = match wanted.len() > 1 && at.subjects <= WHOLE_INDEX_UP_TO {
-        true => vec![">".to_string()],
-        false => wanted.iter().map(|n| format!("{n}.>")).collect(),
-    };
-    let mut pass = Pass::new(index.watch_all_of(&filters).await?, floor);
+    let mut pass = Pass::new(index.watch_all_of(&filters(wanted, at)).await?, floor);
     // By shard and name: a job removed or edited during the pass is seen again, later.
     let mut seen: HashMap<u32, ShardEntries> = HashMap::new();
     while let Some(change) = pass.next().await? {
@@ -208,11 +235,13 @@ async fn pass_over(
         }
         take(&mut seen, n, shards, change);
     }
-    Ok((by_shard(seen), pass.after))
+    Ok(Read { jobs: by_shard(seen), after: pass.after, kept: HashMap::new() })
 }
 
 /// The jobs of the shards of `heads` from their snapshots, then the index's entries
-/// written after each one's snapshot.
+/// written after each one's snapshot, which are also kept as they are stored for the
+/// shard's leader to write into its next snapshot (while they take under
+/// `KEEP_BYTES_MAX`: past it, the leader does not keep the snapshot).
 async fn from_snapshots(
     snapshots: &Snapshots,
     index: &Bucket,
@@ -224,18 +253,41 @@ async fn from_snapshots(
         seen.insert(*n, snapshots.read(*n, head, at).await?);
     }
     let oldest = heads.iter().map(|(_, h)| h.after).min().unwrap_or(0);
-    let filters: Vec<String> = heads.iter().map(|(n, _)| format!("{n}.>")).collect();
-    let mut pass = Pass::new(index.changes_after_all_of(&filters, oldest).await?, at.last);
+    let wanted: Vec<u32> = heads.iter().map(|(n, _)| *n).collect();
+    let mut pass = Pass::new(index.changes_after_all_of(&filters(&wanted, at), oldest).await?, at.last);
+    let mut changes: HashMap<u32, Option<Changes>> =
+        heads.iter().map(|(n, _)| (*n, Some(Changes::default()))).collect();
     let mut since = 0u64;
     while let Some(change) = pass.next().await? {
-        let Some((n, _)) = shard_and_name(&change.key) else { continue };
+        let Some((n, name)) = shard_and_name(&change.key) else { continue };
         if heads.iter().any(|(m, h)| *m == n && change.sequence > h.after) {
             since += 1;
+            if let Some(slot) = changes.get_mut(&n) {
+                let kept = slot.get_or_insert_default();
+                kept.note(name.into(), change.revision, change.value.clone());
+                if kept.bytes() > KEEP_BYTES_MAX {
+                    *slot = None;
+                }
+            }
             take(&mut seen, n, at.shards, change);
         }
     }
     info!(shards = heads.len(), oldest, since, "shards read from their snapshots and the index's changes since");
-    Ok((by_shard(seen), pass.after))
+    let kept = heads
+        .iter()
+        .filter_map(|(n, head)| Some((*n, Kept { head: head.clone(), changes: changes.remove(n)?? })))
+        .collect();
+    Ok(Read { jobs: by_shard(seen), after: pass.after, kept })
+}
+
+/// What a read of `wanted` shards filters the index on: the shards, or everything when
+/// several are read from an index of up to `WHOLE_INDEX_UP_TO` jobs (entries of others
+/// are dropped unread).
+fn filters(wanted: &[u32], at: &IndexAt) -> Vec<String> {
+    match wanted.len() > 1 && at.subjects <= WHOLE_INDEX_UP_TO {
+        true => vec![">".to_string()],
+        false => wanted.iter().map(|n| format!("{n}.>")).collect(),
+    }
 }
 
 /// `<shard>.<job>` split.

@@ -8,7 +8,7 @@
 //! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
 //! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass,
 //!   or from `snapshot.rs`, the shards' snapshots; `index.rs`: a led shard's job changes,
-//!   and its triggers published.
+//!   and its triggers published; `refresh.rs`: a led shard's snapshot kept current.
 //! - `queue.rs`: next fires of every job of a shard (heap).
 //! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
 //! - `catchup.rs`: late fires: run, catch up or record as missed.
@@ -31,6 +31,7 @@ mod members;
 mod plan;
 mod queue;
 mod reaper;
+mod refresh;
 mod settle;
 mod shard;
 mod shards;
@@ -83,10 +84,11 @@ pub struct SchedulerConfig {
     /// without an owner (see `sweep`). Default 5m.
     #[serde(with = "crate::spec::codec::duration")]
     pub reconcile_every: Duration,
-    /// From this many jobs in the deployment, a scheduler that reads shards from the
-    /// schedules index writes a snapshot of each, and one taking a shard later reads the
-    /// snapshot and the index's changes since instead of the whole index (see
-    /// `snapshot`). Below it, reading the index is quick. Default 100,000; 0: always.
+    /// From this many jobs in the deployment, a scheduler taking a shard reads its
+    /// snapshot and the index's changes since instead of the whole index (see `snapshot`).
+    /// Below it, reading the index is quick. Snapshots are written at any size, by a pass
+    /// over the index and by each shard's leader as its jobs change (see `refresh`), so
+    /// that a deployment growing past this finds them current. Default 100,000; 0: always.
     pub snapshots_from: u64,
 }
 

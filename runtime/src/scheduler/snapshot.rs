@@ -61,7 +61,7 @@ pub struct Head {
     generation: u64,
     chunks: u32,
     /// Entries in all (jobs, their removals, and jobs seen twice).
-    entries: u64,
+    pub entries: u64,
 }
 
 /// The index as a snapshot is taken or read against, and as a pass reads it.
@@ -165,17 +165,93 @@ impl Snapshots {
     /// A writer of shard `n`'s snapshot of the index as it was at `index.last`, into the
     /// slot `current` (the head there now, if any) does not name.
     pub fn writer(&self, n: u32, index: &IndexAt, current: Option<&Head>) -> Writer {
+        let slot = current.map_or(0, |h| 1 - h.slot.min(1));
+        self.writer_of(n, index.shards, &index.created, index.last, slot)
+    }
+
+    fn writer_of(&self, n: u32, shards: u32, index: &str, after: u64, slot: u8) -> Writer {
         let head = Head {
             format: FORMAT,
-            shards: index.shards,
-            after: index.last,
-            index: index.created.clone(),
-            slot: current.map_or(0, |h| 1 - h.slot.min(1)),
+            shards,
+            after,
+            index: index.to_string(),
+            slot,
             generation: rand::random(),
             chunks: 0,
             entries: 0,
         };
         Writer { snapshots: self.clone(), n, head, raw: Vec::new(), writes: FuturesUnordered::new(), failed: None }
+    }
+
+    /// Shard `n`'s snapshot `base` and the `changes` made since, written as the shard's
+    /// snapshot of the index up to `after`: `base`'s entries of the jobs not changed, in
+    /// their order, then the changed jobs (a removed one left out). No pass over the index:
+    /// what a leader does to keep its shard's snapshot current. Refused if the head in
+    /// place is not `base` any more (None): another scheduler wrote the shard's snapshot
+    /// since, and what it covers is not ours to merge with.
+    pub async fn rewrite(&self, n: u32, base: &Head, changes: &Changes, after: u64) -> Result<Option<Head>, Error> {
+        let in_place = self.bucket.get(&n.to_string()).await?;
+        if in_place.and_then(|h| serde_json::from_slice::<Head>(&h.value).ok()).as_ref() != Some(base) {
+            return Ok(None);
+        }
+        let mut writer = self.writer_of(n, base.shards, &base.index, after, 1 - base.slot.min(1));
+        for k in 0..base.chunks {
+            let chunk = self.chunk(n, base, k).await?;
+            for_each_entry(n, base.generation, k, &chunk, |name, revision, value| {
+                if !changes.by_name.contains_key(name) {
+                    writer.push(name, revision, value);
+                }
+            })?;
+            writer.flush_full().await;
+            tokio::task::consume_budget().await;
+        }
+        for (name, (revision, value)) in &changes.by_name {
+            if let Some(value) = value {
+                writer.add(name, *revision, Some(value)).await;
+            }
+        }
+        writer.finish().await.map(Some)
+    }
+}
+
+/// A shard's changes since its snapshot, by job: the last revision and value seen (None:
+/// removed), and the bytes their values take.
+#[derive(Default)]
+pub struct Changes {
+    by_name: foldhash::HashMap<Arc<str>, (u64, Option<Bytes>)>,
+    bytes: usize,
+}
+
+impl Changes {
+    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<Bytes>) {
+        self.bytes += name.len() + value.as_ref().map_or(0, Bytes::len);
+        if let Some((_, old)) = self.by_name.insert(name.clone(), (revision, value)) {
+            self.bytes -= name.len() + old.as_ref().map_or(0, Bytes::len);
+        }
+    }
+
+    /// Jobs changed.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The bytes of their names and values.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes `older`'s changes of the jobs not changed here since (a write that failed
+    /// gives back what it was to write).
+    pub fn keep_older(&mut self, older: Changes) {
+        for (name, (revision, value)) in older.by_name {
+            if !self.by_name.contains_key(&name) {
+                self.note(name, revision, value);
+            }
+        }
     }
 }
 
@@ -202,12 +278,21 @@ pub struct Writer {
 impl Writer {
     /// Adds an entry: `value` of job `name` at `revision`, or its removal (None).
     pub async fn add(&mut self, name: &str, revision: u64, value: Option<&[u8]>) {
-        if self.failed.is_some() {
-            return;
+        self.push(name, revision, value);
+        self.flush_full().await;
+    }
+
+    /// Adds an entry to those waiting, without compressing them however many there are.
+    fn push(&mut self, name: &str, revision: u64, value: Option<&[u8]>) {
+        if self.failed.is_none() {
+            encode_entry(&mut self.raw, name, revision, value);
+            self.head.entries += 1;
         }
-        encode_entry(&mut self.raw, name, revision, value);
-        self.head.entries += 1;
-        if self.raw.len() >= RAW_CHUNK {
+    }
+
+    /// Writes the waiting entries as a chunk once they are enough for one.
+    async fn flush_full(&mut self) {
+        if self.raw.len() >= RAW_CHUNK && self.failed.is_none() {
             self.flush().await;
         }
     }
@@ -287,6 +372,28 @@ fn replay_chunk(
     k: u32,
     chunk: &[u8],
 ) -> Result<(), Error> {
+    for_each_entry(n, generation, k, chunk, |name, revision, value| match value {
+        Some(value) => {
+            if let Some(job) = decode_entry(n, shards, name, Bytes::copy_from_slice(value), revision) {
+                jobs.insert(job.name.clone(), Some(job));
+            }
+        }
+        None => {
+            jobs.insert(name.into(), None);
+        }
+    })
+}
+
+/// Hands each entry of chunk `k` of shard `n`'s snapshot of generation `generation` to
+/// `take`, in order. An error, and nothing handed, if the chunk is of another generation
+/// or unreadable; an error after the entries before it if an entry is cut short.
+fn for_each_entry(
+    n: u32,
+    generation: u64,
+    k: u32,
+    chunk: &[u8],
+    mut take: impl FnMut(&str, u64, Option<&[u8]>),
+) -> Result<(), Error> {
     let bad = |why: &str| unreadable(n, format!("chunk {k}: {why}"));
     let Some((found, block)) = chunk.split_first_chunk::<8>() else { return Err(bad("too short")) };
     if u64::from_le_bytes(*found) != generation {
@@ -303,16 +410,7 @@ fn replay_chunk(
     while !rest.is_empty() {
         let (name, revision, value) = next_entry(&mut rest).ok_or_else(|| bad("an entry is cut short"))?;
         let name = std::str::from_utf8(name).map_err(|_| bad("a job name is not UTF-8"))?;
-        match value {
-            Some(value) => {
-                if let Some(job) = decode_entry(n, shards, name, Bytes::copy_from_slice(value), revision) {
-                    jobs.insert(job.name.clone(), Some(job));
-                }
-            }
-            None => {
-                jobs.insert(name.into(), None);
-            }
-        }
+        take(name, revision, value);
     }
     Ok(())
 }
@@ -413,6 +511,24 @@ mod tests {
             let err = replay(0, SHARDS, generation, &chunks).expect_err(what);
             assert!(err.to_string().contains(says), "{what}: {err}");
         }
+    }
+
+    #[test]
+    fn changes_keep_each_jobs_last_value_and_count_its_bytes_once() {
+        let value = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+        let mut changes = Changes::default();
+        changes.note("a".into(), 1, value("1234"));
+        changes.note("a".into(), 2, value("12"));
+        changes.note("bb".into(), 3, None);
+        assert_eq!((changes.len(), changes.bytes()), (2, 1 + 2 + 2));
+        // A write that failed gives back what it held: changed since, a job keeps its newer value.
+        let mut older = Changes::default();
+        older.note("a".into(), 1, value("1234"));
+        older.note("c".into(), 1, value("123"));
+        changes.keep_older(older);
+        assert_eq!(changes.by_name["a"].0, 2);
+        assert_eq!(changes.by_name["c"].0, 1);
+        assert_eq!((changes.len(), changes.bytes()), (3, 3 + 2 + 4));
     }
 
     #[test]

@@ -106,6 +106,10 @@ pub enum BenchKind {
         /// Every-second shell jobs among the schedules, judged once each through the handover
         #[arg(long, default_value_t = 64)]
         firing: usize,
+        /// Write the schedules while the agents run (a deployment grown while running), not
+        /// before they start
+        #[arg(long)]
+        grow: bool,
     },
     /// Every-second jobs for a long time through agent and nats-server restarts, on
     /// agents running as separate processes; fails when a fire ran twice or state grew
@@ -129,8 +133,8 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } if ctx.global.nats.is_some() => {
             anyhow::bail!("bench soak, lateness and scale start their own nats-server and agents: leave out --nats")
         }
-        BenchKind::Scale { schedules, agents, firing } => {
-            return scale::run(ctx, scale::ScaleArgs { schedules, agents: agents as usize, firing }).await;
+        BenchKind::Scale { schedules, agents, firing, grow } => {
+            return scale::run(ctx, scale::ScaleArgs { schedules, agents: agents as usize, firing, grow }).await;
         }
         BenchKind::Soak { jobs, minutes, agents, restart_every } => {
             let restart_every = std::time::Duration::from_secs(restart_every);

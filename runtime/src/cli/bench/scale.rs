@@ -2,7 +2,8 @@
 //! and loading them (each only its shards' jobs), then one leaving and the others taking
 //! its shards over, while every-second jobs record their own fires so that a fire lost or
 //! doubled in the handover is seen; then all of them stopped and started again, as in an
-//! upgrade (shards read from the snapshots the first start wrote).
+//! upgrade (shards read from the snapshots the first start wrote, or with `--grow`, the
+//! schedules written while the agents ran, from the snapshots their leaders kept).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,8 @@ pub(super) struct ScaleArgs {
     pub agents: usize,
     /// Every-second jobs among the schedules, judged through the handover.
     pub firing: usize,
+    /// The schedules written while the agents run, not before they start.
+    pub grow: bool,
 }
 
 pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
@@ -33,19 +36,25 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
         bail!("bench scale needs --agents of 2 or more, --firing above 0 and --schedules above --firing");
     }
     let mut deployment = Deployment::start(NAMESPACE, 0, "").await?;
-    let store = deployment.store().await?;
     let fires = deployment.path().join("fires");
     std::fs::create_dir_all(&fires).context("creating the fires directory")?;
     let names: Vec<String> = (0..a.firing).map(|i| format!("fire-{i:04}")).collect();
     deployment.apply(&soak::jobs_toml(&names, &fires)).await?;
-    let write_start = Instant::now();
-    load::write_jobs(&store, a.schedules - a.firing, &rare_shapes()).await?;
-    eprintln!("wrote {} jobs in {:.1}s", a.schedules - a.firing, write_start.elapsed().as_secs_f64());
-    // Filed in the index before the agents start, as in a deployment running for a while.
-    load::filed(&deployment.bench_store().await?, a.schedules).await?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-
-    let (load_s, agents_rss_kib) = start_agents(&mut deployment, &http, &a).await.context("the agents starting")?;
+    let (load_s, agents_rss_kib) = match a.grow {
+        false => {
+            write_schedules(&deployment, &a).await?;
+            start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents starting")?
+        }
+        true => {
+            start_agents(&mut deployment, &http, &a, a.firing).await.context("the agents starting")?;
+            let start = Instant::now();
+            write_schedules(&deployment, &a).await?;
+            led_by(&http, &deployment.agents, a.schedules).await.context("the agents leading what was written")?;
+            let rss_kib = deployment.agents.iter_mut().map(AgentProcess::rss_kib).collect::<Result<_>>()?;
+            (start.elapsed().as_secs_f64(), rss_kib)
+        }
+    };
     let server_rss_kib = deployment.server_rss_kib();
     eprintln!("{} agents lead every shard and {} jobs after {load_s:.1}s", a.agents, a.schedules);
 
@@ -67,11 +76,11 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
         deployment.remove_agent(0).await?;
     }
     let (restart_s, restarted_rss_kib) =
-        start_agents(&mut deployment, &http, &a).await.context("the agents started again")?;
+        start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents started again")?;
     deployment.stop().await?;
 
     let value = json!({
-        "schedules": a.schedules, "agents": a.agents, "load_s": load_s,
+        "schedules": a.schedules, "agents": a.agents, "grown": a.grow, "load_s": load_s,
         "agents_rss_kib": agents_rss_kib, "nats_server_rss_kib": server_rss_kib,
         "leaving": leaving, "stop_s": stop_s, "handover_s": handover_s, "fires": fired,
         "restart_s": restart_s, "restarted_rss_kib": restarted_rss_kib,
@@ -83,12 +92,25 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     Ok(())
 }
 
-/// Starts the agents together and waits until they lead every shard and hold every job:
+/// Writes the schedules but the firing jobs, and waits until the index holds them all.
+async fn write_schedules(deployment: &Deployment, a: &ScaleArgs) -> Result<()> {
+    let write_start = Instant::now();
+    load::write_jobs(&deployment.store().await?, a.schedules - a.firing, &rare_shapes()).await?;
+    eprintln!("wrote {} jobs in {:.1}s", a.schedules - a.firing, write_start.elapsed().as_secs_f64());
+    load::filed(&deployment.bench_store().await?, a.schedules).await
+}
+
+/// Starts the agents together and waits until they lead every shard and hold `jobs` jobs:
 /// how long that took, and their resident memory then.
-async fn start_agents(deployment: &mut Deployment, http: &reqwest::Client, a: &ScaleArgs) -> Result<(f64, Vec<u64>)> {
+async fn start_agents(
+    deployment: &mut Deployment,
+    http: &reqwest::Client,
+    a: &ScaleArgs,
+    jobs: usize,
+) -> Result<(f64, Vec<u64>)> {
     let start = Instant::now();
     deployment.add_agents(a.agents).await?;
-    led_by(http, &deployment.agents, a.schedules).await?;
+    led_by(http, &deployment.agents, jobs).await?;
     let took = start.elapsed().as_secs_f64();
     let rss_kib = deployment.agents.iter_mut().map(AgentProcess::rss_kib).collect::<Result<_>>()?;
     Ok((took, rss_kib))
@@ -132,13 +154,14 @@ fn text(v: &Value) -> String {
     };
     let fired = &v["fires"];
     format!(
-        "{} schedules on {} agents started together: every shard led and every job loaded after {:.1}s; \
+        "{} schedules on {} agents{}: every shard led and every job loaded after {:.1}s; \
          agents' resident memory {} MiB, nats-server {} MiB\n\
          {} left (SIGTERM, stopped in {:.1}s): its shards led and loaded by the others {:.1}s after it was told\n\
          every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all\n\
          all stopped and started again: every shard led and every job loaded after {:.1}s; resident memory {} MiB",
         v["schedules"],
         v["agents"],
+        if v["grown"].as_bool() == Some(true) { ", written while they ran" } else { " started together" },
         f("load_s"),
         mib("agents_rss_kib"),
         v["nats_server_rss_kib"].as_u64().unwrap_or(0) / 1024,
