@@ -166,7 +166,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             _ = tokio::time::sleep(wake) => {}
             change = jobs.next() => match change {
                 Ok(ShardChange::Put(job, value)) => {
-                    keeper.note(job.name.clone(), job.revision, Some(value), jobs.last());
+                    keeper.note(job.name.clone(), job.revision, Some(&value), jobs.last());
                     triggers.set(&job);
                     queue.upsert(job, s.ctx.clock.now());
                     publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
@@ -280,10 +280,11 @@ async fn end(
 }
 
 /// The shard's fire queue (each job as `resume` says), its triggers, the watch of its
-/// jobs' changes and its snapshot's keeping; None when cancelled meanwhile. The lease is renewed while they are read
-/// and queued: a pass over a large index takes seconds, and so does queueing what it read
-/// (four agents on 10M schedules: once queued outside this, and each in one go, every
-/// shard's lease ran out while its queue was built, and every shard was read again).
+/// jobs' changes and its snapshot's keeping; None when cancelled meanwhile. The lease is
+/// renewed while they are read and queued: a pass over a large index takes seconds, and
+/// so does queueing what it read (four agents on 10M schedules: once queued outside this,
+/// and each in one go, every shard's lease ran out while its queue was built, and every
+/// shard was read again).
 async fn load(
     s: &Led<'_>,
     lease: &mut Lease,

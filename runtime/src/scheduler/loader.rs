@@ -114,7 +114,7 @@ impl Loader {
         let started = std::time::Instant::now();
         match self.read(&wanted).await {
             Ok(mut read) => {
-                let (jobs, after): (usize, u64) = (read.jobs.values().map(Vec::len).sum(), read.after);
+                let (jobs, after) = (read.jobs.values().map(Vec::len).sum::<usize>(), read.after);
                 info!(shards = ?wanted, jobs, after, took_ms = started.elapsed().as_millis() as u64, "shards read");
                 for (n, tx) in batch {
                     let jobs = read.jobs.remove(&n).unwrap_or_default();
@@ -262,9 +262,10 @@ async fn from_snapshots(
         let Some((n, name)) = shard_and_name(&change.key) else { continue };
         if heads.iter().any(|(m, h)| *m == n && change.sequence > h.after) {
             since += 1;
-            if let Some(slot) = changes.get_mut(&n) {
-                let kept = slot.get_or_insert_default();
-                kept.note(name.into(), change.revision, change.value.clone());
+            if let Some(slot) = changes.get_mut(&n)
+                && let Some(kept) = slot.as_mut()
+            {
+                kept.note(name.into(), change.revision, change.value.as_deref());
                 if kept.bytes() > KEEP_BYTES_MAX {
                     *slot = None;
                 }

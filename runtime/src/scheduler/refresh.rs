@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
@@ -67,7 +66,7 @@ impl Keeper {
 
     /// Notes a change followed at `sequence`: job `name`'s `value` at `revision` (None:
     /// removed).
-    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<Bytes>, sequence: u64) {
+    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<&[u8]>, sequence: u64) {
         self.last = sequence;
         let Some(kept) = self.kept.as_mut() else { return };
         kept.changes.note(name, revision, value);
@@ -121,7 +120,11 @@ impl Keeper {
             }
         };
         if tokio::time::timeout_at(deadline, finishing).await.is_err() {
-            warn!(shard = self.n, "the shard's snapshot was not brought up to date in time at the end of leading");
+            info!(
+                shard = self.n,
+                "the shard's snapshot was not brought up to date in time at the end of leading: the next scheduler \
+                 taking the shard reads the index's changes since"
+            );
         }
     }
 

@@ -46,6 +46,10 @@ const RAW_CHUNK_MAX: usize = 4 << 20;
 const MAX_CHUNKS: u32 = 1 << 16;
 /// Chunk writes awaiting their acknowledgement at once, per shard.
 const WRITES_IN_FLIGHT: usize = 8;
+/// Leaders' rewrites of their shards' snapshots at once, per scheduler: each decompresses
+/// and compresses its whole shard, and all of an agent's shards may be due together (after
+/// a bulk import, at a stop).
+const REWRITES_AT_ONCE: usize = 2;
 
 /// A shard's snapshot, as its head says.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -94,6 +98,7 @@ pub struct Snapshots {
     bucket: Bucket,
     /// The largest chunk the server takes.
     chunk_max: usize,
+    rewrites: Arc<tokio::sync::Semaphore>,
 }
 
 /// One shard's jobs by name as read: None for a job removed.
@@ -101,7 +106,8 @@ pub type ShardEntries = foldhash::HashMap<Arc<str>, Option<Arc<CatalogJob>>>;
 
 impl Snapshots {
     pub fn new(bucket: Bucket, max_payload: usize) -> Self {
-        Self { bucket, chunk_max: max_payload.saturating_sub(1024) }
+        let rewrites = Arc::new(tokio::sync::Semaphore::new(REWRITES_AT_ONCE));
+        Self { bucket, chunk_max: max_payload.saturating_sub(1024), rewrites }
     }
 
     /// Shard `n`'s snapshot if there is one that fits the index now; None otherwise (none
@@ -190,6 +196,7 @@ impl Snapshots {
     /// place is not `base` any more (None): another scheduler wrote the shard's snapshot
     /// since, and what it covers is not ours to merge with.
     pub async fn rewrite(&self, n: u32, base: &Head, changes: &Changes, after: u64) -> Result<Option<Head>, Error> {
+        let _turn = self.rewrites.acquire().await.map_err(|e| unreadable(n, e.to_string()))?;
         let in_place = self.bucket.get(&n.to_string()).await?;
         if in_place.and_then(|h| serde_json::from_slice::<Head>(&h.value).ok()).as_ref() != Some(base) {
             return Ok(None);
@@ -223,7 +230,10 @@ pub struct Changes {
 }
 
 impl Changes {
-    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<Bytes>) {
+    /// Notes job `name`'s `value` at `revision` (None: removed). The value is copied: a
+    /// message's payload shares the buffer it was read into, which it would keep alive.
+    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<&[u8]>) {
+        let value = value.map(Bytes::copy_from_slice);
         self.bytes += name.len() + value.as_ref().map_or(0, Bytes::len);
         if let Some((_, old)) = self.by_name.insert(name.clone(), (revision, value)) {
             self.bytes -= name.len() + old.as_ref().map_or(0, Bytes::len);
@@ -249,7 +259,8 @@ impl Changes {
     pub fn keep_older(&mut self, older: Changes) {
         for (name, (revision, value)) in older.by_name {
             if !self.by_name.contains_key(&name) {
-                self.note(name, revision, value);
+                self.bytes += name.len() + value.as_ref().map_or(0, Bytes::len);
+                self.by_name.insert(name, (revision, value));
             }
         }
     }
@@ -515,7 +526,7 @@ mod tests {
 
     #[test]
     fn changes_keep_each_jobs_last_value_and_count_its_bytes_once() {
-        let value = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+        let value = |s: &'static str| Some(s.as_bytes());
         let mut changes = Changes::default();
         changes.note("a".into(), 1, value("1234"));
         changes.note("a".into(), 2, value("12"));
