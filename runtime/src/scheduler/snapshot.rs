@@ -222,7 +222,7 @@ impl Snapshots {
 }
 
 /// A shard's changes since its snapshot, by job: the last revision and value seen (None:
-/// removed), and the bytes their values take.
+/// removed), and the bytes their names and values take.
 #[derive(Default)]
 pub struct Changes {
     by_name: foldhash::HashMap<Arc<str>, (u64, Option<Bytes>)>,
