@@ -521,3 +521,46 @@ async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_each_second_once(&store, "tick", from, 3).await;
 }
+
+/// A leader told to stop while NATS is gone cannot bring its shards' snapshots up to date:
+/// its stop stays bounded all the same, and the scheduler taking the shards once NATS is
+/// back reads the changes those snapshots lack from the index, and leads the jobs as they
+/// are.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_while_nats_is_gone_leaves_what_the_snapshots_lack_to_the_index() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    const JOBS: usize = 200;
+    let mut nats = Nats::start().await;
+    let store = nats.store().await;
+    for i in 0..JOBS {
+        let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
+        store.put_job(&JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)).await.unwrap();
+    }
+    let led =
+        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
+    let port_a = free_port();
+    let mut a = nats.scheduler_snapshotting("a", port_a);
+    ready(&a).await;
+    eventually(Duration::from_secs(20), "a to lead every job", || led(port_a, JOBS)).await;
+    // Fewer changes than make a write due: a writes them at its stop, when it can.
+    for i in 0..10 {
+        store.delete_job(&format!("yearly-{i}")).await.unwrap();
+    }
+    eventually(Duration::from_secs(20), "a to follow the removals", || led(port_a, JOBS - 10)).await;
+
+    nats.kill_server().await;
+    let bound = Duration::from_secs(5 + 1 + 2) + cronrun::agent::STOP_MARGIN;
+    let asked = Instant::now();
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut a.child, bound).await;
+    println!("scheduler a stopped {:?} after SIGTERM with NATS gone ({status})", asked.elapsed());
+    nats.restart_server().await;
+
+    let port_b = free_port();
+    let b = nats.scheduler_snapshotting("b", port_b);
+    ready(&b).await;
+    eventually(Duration::from_secs(30), "b to lead the jobs as they are", || led(port_b, JOBS - 10)).await;
+    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
+    let since = b.log().split(" since=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok());
+    assert_eq!(since, Some(10), "b read the removals from the index after the snapshots:\n{}", b.log());
+}
