@@ -140,7 +140,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     let mut keeping: Option<Keeping<'_>> = None;
     let ended = loop {
         counted.set(queue.len());
-        keeper.write_if_due();
+        keeper.write_if_due(jobs.last());
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
         let leased = Instant::now() < lease_end;
@@ -166,13 +166,13 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             _ = tokio::time::sleep(wake) => {}
             change = jobs.next() => match change {
                 Ok(ShardChange::Put(job, value)) => {
-                    keeper.note(job.name.clone(), job.revision, Some(&value), jobs.last());
+                    keeper.note(job.name.clone(), job.revision, Some(&value));
                     triggers.set(&job);
                     queue.upsert(job, s.ctx.clock.now());
                     publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
                 }
                 Ok(ShardChange::Removed(name)) => {
-                    keeper.note(name.as_str().into(), 0, None, jobs.last());
+                    keeper.note(name.as_str().into(), 0, None);
                     triggers.remove(&name);
                     queue.remove(&name);
                     publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
@@ -230,7 +230,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         ended = ended.and(kept.map(|_| ()));
     }
     drop((keeping, idle));
-    end(s, hold, lease_end, (&mut queue, in_flight, keeper), (stopping, abandoned)).await;
+    end(s, hold, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), (stopping, abandoned)).await;
     ended
 }
 
@@ -244,7 +244,7 @@ async fn end(
     s: &Led<'_>,
     hold: Hold,
     lease_end: Instant,
-    (queue, mut in_flight, keeper): (&mut FireQueue, InFlight, Keeper),
+    (queue, mut in_flight, (keeper, followed)): (&mut FireQueue, InFlight, (Keeper, u64)),
     (stopping, mut abandoned): (bool, bool),
 ) {
     let Hold { lease, mut watermark } = hold;
@@ -265,7 +265,7 @@ async fn end(
         }
         // Before the release, so that a successor reads this snapshot, not one written
         // under it while it reads.
-        keeper.finish(lease_end.min(Instant::now() + FINAL_SNAPSHOT_MAX)).await;
+        keeper.finish(followed, lease_end.min(Instant::now() + FINAL_SNAPSHOT_MAX)).await;
     }
     // Dispatches still in flight go on by themselves (after a step-down too): cut short,
     // one would leave its fire's record `queued` unpublished until the sweep; a
@@ -294,7 +294,7 @@ async fn load(
     let loading = async {
         let Loaded { jobs, after, kept } = s.ctx.loader.load(s.n).await?;
         let changes = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, after).await?;
-        let keeper = Keeper::new(s.ctx.loader.snapshots(), s.n, kept, after);
+        let keeper = Keeper::new(s.ctx.loader.snapshots(), s.n, kept);
         let (queue, triggers) = queued(s.n, jobs, &resume).await;
         Ok::<_, Error>((queue, triggers, changes, keeper))
     };

@@ -50,8 +50,6 @@ pub(super) struct Keeper {
     n: u32,
     /// None: not kept (no snapshot to start from, or given up).
     kept: Option<Kept>,
-    /// The index's sequence of the last change followed.
-    last: u64,
     written_at: Instant,
     /// After a failed write, none before this (NATS away: no write per loop turn).
     not_before: Instant,
@@ -59,18 +57,16 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    /// Keeps shard `n`'s snapshot from `kept`, the shard followed from `last` on.
-    pub fn new(snapshots: Option<Snapshots>, n: u32, kept: Option<Kept>, last: u64) -> Self {
+    /// Keeps shard `n`'s snapshot from `kept`.
+    pub fn new(snapshots: Option<Snapshots>, n: u32, kept: Option<Kept>) -> Self {
         let kept = snapshots.as_ref().and(kept);
         // The first write may follow at once.
         let written_at = Instant::now().checked_sub(WRITE_EVERY_MIN).unwrap_or_else(Instant::now);
-        Self { snapshots, n, kept, last, written_at, not_before: Instant::now(), writing: None }
+        Self { snapshots, n, kept, written_at, not_before: Instant::now(), writing: None }
     }
 
-    /// Notes a change followed at `sequence`: job `name`'s `value` at `revision` (None:
-    /// removed).
-    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<&[u8]>, sequence: u64) {
-        self.last = sequence;
+    /// Notes a change followed: job `name`'s `value` at `revision` (None: removed).
+    pub fn note(&mut self, name: Arc<str>, revision: u64, value: Option<&[u8]>) {
         let Some(kept) = self.kept.as_mut() else { return };
         kept.changes.note(name, revision, value);
         if kept.changes.bytes() > KEEP_BYTES_MAX {
@@ -84,8 +80,9 @@ impl Keeper {
         }
     }
 
-    /// Starts writing the snapshot if it is due and no write is in flight.
-    pub fn write_if_due(&mut self) {
+    /// Starts writing the snapshot, with the changes followed up to the index's sequence
+    /// `after`, if it is due and no write is in flight.
+    pub fn write_if_due(&mut self, after: u64) {
         let (Some(snapshots), Some(kept)) = (self.snapshots.as_ref(), self.kept.as_mut()) else { return };
         let since = self.written_at.elapsed();
         if self.writing.is_some()
@@ -94,7 +91,7 @@ impl Keeper {
         {
             return;
         }
-        let (snapshots, n, base, after) = (snapshots.clone(), self.n, kept.head.clone(), self.last);
+        let (snapshots, n, base) = (snapshots.clone(), self.n, kept.head.clone());
         let changes = std::mem::take(&mut kept.changes);
         debug!(shard = n, changes = changes.len(), after, "writing the shard's snapshot");
         self.writing = Some(AbortOnDropHandle::new(tokio::spawn(async move {
@@ -103,10 +100,10 @@ impl Keeper {
         })));
     }
 
-    /// On a stop: the write in flight waited for, then the changes not written yet
-    /// written, both by `deadline`, so that the next start reads nothing of the index after
-    /// the snapshot (an agent's restart, an upgrade).
-    pub async fn finish(mut self, deadline: Instant) {
+    /// On a stop: the write in flight waited for, then the changes followed up to `after`
+    /// and not written yet written, both by `deadline`, so that the next start reads
+    /// nothing of the index after the snapshot (an agent's restart, an upgrade).
+    pub async fn finish(mut self, after: u64, deadline: Instant) {
         let finishing = async {
             if self.is_writing() {
                 let ended = self.written().await;
@@ -116,9 +113,9 @@ impl Keeper {
             if kept.changes.is_empty() {
                 return;
             }
-            match snapshots.rewrite(self.n, &kept.head, &kept.changes, self.last).await {
+            match snapshots.rewrite(self.n, &kept.head, &kept.changes, after).await {
                 Ok(Some(_)) => {
-                    debug!(shard = self.n, after = self.last, "the shard's snapshot is written at the end of leading");
+                    debug!(shard = self.n, after, "the shard's snapshot is written at the end of leading");
                     metrics::counter!("cronrun_snapshots_written_total", "by" => "leader").increment(1);
                 }
                 Ok(None) => {}
