@@ -4,8 +4,8 @@
 //! every fire exactly once throughout. Select with `cargo test -p cronrun --test chaos`.
 //!
 //! - `nats.rs`: a cluster node dies under load; a single server restarts (also in the
-//!   middle of a message run and a chain, and while snapshots are written); a stop while
-//!   it is gone.
+//!   middle of a message run and a chain, while snapshots are written, and in the middle
+//!   of a leader's rewrite of one); a stop while it is gone.
 //! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
 //! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
 //! - `soak.rs`: many runs and restarts; state in NATS and the agent stay flat.

@@ -522,6 +522,101 @@ async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
     assert_each_second_once(&store, "tick", from, 3).await;
 }
 
+/// A leader frozen, then nats-server killed, as the leader's rewrite of a shard's snapshot
+/// has stored its first chunk (seen on the bucket's subjects): the rewrite is cut short,
+/// some of its chunks stored and not its head. Once NATS is back and the leader wakes, it
+/// leads the shards again from their snapshots, writes what they lack at its stop, and a
+/// scheduler taking the shards over reads their snapshots and leads exactly the
+/// deployment's jobs, which run once per fire.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaders_rewrite_cut_short_by_a_nats_kill_leaves_no_snapshot_that_lies() {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    // 4 KiB specs, 1,000 a shard: a shard's snapshot takes 16 chunks.
+    const JOBS: usize = 8_000;
+    const REMOVED: usize = 2_000;
+    let mut nats = Nats::start().await;
+    let store = nats.store().await;
+    let specs: Vec<JobSpec> = (0..JOBS)
+        .map(|i| {
+            let command = format!("echo {i} {}", "x".repeat(4_000));
+            JobSpec::shell(
+                &format!("yearly-{i}"),
+                "0 0 1 1 *",
+                ShellSpec { command: Some(command), ..Default::default() },
+            )
+        })
+        .collect();
+    for batch in specs.chunks(500) {
+        futures::future::try_join_all(batch.iter().map(|spec| store.put_job(spec))).await.unwrap();
+    }
+    let led =
+        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
+    let runner = nats.agent("r", "roles = [\"runner\"]");
+    let port_a = free_port();
+    let mut a = nats.scheduler_snapshotting("a", port_a);
+    for agent in [&runner, &a] {
+        ready(agent).await;
+    }
+    eventually(Duration::from_secs(60), "a to lead every job", || led(port_a, JOBS)).await;
+
+    // The pass's snapshots are written: the next chunk stored is a leader's rewrite, made
+    // once a shard has an eighth of its jobs changed.
+    let chunks = format!("$KV.{}.*.*.*", store.names.snapshots_bucket());
+    let mut rewriting = store.client.subscribe(chunks).await.unwrap();
+    store.client.flush().await.unwrap();
+    let removing = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..REMOVED {
+                if store.delete_job(&format!("yearly-{i}")).await.is_err() {
+                    return i;
+                }
+            }
+            REMOVED
+        })
+    };
+    let chunk = tokio::time::timeout(Duration::from_secs(30), rewriting.next())
+        .await
+        .expect("a leader's rewrite to start")
+        .unwrap();
+    kill(Pid::from_raw(a.pid()), Signal::SIGSTOP).unwrap();
+    nats.kill_server().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nats.restart_server().await;
+    let removed = removing.await.unwrap();
+    // `$KV.<bucket>.<shard>.<slot>.<k>`; the shard's head still names the other slot.
+    let (shard, slot) = match chunk.subject.split('.').collect::<Vec<_>>()[..] {
+        [_, _, shard, slot, _] => (shard.to_string(), slot.parse::<u64>().unwrap()),
+        _ => panic!("a chunk's subject: {}", chunk.subject),
+    };
+    let snapshots = store.js.get_key_value(store.names.snapshots_bucket()).await.unwrap();
+    let head: serde_json::Value = serde_json::from_slice(&snapshots.get(&shard).await.unwrap().unwrap()).unwrap();
+    assert_ne!(head["slot"].as_u64(), Some(slot), "the kill cut shard {shard}'s rewrite short: {head}");
+    kill(Pid::from_raw(a.pid()), Signal::SIGCONT).unwrap();
+    // The removal the kill cut short may have been made.
+    for i in removed..REMOVED {
+        match store.delete_job(&format!("yearly-{i}")).await {
+            Err(e) if *e.kind() != cronrun::ErrorKind::NotFound => panic!("removing yearly-{i}: {e}"),
+            _ => {}
+        }
+    }
+    eventually(Duration::from_secs(60), "a to lead the jobs as they are", || led(port_a, JOBS - REMOVED)).await;
+    apply(&nats, EVERY_SECOND);
+    eventually(Duration::from_secs(20), "a to lead tick too", || led(port_a, JOBS - REMOVED + 1)).await;
+
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    eventually(Duration::from_secs(20), "a to stop", || async { a.exited().then_some(()) }).await;
+    a.kill9();
+    let port_b = free_port();
+    let b = nats.scheduler_snapshotting("b", port_b);
+    ready(&b).await;
+    eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, JOBS - REMOVED + 1)).await;
+    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_each_second_once(&store, "tick", from, 3).await;
+}
+
 /// A leader told to stop while NATS is gone cannot bring its shards' snapshots up to date:
 /// its stop stays bounded all the same, and the scheduler taking the shards once NATS is
 /// back reads the changes those snapshots lack from the index, and leads the jobs as they

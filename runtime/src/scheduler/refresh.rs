@@ -50,9 +50,7 @@ pub(super) struct Keeper {
     n: u32,
     /// None: not kept (no snapshot to start from, or given up).
     kept: Option<Kept>,
-    written_at: Instant,
-    /// After a failed write, none before this (NATS away: no write per loop turn).
-    not_before: Instant,
+    pace: Pace,
     writing: Option<AbortOnDropHandle<Written>>,
 }
 
@@ -60,9 +58,7 @@ impl Keeper {
     /// Keeps shard `n`'s snapshot from `kept`.
     pub fn new(snapshots: Option<Snapshots>, n: u32, kept: Option<Kept>) -> Self {
         let kept = snapshots.as_ref().and(kept);
-        // The first write may follow at once.
-        let written_at = Instant::now().checked_sub(WRITE_EVERY_MIN).unwrap_or_else(Instant::now);
-        Self { snapshots, n, kept, written_at, not_before: Instant::now(), writing: None }
+        Self { snapshots, n, kept, pace: Pace::new(Instant::now()), writing: None }
     }
 
     /// Notes a change followed: job `name`'s `value` at `revision` (None: removed).
@@ -84,10 +80,8 @@ impl Keeper {
     /// `after`, if it is due and no write is in flight.
     pub fn write_if_due(&mut self, after: u64) {
         let (Some(snapshots), Some(kept)) = (self.snapshots.as_ref(), self.kept.as_mut()) else { return };
-        let since = self.written_at.elapsed();
         if self.writing.is_some()
-            || Instant::now() < self.not_before
-            || !due(kept.changes.len(), kept.changes.bytes(), kept.head.entries, since)
+            || !self.pace.due(Instant::now(), kept.changes.len(), kept.changes.bytes(), kept.head.entries)
         {
             return;
         }
@@ -146,7 +140,8 @@ impl Keeper {
     /// Takes in a write's end: the new snapshot to keep from, or its changes back.
     pub fn settle(&mut self, ended: Result<Written, tokio::task::JoinError>) {
         self.writing = None;
-        self.written_at = Instant::now();
+        let now = Instant::now();
+        self.pace.wrote(now);
         let Some(kept) = self.kept.as_mut() else { return };
         match ended {
             Ok((Ok(Some(head)), _, after)) => {
@@ -161,13 +156,45 @@ impl Keeper {
             Ok((Err(e), changes, _)) => {
                 warn!(shard = self.n, "writing the shard's snapshot: {e}; tried again in {WRITE_EVERY_MIN:?} or later");
                 kept.changes.keep_older(changes);
-                self.not_before = Instant::now() + WRITE_EVERY_MIN;
+                self.pace.failed(now);
             }
             Err(e) => {
                 warn!(shard = self.n, "writing the shard's snapshot ended abnormally ({e}): no longer kept here");
                 self.kept = None;
             }
         }
+    }
+}
+
+/// When a shard's snapshot may be written, decided on the instants it is given (the
+/// keeper's timing, apart so that it is tested without waiting).
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    written_at: Instant,
+    /// After a failed write, none before this (NATS away: no write per loop turn).
+    not_before: Instant,
+}
+
+impl Pace {
+    /// From `now`: the first write may follow at once.
+    fn new(now: Instant) -> Self {
+        Self { written_at: now.checked_sub(WRITE_EVERY_MIN).unwrap_or(now), not_before: now }
+    }
+
+    /// Whether `changed` jobs taking `bytes`, followed since a snapshot of `entries`
+    /// entries, are to be written `now`.
+    fn due(&self, now: Instant, changed: usize, bytes: usize, entries: u64) -> bool {
+        now >= self.not_before && due(changed, bytes, entries, now.saturating_duration_since(self.written_at))
+    }
+
+    /// A write ended `now`, written or not.
+    fn wrote(&mut self, now: Instant) {
+        self.written_at = now;
+    }
+
+    /// A write that ended `now` failed: the next waits `WRITE_EVERY_MIN`, whatever is due.
+    fn failed(&mut self, now: Instant) {
+        self.not_before = now + WRITE_EVERY_MIN;
     }
 }
 
@@ -200,6 +227,40 @@ mod tests {
         ];
         for (what, changed, bytes, entries, since, expected) in cases {
             assert_eq!(due(changed, bytes, entries, since), expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn writes_wait_for_the_last_and_a_failed_write_holds_back_even_many_bytes() {
+        enum Step {
+            Wrote,
+            Failed,
+        }
+        let (s, min) = (Duration::from_secs(1), WRITE_EVERY_MIN);
+        let (few, many) = ((64, 6_400), (10, WRITE_AT_BYTES));
+        // Each case: what ended at the start (if anything), then the changes and how long after.
+        let cases = [
+            ("the first write, at once", None, few, Duration::ZERO, true),
+            ("the minimum, just after a write", Some(Step::Wrote), few, min - s, false),
+            ("the minimum, once a write is old enough", Some(Step::Wrote), few, min, true),
+            ("many bytes, just after a write", Some(Step::Wrote), many, Duration::ZERO, true),
+            ("many bytes, just after a failed write", Some(Step::Failed), many, min - s, false),
+            ("many bytes, once a failed write is old enough", Some(Step::Failed), many, min, true),
+            ("the minimum, just after a failed write", Some(Step::Failed), few, min - s, false),
+            ("one change, ten minutes after a failed write", Some(Step::Failed), (1, 100), WRITE_ANY_AFTER, true),
+        ];
+        let start = Instant::now();
+        for (what, ended, (changed, bytes), after, expected) in cases {
+            let mut pace = Pace::new(start);
+            match ended {
+                Some(Step::Wrote) => pace.wrote(start),
+                Some(Step::Failed) => {
+                    pace.wrote(start);
+                    pace.failed(start);
+                }
+                None => {}
+            }
+            assert_eq!(pace.due(start + after, changed, bytes, 160), expected, "{what}");
         }
     }
 }
