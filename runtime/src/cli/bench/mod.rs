@@ -77,6 +77,10 @@ pub enum BenchKind {
     Nats {
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
+        /// Store all a run stores under the NATS layout (13 messages, not 4): its lease,
+        /// events and output too, with their readers
+        #[arg(long)]
+        layout: bool,
     },
     /// Fires per second through the dispatch path (record create + publish)
     Dispatch {
@@ -158,7 +162,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     let result = match a.what {
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
         BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm).await,
-        BenchKind::Nats { runs } => raw_nats::run(ctx, &url, runs).await,
+        BenchKind::Nats { runs, layout } => raw_nats::run(ctx, &url, runs, layout).await,
         BenchKind::Load { schedules, agents, probe } => {
             let server_pid = server.as_ref().and_then(EmbeddedNats::pid);
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await

@@ -1,6 +1,14 @@
 //! The NATS work of a run without cronrun, measured the way `throughput` measures runs:
 //! per run a KV create and a deduplicated publish to a work queue (256 in flight), then a
 //! pull, two compare-and-sets and an ack. Beside `throughput` it shows what cronrun adds.
+//!
+//! That is 4 stored messages a run, where a cronrun run stores 13 under its public layout
+//! (README, NATS layout). With `--layout` each run also stores the rest, as cronrun does:
+//! a run lease taken and released (a key with a TTL, then purged with a marker), the
+//! `dispatched`, `started` and `succeeded` events and three output lines and their end
+//! (core publishes into streams, unacknowledged), with a durable consumer acking each
+//! event (the notifier) and a watch handed each lease change (the reaper): what NATS
+//! itself costs for what a run stores, so that the gap to `throughput` is cronrun's own.
 
 use std::time::{Duration, Instant};
 
@@ -15,10 +23,23 @@ use crate::cli::Ctx;
 
 const BUCKET: &str = "benchnats";
 const STREAM: &str = "BENCHNATS";
+const LEASES: &str = "benchnatsleases";
+const EVENTS: &str = "BENCHNATS_EVENTS";
+const LOGS: &str = "BENCHNATS_LOGS";
+/// What a run stores beside the 4 messages: a `hello` run's lines, as cronrun stores them.
+const LINES: [&str; 3] = [
+    "hello from thru-000",
+    "run thru-000.20261127T120000Z (attempt 1, trigger manual) scheduled at 2026-11-27T12:00:00Z",
+    "config keys: ",
+];
 
-pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
+pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Result<()> {
     let client = crate::connect::connect(url, None, "cronrun-bench-nats").await?;
     let js = jetstream::new(client.clone());
+    let layout = match layout {
+        true => Some(Layout::create(&js).await?),
+        false => None,
+    };
     let kv = js
         .create_key_value(kv::Config { bucket: BUCKET.into(), history: 1, ..Default::default() })
         .await
@@ -42,7 +63,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
         .context("creating the bench consumer")?;
 
     // The worker: what a runner does per message, with up to 1,024 messages in hand.
-    let worker_kv = kv.clone();
+    let (worker_kv, worker_layout) = (kv.clone(), layout.clone());
     let worker = tokio::spawn(async move {
         let mut messages = consumer.stream().max_messages_per_batch(256).messages().await?;
         let mut in_hand = FuturesUnordered::new();
@@ -51,13 +72,24 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
             tokio::select! {
                 Some(msg) = messages.next(), if in_hand.len() < 1024 => {
                     let msg = msg.map_err(|e| anyhow::anyhow!("pulling: {e}"))?;
-                    let kv = worker_kv.clone();
+                    let (kv, layout) = (worker_kv.clone(), worker_layout.clone());
                     in_hand.push(async move {
                         // "<key> <revision>", as cronrun's dispatch message carries the record.
                         let body = String::from_utf8_lossy(&msg.payload).into_owned();
                         let (key, revision) = body.split_once(' ').context("bench message")?;
+                        let lease = match &layout {
+                            Some(layout) => Some(layout.take_lease(key).await?),
+                            None => None,
+                        };
                         let revision = kv.update(key, Bytes::from_static(b"running"), revision.parse()?).await?;
+                        if let Some(layout) = &layout {
+                            layout.output(key).await?;
+                        }
                         kv.update(key, Bytes::from_static(b"succeeded"), revision).await?;
+                        if let (Some(layout), Some(lease)) = (&layout, lease) {
+                            layout.event(key, "succeeded").await?;
+                            layout.leases.purge_expect_revision_with_ttl(key, lease, Duration::from_secs(900)).await?;
+                        }
                         msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
                         anyhow::Ok(())
                     });
@@ -74,10 +106,13 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
     let start = Instant::now();
     let mut in_flight = FuturesUnordered::new();
     for i in 0..runs {
-        let (kv, js) = (kv.clone(), js.clone());
+        let (kv, js, layout) = (kv.clone(), js.clone(), layout.clone());
         in_flight.push(async move {
             let key = format!("run.{i:07}");
             let revision = kv.create(&key, Bytes::from_static(b"queued")).await?;
+            if let Some(layout) = &layout {
+                layout.event(&key, "dispatched").await?;
+            }
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Nats-Msg-Id", key.as_str());
             let body = format!("{key} {revision}");
@@ -100,6 +135,95 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize) -> Result<()> {
     let rate = runs as f64 / took.as_secs_f64();
     js.delete_stream(STREAM).await.ok();
     js.delete_key_value(BUCKET).await.ok();
-    let value = json!({ "runs": runs, "total_s": took.as_secs_f64(), "runs_per_second": rate });
-    ctx.print(&value, || format!("{runs} runs of raw NATS work in {:.1}s: {rate:.0} runs/s", took.as_secs_f64()))
+    let stored = if let Some(layout) = layout {
+        layout.delete(&js).await;
+        13
+    } else {
+        4
+    };
+    let value =
+        json!({ "runs": runs, "stored_per_run": stored, "total_s": took.as_secs_f64(), "runs_per_second": rate });
+    ctx.print(&value, || {
+        format!(
+            "{runs} runs of raw NATS work ({stored} stored messages each) in {:.1}s: {rate:.0} runs/s",
+            took.as_secs_f64()
+        )
+    })
+}
+
+/// What `--layout` adds to each run, and the readers cronrun has of it.
+#[derive(Clone)]
+struct Layout {
+    client: async_nats::Client,
+    leases: kv::Store,
+    readers: std::sync::Arc<tokio_util::task::AbortOnDropHandle<()>>,
+}
+
+impl Layout {
+    async fn create(js: &jetstream::Context) -> Result<Self> {
+        let leases = js
+            .create_key_value(kv::Config {
+                bucket: LEASES.into(),
+                history: 1,
+                limit_markers: Some(Duration::from_secs(900)),
+                ..Default::default()
+            })
+            .await
+            .context("creating the bench leases bucket")?;
+        for (name, subject) in [(EVENTS, "benchnats.events.>"), (LOGS, "benchnats.logs.>")] {
+            let config = stream::Config { name: name.into(), subjects: vec![subject.into()], ..Default::default() };
+            js.get_or_create_stream(config).await.with_context(|| format!("creating {name}"))?;
+        }
+        let notifier = js
+            .get_stream(EVENTS)
+            .await?
+            .get_or_create_consumer(
+                "notify",
+                pull::Config { durable_name: Some("notify".into()), ..Default::default() },
+            )
+            .await
+            .context("creating the bench notifier")?;
+        let mut events = notifier.stream().max_messages_per_batch(256).messages().await?;
+        let mut lease_changes = leases.watch_all().await?;
+        let readers = tokio::spawn(async move {
+            let notify = async {
+                while let Some(Ok(event)) = events.next().await {
+                    let _ = event.ack().await;
+                }
+            };
+            let reap = async { while let Some(Ok(_)) = lease_changes.next().await {} };
+            futures::join!(notify, reap);
+        });
+        let client = js.client();
+        Ok(Self { client, leases, readers: std::sync::Arc::new(tokio_util::task::AbortOnDropHandle::new(readers)) })
+    }
+
+    async fn take_lease(&self, key: &str) -> Result<u64> {
+        let lease = self.leases.create_with_ttl(key, Bytes::from_static(b"runner"), Duration::from_secs(30)).await?;
+        self.event(key, "started").await?;
+        Ok(lease)
+    }
+
+    async fn event(&self, key: &str, event: &str) -> Result<()> {
+        let body = format!(r#"{{"job":"bench","run_id":"{key}","event":"{event}"}}"#);
+        Ok(self.client.publish(format!("benchnats.events.{key}.{event}"), body.into()).await?)
+    }
+
+    /// A `hello` run's three lines and their end, as a runner publishes them.
+    async fn output(&self, key: &str) -> Result<()> {
+        let subject = format!("benchnats.logs.{key}");
+        for line in LINES {
+            self.client.publish(subject.clone(), line.into()).await?;
+        }
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Cronrun-Eof", "succeeded");
+        Ok(self.client.publish_with_headers(subject, headers, Bytes::new()).await?)
+    }
+
+    async fn delete(self, js: &jetstream::Context) {
+        drop(self.readers);
+        js.delete_key_value(LEASES).await.ok();
+        js.delete_stream(EVENTS).await.ok();
+        js.delete_stream(LOGS).await.ok();
+    }
 }
