@@ -473,22 +473,13 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
 /// added after) and leads exactly the deployment's jobs, which run once per fire.
 #[tokio::test(flavor = "multi_thread")]
 async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
-    use cronrun::spec::{JobSpec, ShellSpec};
     const JOBS: usize = 20_000;
     let mut nats = Nats::start().await;
     let store = nats.store().await;
-    let specs: Vec<JobSpec> = (0..JOBS)
-        .map(|i| {
-            let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
-            JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)
-        })
-        .collect();
-    for batch in specs.chunks(500) {
-        futures::future::try_join_all(batch.iter().map(|spec| store.put_job(spec))).await.unwrap();
-    }
+    put_yearly(&store, JOBS, |_| "true".into()).await;
     let runner = nats.agent("r", "roles = [\"runner\"]");
     let port_a = free_port();
-    let mut a = nats.scheduler_snapshotting("a", port_a);
+    let a = nats.scheduler_snapshotting("a", port_a);
     for agent in [&runner, &a] {
         ready(agent).await;
     }
@@ -503,23 +494,8 @@ async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
     nats.kill_server().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     nats.restart_server().await;
-    let led =
-        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
     eventually(Duration::from_secs(60), "a to lead every job", || led(port_a, JOBS)).await;
-    apply(&nats, EVERY_SECOND);
-    eventually(Duration::from_secs(20), "a to lead tick too", || led(port_a, JOBS + 1)).await;
-
-    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
-    eventually(Duration::from_secs(20), "a to stop", || async { a.exited().then_some(()) }).await;
-    a.kill9();
-    let port_b = free_port();
-    let b = nats.scheduler_snapshotting("b", port_b);
-    ready(&b).await;
-    eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, JOBS + 1)).await;
-    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
-    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_each_second_once(&store, "tick", from, 3).await;
+    b_takes_over_from_snapshots_and_fires_once(&nats, &store, a, port_a, JOBS).await;
 }
 
 /// A leader frozen, then nats-server killed, as the leader's rewrite of a shard's snapshot
@@ -530,30 +506,15 @@ async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
 /// deployment's jobs, which run once per fire.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leaders_rewrite_cut_short_by_a_nats_kill_leaves_no_snapshot_that_lies() {
-    use cronrun::spec::{JobSpec, ShellSpec};
     // 4 KiB specs, 1,000 a shard: a shard's snapshot takes 16 chunks.
     const JOBS: usize = 8_000;
     const REMOVED: usize = 2_000;
     let mut nats = Nats::start().await;
     let store = nats.store().await;
-    let specs: Vec<JobSpec> = (0..JOBS)
-        .map(|i| {
-            let command = format!("echo {i} {}", "x".repeat(4_000));
-            JobSpec::shell(
-                &format!("yearly-{i}"),
-                "0 0 1 1 *",
-                ShellSpec { command: Some(command), ..Default::default() },
-            )
-        })
-        .collect();
-    for batch in specs.chunks(500) {
-        futures::future::try_join_all(batch.iter().map(|spec| store.put_job(spec))).await.unwrap();
-    }
-    let led =
-        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
+    put_yearly(&store, JOBS, |i| format!("echo {i} {}", "x".repeat(4_000))).await;
     let runner = nats.agent("r", "roles = [\"runner\"]");
     let port_a = free_port();
-    let mut a = nats.scheduler_snapshotting("a", port_a);
+    let a = nats.scheduler_snapshotting("a", port_a);
     for agent in [&runner, &a] {
         ready(agent).await;
     }
@@ -601,20 +562,7 @@ async fn a_leaders_rewrite_cut_short_by_a_nats_kill_leaves_no_snapshot_that_lies
         }
     }
     eventually(Duration::from_secs(60), "a to lead the jobs as they are", || led(port_a, JOBS - REMOVED)).await;
-    apply(&nats, EVERY_SECOND);
-    eventually(Duration::from_secs(20), "a to lead tick too", || led(port_a, JOBS - REMOVED + 1)).await;
-
-    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
-    eventually(Duration::from_secs(20), "a to stop", || async { a.exited().then_some(()) }).await;
-    a.kill9();
-    let port_b = free_port();
-    let b = nats.scheduler_snapshotting("b", port_b);
-    ready(&b).await;
-    eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, JOBS - REMOVED + 1)).await;
-    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
-    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_each_second_once(&store, "tick", from, 3).await;
+    b_takes_over_from_snapshots_and_fires_once(&nats, &store, a, port_a, JOBS - REMOVED).await;
 }
 
 /// A leader told to stop while NATS is gone cannot bring its shards' snapshots up to date:
@@ -623,16 +571,10 @@ async fn a_leaders_rewrite_cut_short_by_a_nats_kill_leaves_no_snapshot_that_lies
 /// are.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stop_while_nats_is_gone_leaves_what_the_snapshots_lack_to_the_index() {
-    use cronrun::spec::{JobSpec, ShellSpec};
     const JOBS: usize = 200;
     let mut nats = Nats::start().await;
     let store = nats.store().await;
-    for i in 0..JOBS {
-        let shell = ShellSpec { command: Some("true".into()), ..Default::default() };
-        store.put_job(&JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)).await.unwrap();
-    }
-    let led =
-        |port: u16, jobs: usize| async move { (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(()) };
+    put_yearly(&store, JOBS, |_| "true".into()).await;
     let port_a = free_port();
     let mut a = nats.scheduler_snapshotting("a", port_a);
     ready(&a).await;
@@ -658,4 +600,48 @@ async fn a_stop_while_nats_is_gone_leaves_what_the_snapshots_lack_to_the_index()
     assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
     let since = b.log().split(" since=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok());
     assert_eq!(since, Some(10), "b read the removals from the index after the snapshots:\n{}", b.log());
+}
+
+/// Jobs `yearly-0` to `yearly-<jobs - 1>`, running `command(i)` once a year.
+async fn put_yearly(store: &cronrun::store::Store, jobs: usize, command: impl Fn(usize) -> String) {
+    use cronrun::spec::{JobSpec, ShellSpec};
+    let specs: Vec<JobSpec> = (0..jobs)
+        .map(|i| {
+            let shell = ShellSpec { command: Some(command(i)), ..Default::default() };
+            JobSpec::shell(&format!("yearly-{i}"), "0 0 1 1 *", shell)
+        })
+        .collect();
+    for batch in specs.chunks(500) {
+        futures::future::try_join_all(batch.iter().map(|spec| store.put_job(spec))).await.unwrap();
+    }
+}
+
+/// Whether the scheduler serving metrics on `port` leads `jobs` jobs.
+async fn led(port: u16, jobs: usize) -> Option<()> {
+    (metric(port, "cronrun_schedules_led")? == jobs as f64).then_some(())
+}
+
+/// Scheduler `a`, leading `jobs` jobs, is given an every-second job and stopped; a
+/// scheduler `b` started then reads every shard from its snapshot, leads the same jobs
+/// and the every-second job, which runs once a second.
+async fn b_takes_over_from_snapshots_and_fires_once(
+    nats: &Nats,
+    store: &cronrun::store::Store,
+    mut a: Agent,
+    port_a: u16,
+    jobs: usize,
+) {
+    apply(nats, EVERY_SECOND);
+    eventually(Duration::from_secs(20), "a to lead tick too", || led(port_a, jobs + 1)).await;
+    kill(Pid::from_raw(a.pid()), Signal::SIGTERM).unwrap();
+    eventually(Duration::from_secs(20), "a to stop", || async { a.exited().then_some(()) }).await;
+    a.kill9();
+    let port_b = free_port();
+    let b = nats.scheduler_snapshotting("b", port_b);
+    ready(&b).await;
+    eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, jobs + 1)).await;
+    assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
+    let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_each_second_once(store, "tick", from, 3).await;
 }
