@@ -78,7 +78,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Resu
                         let body = String::from_utf8_lossy(&msg.payload).into_owned();
                         let (key, revision) = body.split_once(' ').context("bench message")?;
                         let lease = match &layout {
-                            Some(layout) => Some(layout.take_lease(key).await?),
+                            Some(layout) => Some(layout.start(key).await?),
                             None => None,
                         };
                         let revision = kv.update(key, Bytes::from_static(b"running"), revision.parse()?).await?;
@@ -198,7 +198,8 @@ impl Layout {
         Ok(Self { client, leases, readers: std::sync::Arc::new(tokio_util::task::AbortOnDropHandle::new(readers)) })
     }
 
-    async fn take_lease(&self, key: &str) -> Result<u64> {
+    /// A run's start: its lease taken (the lease's revision) and its `started` event.
+    async fn start(&self, key: &str) -> Result<u64> {
         let lease = self.leases.create_with_ttl(key, Bytes::from_static(b"runner"), Duration::from_secs(30)).await?;
         self.event(key, "started").await?;
         Ok(lease)
