@@ -122,14 +122,25 @@ impl CatalogJob {
     /// The job stored as `value` under `name`; a spec that is refused is kept as its error,
     /// logged here, so that every reader skips it and none trips over it.
     pub fn decode(name: &str, value: &Versioned) -> Arc<Self> {
-        let summary = JobSpec::from_json_checked(&value.value).and_then(|(spec, parsed)| {
+        Self::decode_stored(name, value).0
+    }
+
+    /// `decode`, and the job as stored, its spec decoded the once (a runner about to run
+    /// it needs the whole spec).
+    fn decode_stored(name: &str, value: &Versioned) -> (Arc<Self>, StoredJob) {
+        let decoded = JobSpec::from_json_checked(&value.value).and_then(|(spec, parsed)| {
             StoredJob::check_name(name, &spec)?;
-            Ok(JobSummary::of_parsed(&spec, parsed))
+            Ok((JobSummary::of_parsed(&spec, parsed), spec))
         });
-        if let Err(e) = &summary {
-            error!(job = %name, revision = value.revision, "job skipped: {e}");
-        }
-        Arc::new(Self { name: name.into(), revision: value.revision, summary })
+        let (summary, spec) = match decoded {
+            Ok((summary, spec)) => (Ok(summary), Ok(spec)),
+            Err(e) => {
+                error!(job = %name, revision = value.revision, "job skipped: {e}");
+                (Err(e.clone()), Err(e))
+            }
+        };
+        let stored = StoredJob { name: name.to_string(), revision: value.revision, spec };
+        (Arc::new(Self { name: name.into(), revision: value.revision, summary }), stored)
     }
 }
 
@@ -164,19 +175,19 @@ impl Catalog {
         Ok(self.get_read(name).await?.map(|(job, _)| job))
     }
 
-    /// `get`, and the stored value when it was read from KV now (not cached): a caller
-    /// needing the whole spec too reads it once.
-    pub async fn get_read(&self, name: &str) -> Result<Option<(Arc<CatalogJob>, Option<Versioned>)>, Error> {
+    /// `get`, and the job as stored when it was read from KV now (not cached): a caller
+    /// needing the whole spec too reads and decodes it once.
+    pub async fn get_read(&self, name: &str) -> Result<Option<(Arc<CatalogJob>, Option<StoredJob>)>, Error> {
         let ticket = match self.inner.cache.get(name) {
             Ok(job) => return Ok(Some((job, None))),
             Err(ticket) => ticket,
         };
         let Some(value) = self.inner.store.jobs.get(name).await? else { return Ok(None) };
-        let job = CatalogJob::decode(name, &value);
+        let (job, stored) = CatalogJob::decode_stored(name, &value);
         if let Some(ticket) = ticket {
             self.inner.cache.keep(ticket, job.clone());
         }
-        Ok(Some((job, Some(value))))
+        Ok(Some((job, Some(stored))))
     }
 
     /// Whether the job was removed while this agent ran (and not added again).
@@ -327,6 +338,38 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ShellSpec;
+
+    #[test]
+    fn a_job_read_for_a_runner_gives_its_summary_and_the_spec_the_store_decodes() {
+        let shell = |schedule: &str| {
+            let command = ShellSpec { command: Some("true".into()), ..Default::default() };
+            JobSpec::shell("nightly", schedule, command).to_json()
+        };
+        let cases = [
+            ("a valid spec", "nightly", shell("0 3 * * *"), true),
+            ("stored under another name", "daily", shell("0 3 * * *"), false),
+            ("not JSON", "nightly", bytes::Bytes::from_static(b"{nope"), false),
+            ("a schedule refused", "nightly", shell("99 * * * *"), false),
+        ];
+        for (what, name, value, valid) in cases {
+            let versioned = Versioned { value, revision: 7 };
+            let (job, stored) = CatalogJob::decode_stored(name, &versioned);
+            let alone = StoredJob::decode(name, &versioned);
+            assert_eq!((job.revision, stored.revision, job.name.as_ref()), (7, 7, name), "{what}");
+            assert_eq!((job.summary.is_ok(), stored.spec.is_ok()), (valid, valid), "{what}");
+            assert_eq!(
+                stored.spec.map(|s| s.to_json()).ok(),
+                alone.spec.map(|s| s.to_json()).ok(),
+                "{what}: the spec as the store decodes it"
+            );
         }
     }
 }

@@ -173,7 +173,7 @@ impl RunnerCtx {
                 }
                 let spec = match read {
                     // Read from KV just now (a job this runner had not run lately): once.
-                    Some(value) => self.keep_spec(StoredJob::decode(job, &value))?,
+                    Some(stored) => self.keep_spec(stored)?,
                     None => self.spec(job, known.revision).await?,
                 };
                 Ok(Some((known.revision, spec)))
