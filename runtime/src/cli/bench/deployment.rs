@@ -372,6 +372,35 @@ impl Cpu {
     }
 }
 
+/// The CPU a benchmark's own process and nats-server (when the benchmark started it) use
+/// over a timed window, per run: what `throughput` and `nats` report beside their rate.
+pub(super) struct CpuWindow {
+    own: Cpu,
+    server: Option<(u32, Cpu)>,
+}
+
+impl CpuWindow {
+    pub fn start(server_pid: Option<u32>) -> Self {
+        Self { own: Cpu::of_self(), server: server_pid.map(|pid| (pid, Cpu::of(pid))) }
+    }
+
+    /// Microseconds of CPU per run since the start: this process's, nats-server's.
+    pub fn per_run_us(&self, runs: usize) -> (f64, Option<f64>) {
+        let per_run = |cpu: Cpu| 1e6 * cpu.own / runs.max(1) as f64;
+        (per_run(Cpu::of_self().since(self.own)), self.server.map(|(pid, from)| per_run(Cpu::of(pid).since(from))))
+    }
+
+    /// `per_run_us` as JSON and as the end of a line of text.
+    pub fn report(&self, runs: usize, process: &str) -> (serde_json::Value, String) {
+        let (own, server) = self.per_run_us(runs);
+        let text = match server {
+            Some(server) => format!("; CPU per run: {process} {own:.0} us, nats-server {server:.0} us"),
+            None => format!("; CPU per run: {process} {own:.0} us"),
+        };
+        (serde_json::json!({ "process_us": own, "nats_server_us": server }), text)
+    }
+}
+
 fn path_str(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }

@@ -159,12 +159,12 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
             (server.url.clone(), Some(server))
         }
     };
+    let server_pid = server.as_ref().and_then(EmbeddedNats::pid);
     let result = match a.what {
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
-        BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm).await,
-        BenchKind::Nats { runs, layout } => raw_nats::run(ctx, &url, runs, layout).await,
+        BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm, server_pid).await,
+        BenchKind::Nats { runs, layout } => raw_nats::run(ctx, &url, runs, layout, server_pid).await,
         BenchKind::Load { schedules, agents, probe } => {
-            let server_pid = server.as_ref().and_then(EmbeddedNats::pid);
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await
         }
         // Run on their own deployment above.

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
 
+use super::deployment::CpuWindow;
 use crate::cli::Ctx;
 
 const BUCKET: &str = "benchnats";
@@ -33,7 +34,7 @@ const LINES: [&str; 3] = [
     "config keys: ",
 ];
 
-pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Result<()> {
+pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_pid: Option<u32>) -> Result<()> {
     let client = crate::connect::connect(url, None, "cronrun-bench-nats").await?;
     let js = jetstream::new(client.clone());
     let layout = match layout {
@@ -104,6 +105,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Resu
     });
 
     let start = Instant::now();
+    let cpu = CpuWindow::start(server_pid);
     let mut in_flight = FuturesUnordered::new();
     for i in 0..runs {
         let (kv, js, layout) = (kv.clone(), js.clone(), layout.clone());
@@ -132,6 +134,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Resu
         Err(_) => bail!("the worker did not finish {runs} runs in 10 minutes"),
     }
     let took = start.elapsed();
+    let (cpu_json, cpu_text) = cpu.report(runs, "client");
     let rate = runs as f64 / took.as_secs_f64();
     js.delete_stream(STREAM).await.ok();
     js.delete_key_value(BUCKET).await.ok();
@@ -141,11 +144,11 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool) -> Resu
     } else {
         4
     };
-    let value =
-        json!({ "runs": runs, "stored_per_run": stored, "total_s": took.as_secs_f64(), "runs_per_second": rate });
+    let value = json!({ "runs": runs, "stored_per_run": stored, "total_s": took.as_secs_f64(),
+                        "runs_per_second": rate, "cpu_per_run": cpu_json });
     ctx.print(&value, || {
         format!(
-            "{runs} runs of raw NATS work ({stored} stored messages each) in {:.1}s: {rate:.0} runs/s",
+            "{runs} runs of raw NATS work ({stored} stored messages each) in {:.1}s: {rate:.0} runs/s{cpu_text}",
             took.as_secs_f64()
         )
     })

@@ -9,6 +9,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::deployment::CpuWindow;
 use super::{every_second_job, open, run_plugin, store_plugin};
 use crate::cli::Ctx;
 use crate::dispatch::{DispatchMsg, dispatch};
@@ -16,7 +17,13 @@ use crate::record::{Trigger, fire_run_id};
 
 /// N runs of one job dispatched at once to an agent with production settings; the rate
 /// is runs recorded as finished per second, from the first dispatch to the last record.
-pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::path::PathBuf>) -> Result<()> {
+pub(super) async fn run(
+    ctx: &Ctx,
+    url: &str,
+    runs: usize,
+    wasm: Option<std::path::PathBuf>,
+    server_pid: Option<u32>,
+) -> Result<()> {
     let namespace = "benchthru";
     let store = open(url, namespace).await?;
     // Runs are spread over jobs of 500, below what history keeps: none of them is pruned
@@ -54,6 +61,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
         Ok(())
     });
     let start = Instant::now();
+    let cpu = CpuWindow::start(server_pid);
     let base = Utc::now();
     let mut in_flight = FuturesUnordered::new();
     for i in 0..runs {
@@ -80,6 +88,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
         bail!("only {ended} of {runs} runs finished; none for a minute");
     }
     let finished = start.elapsed();
+    let (cpu_json, cpu_text) = cpu.report(runs, "dispatcher and agent");
     // This invocation's runs only: the namespace may hold an earlier one's.
     let ours = format!("{}-b", fire_run_id(base));
     let all = store.list_all_runs().await?;
@@ -89,10 +98,10 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, wasm: Option<std::pat
     let rate = runs as f64 / finished.as_secs_f64();
     let kind = if wasm.is_some() { "wasm" } else { "shell" };
     let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
-                        "total_s": finished.as_secs_f64(), "runs_per_second": rate });
+                        "total_s": finished.as_secs_f64(), "runs_per_second": rate, "cpu_per_run": cpu_json });
     ctx.print(&value, || {
         format!(
-            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s)",
+            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}",
             finished.as_secs_f64(),
             dispatched.as_secs_f64()
         )
