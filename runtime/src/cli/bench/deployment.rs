@@ -384,15 +384,12 @@ impl CpuWindow {
         Self { own: Cpu::of_self(), server: server_pid.map(|pid| (pid, Cpu::of(pid))) }
     }
 
-    /// Microseconds of CPU per run since the start: this process's, nats-server's.
-    pub fn per_run_us(&self, runs: usize) -> (f64, Option<f64>) {
-        let per_run = |cpu: Cpu| 1e6 * cpu.own / runs.max(1) as f64;
-        (per_run(Cpu::of_self().since(self.own)), self.server.map(|(pid, from)| per_run(Cpu::of(pid).since(from))))
-    }
-
-    /// `per_run_us` as JSON and as the end of a line of text.
+    /// Microseconds of CPU per run since the start, this process's and nats-server's, as
+    /// JSON and as the end of a line of text.
     pub fn report(&self, runs: usize, process: &str) -> (serde_json::Value, String) {
-        let (own, server) = self.per_run_us(runs);
+        let per_run = |cpu: Cpu| 1e6 * cpu.own / runs.max(1) as f64;
+        let own = per_run(Cpu::of_self().since(self.own));
+        let server = self.server.map(|(pid, from)| per_run(Cpu::of(pid).since(from)));
         let text = match server {
             Some(server) => format!("; CPU per run: {process} {own:.0} us, nats-server {server:.0} us"),
             None => format!("; CPU per run: {process} {own:.0} us"),
