@@ -21,6 +21,8 @@ use serde_json::json;
 
 use super::deployment::CpuWindow;
 use crate::cli::Ctx;
+use crate::store::LEASE_MARKER_TTL;
+use crate::store::kv::RELEASE_MARKER_TTL;
 
 const BUCKET: &str = "benchnats";
 const STREAM: &str = "BENCHNATS";
@@ -89,7 +91,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_
                         kv.update(key, Bytes::from_static(b"succeeded"), revision).await?;
                         if let (Some(layout), Some(lease)) = (&layout, lease) {
                             layout.event(key, "succeeded").await?;
-                            layout.leases.purge_expect_revision_with_ttl(key, lease, Duration::from_secs(900)).await?;
+                            layout.leases.purge_expect_revision_with_ttl(key, lease, RELEASE_MARKER_TTL).await?;
                         }
                         msg.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
                         anyhow::Ok(())
@@ -168,7 +170,7 @@ impl Layout {
             .create_key_value(kv::Config {
                 bucket: LEASES.into(),
                 history: 1,
-                limit_markers: Some(Duration::from_secs(900)),
+                limit_markers: Some(LEASE_MARKER_TTL),
                 ..Default::default()
             })
             .await
