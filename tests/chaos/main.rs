@@ -4,8 +4,9 @@
 //! every fire exactly once throughout. Select with `cargo test -p cronrun --test chaos`.
 //!
 //! - `nats.rs`: a cluster node dies under load; a single server restarts (also in the
-//!   middle of a message run and a chain, while snapshots are written, and in the middle
-//!   of a leader's rewrite of one); a stop while it is gone.
+//!   middle of a message run and a chain); a stop while it is gone.
+//! - `snapshots.rs`: the schedules index's snapshots while nats-server is killed (as a
+//!   pass writes them, in the middle of a leader's rewrite) or gone at a leader's stop.
 //! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
 //! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
 //! - `soak.rs`: many runs and restarts; state in NATS and the agent stay flat.
@@ -20,6 +21,7 @@ mod procs;
 mod nats;
 mod runners;
 mod schedulers;
+mod snapshots;
 mod soak;
 
 use procs::{group_members, pgrp_of};
