@@ -8,6 +8,7 @@
 //! - `roles`: the NATS permissions of each role, derived from `names`.
 //! - `output`: a run's output as bounded lines, and the tail kept for its record.
 //! - `error`: the error type every cronrun crate returns.
+//! - `shared`: schedules and pool names shared by the jobs with equal ones.
 //!
 //! The daemon (`runtime/`) and the SDK's `#[job]` macro both validate with this crate, so
 //! a name or schedule refused at deploy is refused at compile time too.
@@ -17,6 +18,7 @@ pub mod names;
 pub mod output;
 pub mod record;
 pub mod roles;
+pub mod shared;
 pub mod spec;
 
 pub use error::{Error, ErrorKind};

@@ -17,6 +17,7 @@ pub mod on;
 mod validate;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -291,7 +292,7 @@ impl JobSpec {
 
     /// `from_json`, with the schedule and zone its validation parsed: a scheduler loading
     /// millions parses each once.
-    pub fn from_json_checked(bytes: &[u8]) -> Result<(Self, (cronrun_time::Schedule, chrono_tz::Tz)), Error> {
+    pub fn from_json_checked(bytes: &[u8]) -> Result<(Self, (Arc<cronrun_time::Schedule>, chrono_tz::Tz)), Error> {
         let spec = Self::decode(bytes)?;
         let parsed = spec.checked()?;
         Ok((spec, parsed))
@@ -341,9 +342,9 @@ impl JobSpec {
 
     /// The parsed schedule and zone; `validate` has checked both. A job with `after` or
     /// `on` and no schedule gets one that never fires.
-    pub fn parsed_schedule(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
+    pub fn parsed_schedule(&self) -> Result<(Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         let schedule = match self.schedule.trim() {
-            "" if !self.after.is_empty() || self.on.is_some() => cronrun_time::Schedule::never(),
+            "" if !self.after.is_empty() || self.on.is_some() => Arc::new(cronrun_time::Schedule::never()),
             "" => {
                 return Err(Error::invalid(
                     "schedule",
@@ -351,7 +352,7 @@ impl JobSpec {
                      for a job that runs when another's run ends or per message",
                 ));
             }
-            _ => cronrun_time::Schedule::parse(&self.schedule)
+            _ => crate::shared::schedule(&self.schedule)
                 .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?,
         };
         let tz = cronrun_time::parse_timezone(&self.timezone)

@@ -39,7 +39,7 @@ impl JobSpec {
 
     /// `validate`, returning the schedule and zone it parsed, so that a reader needing
     /// them parses each once.
-    pub fn checked(&self) -> Result<(cronrun_time::Schedule, chrono_tz::Tz), Error> {
+    pub fn checked(&self) -> Result<(std::sync::Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         validate_job_name(&self.name)?;
         let parsed = self.parsed_schedule()?;
         super::after::validate(&self.name, &self.after)?;

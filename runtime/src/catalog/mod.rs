@@ -6,12 +6,10 @@
 //!   its own shard's from the schedules index, see `scheduler::loader`).
 //! - `cache.rs`: what was read, and when a read may be kept.
 //! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish.
-//! - `shared.rs`: schedules and pool names shared by the jobs with equal ones.
 //! - `all.rs`: every job in memory, for the dashboard only.
 
 mod all;
 mod cache;
-mod shared;
 mod triggers;
 
 use std::collections::{HashMap, HashSet};
@@ -79,12 +77,12 @@ impl JobSummary {
     }
 
     /// The summary of `spec`, whose schedule and zone are parsed already.
-    fn of_parsed(spec: &JobSpec, (schedule, tz): (Schedule, Tz)) -> Self {
+    fn of_parsed(spec: &JobSpec, (schedule, tz): (Arc<Schedule>, Tz)) -> Self {
         Self {
-            schedule: shared::schedule(schedule),
+            schedule,
             tz,
             paused: spec.paused,
-            pool: shared::pool(&spec.pool),
+            pool: crate::model::shared::pool(&spec.pool),
             starting_deadline: spec.starting_deadline,
             jitter: spec.jitter,
             retries: spec.retries.clone(),

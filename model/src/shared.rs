@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use foldhash::HashMap;
 
-use crate::schedule::Schedule;
+use cronrun_time::{Schedule, ScheduleError};
 
 /// Values in use, by their text; an entry whose jobs are all gone is dropped when the map
 /// has doubled since it was last swept.
@@ -39,15 +39,17 @@ impl<T: ?Sized> Shared<T> {
 static SCHEDULES: LazyLock<Mutex<Shared<Schedule>>> = LazyLock::new(Shared::new);
 static POOLS: LazyLock<Mutex<Shared<str>>> = LazyLock::new(Shared::new);
 
-/// `schedule`, or the equal one already in use.
-pub fn schedule(schedule: Schedule) -> Arc<Schedule> {
-    let mut shared = SCHEDULES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(found) = shared.get(schedule.expr()) {
-        return found;
+/// The schedule `expr` says: the one already in use for that text, else parsed. Looked up
+/// before parsing, which is most of the saving: a scheduler loading millions of jobs
+/// parses each distinct expression once, not once per job.
+pub fn schedule(expr: &str) -> Result<Arc<Schedule>, ScheduleError> {
+    if let Some(found) = SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).get(expr) {
+        return Ok(found);
     }
-    let schedule = Arc::new(schedule);
-    shared.insert(schedule.expr(), &schedule);
-    schedule
+    // Parsed outside the lock; two parsing the same text at once both keep theirs valid.
+    let schedule = Arc::new(Schedule::parse(expr)?);
+    SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).insert(expr, &schedule);
+    Ok(schedule)
 }
 
 /// The pool named `name`, shared.
@@ -67,7 +69,7 @@ mod tests {
 
     #[test]
     fn equal_values_are_shared_and_unused_ones_are_swept() {
-        let parse = |expr: &str| schedule(Schedule::parse(expr).unwrap());
+        let parse = |expr: &str| schedule(expr).unwrap();
         let (a, b) = (parse("*/7 * * * * *"), parse("*/7 * * * * *"));
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &parse("*/8 * * * * *")));
@@ -79,5 +81,8 @@ mod tests {
         let len = SCHEDULES.lock().unwrap().by_text.len();
         assert!(len < 3 * SWEEP_FLOOR, "{len} entries kept of {}", 5 * SWEEP_FLOOR);
         assert!(Arc::ptr_eq(&a, &parse("*/7 * * * * *")), "one in use stays shared");
+        // A refused expression is refused each time, and nothing is kept for it.
+        assert!(schedule("61 * * * *").is_err() && schedule("61 * * * *").is_err());
+        assert!(SCHEDULES.lock().unwrap().get("61 * * * *").is_none());
     }
 }
