@@ -4,7 +4,8 @@
 //!
 //! The runner starts it ahead of the run's instant in a new process group. It waits for
 //! one line on stdin (the release, see `starter`; EOF means the runner is gone and the
-//! run must not start), then runs the job in the same group and exits with its status.
+//! run must not start), then runs the job in the same group (see `command`: a plain shell
+//! command starts without the shell, as dash itself would start it) and exits with its status.
 //! It outlives TERM, INT and HUP sent to the group, so the job alone decides how to end;
 //! and when its parent, the runner, dies, it kills the whole tree: a run never outlives
 //! its runner, so a retry elsewhere never runs beside it. The tree is the group and every
@@ -19,9 +20,8 @@
 //! the run stops before its retry can start, without waiting for its runner to wake.
 
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::process::{ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -29,7 +29,10 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::getppid;
 
+mod command;
 mod tree;
+
+pub use command::{Plan, shell_is_dash};
 
 /// The supervisor's own binary, installed beside `cronrun`.
 pub const BINARY: &str = "cronrun-supervise";
@@ -188,30 +191,14 @@ fn supervise(
     Options { alive, run_as, input }: Options,
     signals: Signals,
 ) -> ExitCode {
-    let mut cmd = match args {
-        [mode, command] if mode == "shell" => {
-            let mut c = Command::new("/bin/sh");
-            c.arg("-c").arg(command);
-            c
-        }
-        [mode, program, rest @ ..] if mode == "exec" => {
-            let mut c = Command::new(program);
-            c.args(rest);
-            c
-        }
-        _ => {
-            eprintln!("cronrun: usage: cronrun {ARG} shell CMD | exec PROG ARGS...");
-            return ExitCode::from(NOT_RELEASED);
-        }
+    let Some(plan) = Plan::of(args, shell_is_dash()) else {
+        eprintln!("cronrun: usage: cronrun {ARG} shell CMD | exec PROG ARGS...");
+        return ExitCode::from(NOT_RELEASED);
     };
-    if let Some((uid, gid)) = run_as {
-        // std drops the supplementary groups too when a root process sets a uid.
-        cmd.uid(uid).gid(gid);
-    }
     if !tree::become_subreaper() {
         eprintln!("cronrun: cannot become a subreaper: processes leaving the run's group may outlive it");
     }
-    let mut child = match cmd.stdin(input.map(Stdio::from).unwrap_or_else(Stdio::null)).spawn() {
+    let mut child = match plan.start(run_as, input.as_ref()) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("cronrun: cannot start {}: {e}", args.get(1).map(String::as_str).unwrap_or(""));

@@ -466,6 +466,68 @@ async fn the_stop_signal_ends_the_tree_of_a_job_that_ignores_it() {
     assert!(group_members(pid.as_raw()).is_empty(), "the run's group outlived it");
 }
 
+/// A plain shell command starts without the shell where `/bin/sh` is dash (the
+/// supervisor's `command`), and must not be told from one `/bin/sh -c` ran: the same
+/// output, the same environment (dash's `PWD`: kept when it names the directory, else the
+/// directory's path), and, when it cannot start (not found, not executable, a script
+/// without `#!`), the shell's own messages and exit codes.
+#[test]
+fn a_plain_command_runs_as_sh_would_run_it() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let linked = dir.path().join("linked");
+    std::os::unix::fs::symlink(&work, &linked).unwrap();
+    let script = |name: &str, text: &str, mode: u32| {
+        let path = work.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    script("no-shebang", "echo ran as a script in $PWD\n", 0o755);
+    script("not-executable", "#!/bin/sh\necho never\n", 0o644);
+    script("missing-interpreter", "#!/nonexistent/interpreter\n", 0o755);
+    // stdout, stderr and exit code of COMMAND under `/bin/sh -c` (`reference`) or the
+    // supervisor, in `work` with `PWD` set to `pwd`.
+    let run = |command: &str, pwd: &std::path::Path, reference: bool| {
+        let mut cmd = match reference {
+            true => std::process::Command::new("/bin/sh"),
+            false => std::process::Command::new(env!("CARGO_BIN_EXE_cronrun-supervise")),
+        };
+        cmd.args(if reference { ["-c", command] } else { ["shell", command] })
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("PWD", pwd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let _ = child.stdin.take().unwrap().write_all(b"\n");
+        let out = child.wait_with_output().unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+        lines.sort();
+        (lines, String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code())
+    };
+    for (command, pwd) in [
+        ("env", dir.path()),
+        ("env", linked.as_path()),
+        ("env", work.as_path()),
+        ("/usr/bin/printf %s,%s a b", work.as_path()),
+        ("./no-shebang", dir.path()),
+        ("./not-executable", work.as_path()),
+        ("./missing-interpreter", work.as_path()),
+        ("no-such-command-anywhere --flag", work.as_path()),
+        ("/bin/false", work.as_path()),
+        ("ls -d . no-such-file", work.as_path()),
+    ] {
+        let (ours, sh) = (run(command, pwd, false), run(command, pwd, true));
+        assert_eq!(ours, sh, "{command:?} with PWD={pwd:?}: the supervisor's run, then /bin/sh -c's");
+        assert!(!ours.0.is_empty() || !ours.1.is_empty() || ours.2 != Some(0), "{command:?} did nothing: {ours:?}");
+    }
+}
+
 /// A `cronrun-supervise` from another build left beside `cronrun` (an upgrade that missed
 /// it) is asked its protocol, not used: the agent says so, and shell jobs run through
 /// `cronrun __supervise` as well as ever.

@@ -16,6 +16,8 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
+use crate::runner::supervisor::{Plan, shell_is_dash};
+
 const STREAM: &str = "BENCH_ANCHOR";
 
 /// A message schedule for each of the cron expressions `schedules` (six fields) over
@@ -83,15 +85,19 @@ pub(super) async fn nats_schedules(
     Ok(late_ms)
 }
 
-/// At each of `fires`, as many processes of `sh -c COMMAND` as it gives, started at once;
-/// the command prints its clock (ns since the epoch), as the shell jobs do.
+/// At each of `fires`, as many processes of COMMAND as it gives, started at once, the
+/// processes a run of it starts (see `supervisor::Plan`: where `/bin/sh` is dash, a plain
+/// command without the shell); the command prints its clock (ns since the epoch), as the
+/// shell jobs do.
 pub(super) async fn plain_spawn(command: &str, fires: &BTreeMap<DateTime<Utc>, usize>) -> Result<Vec<f64>> {
+    let args = ["shell".to_string(), command.to_string()];
+    let Some(plan) = Plan::of(&args, shell_is_dash()) else { bail!("{command:?}: not a shell command") };
     let mut seconds = Vec::new();
     for (&at, &count) in fires {
+        let mut commands: Vec<tokio::process::Command> = (0..count).map(|_| plan.command().into()).collect();
         sleep_until(at).await;
-        let command = command.to_string();
         seconds.push(tokio::spawn(async move {
-            let spawns = (0..count).map(|_| tokio::process::Command::new("sh").args(["-c", &command]).output());
+            let spawns = commands.iter_mut().map(tokio::process::Command::output);
             (at, futures::future::join_all(spawns).await)
         }));
     }
@@ -99,10 +105,10 @@ pub(super) async fn plain_spawn(command: &str, fires: &BTreeMap<DateTime<Utc>, u
     for second in seconds {
         let (at, outputs) = second.await.context("a spawning task failed")?;
         for output in outputs {
-            let output = output.context("spawning sh")?;
+            let output = output.with_context(|| format!("spawning {command:?}"))?;
             let text = String::from_utf8_lossy(&output.stdout);
             let Ok(ns) = text.trim().parse::<i128>() else {
-                bail!("sh -c {command:?} printed {text:?}, not its clock");
+                bail!("{command:?} printed {text:?}, not its clock");
             };
             late_ms.push((ns - nanos(at)) as f64 / 1e6);
         }

@@ -129,7 +129,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         // Only the commands are children of this process meanwhile (the agents were
         // reaped when stopped, the server is not until the end).
         command_cpu = Cpu::of_self().since(before).children / late.len().max(1) as f64;
-        ("a plain spawn of the same commands, fire to their clock", late)
+        ("a plain spawn of the same processes, fire to their clock", late)
     };
     deployment.stop().await?;
     anchor_ms.sort_by(f64::total_cmp);
