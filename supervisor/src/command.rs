@@ -51,14 +51,15 @@ impl<'a> Plan<'a> {
     pub fn command(&self) -> Command {
         match self {
             Plan::Shell(command) => shell(command),
-            Plan::Direct { words, .. } => {
-                let mut cmd = Command::new(words[0]);
-                cmd.args(&words[1..]);
-                if let Some(pwd) = shell_pwd() {
-                    cmd.env("PWD", pwd);
+            Plan::Direct { words, command } => match shell_pwd() {
+                Some(pwd) => {
+                    let mut cmd = Command::new(words[0]);
+                    cmd.args(&words[1..]).env("PWD", pwd);
+                    cmd
                 }
-                cmd
-            }
+                // dash says it cannot name a working directory (removed?): its words, then.
+                None => shell(command),
+            },
             Plan::Exec(program, args) => {
                 let mut cmd = Command::new(program);
                 cmd.args(*args);
@@ -199,7 +200,8 @@ const SHELL_WORDS: &[&str] = &[
 ];
 
 /// `PWD` as dash exports it to what it runs: the inherited one if it names the working
-/// directory, else the working directory's path. None if that is unknown.
+/// directory, else the working directory's path. None if that cannot be found, where dash
+/// prints an error of its own.
 fn shell_pwd() -> Option<OsString> {
     let here = std::fs::metadata(".").ok()?;
     let same = |path: &Path| std::fs::metadata(path).is_ok_and(|m| m.dev() == here.dev() && m.ino() == here.ino());
