@@ -41,7 +41,7 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     let names: Vec<String> = (0..a.firing).map(|i| format!("fire-{i:04}")).collect();
     deployment.apply(&soak::jobs_toml(&names, &fires)).await?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-    let (load_s, agents_rss_kib) = match a.grow {
+    let load = match a.grow {
         false => {
             write_schedules(&deployment, &a).await?;
             start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents starting")?
@@ -52,11 +52,12 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
             write_schedules(&deployment, &a).await?;
             led_by(&http, &deployment.agents, a.schedules).await.context("the agents leading what was written")?;
             let rss_kib = deployment.agents.iter_mut().map(AgentProcess::rss_kib).collect::<Result<_>>()?;
-            (start.elapsed().as_secs_f64(), rss_kib)
+            // The agents' CPU is counted from their start, the server's with the bench's writes.
+            Started { took_s: start.elapsed().as_secs_f64(), rss_kib, cpu_s: None }
         }
     };
     let server_rss_kib = deployment.server_rss_kib();
-    eprintln!("{} agents lead every shard and {} jobs after {load_s:.1}s", a.agents, a.schedules);
+    eprintln!("{} agents lead every shard and {} jobs after {:.1}s", a.agents, a.schedules, load.took_s);
 
     // Fires run a few seconds before and after the leaving.
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(2);
@@ -75,15 +76,14 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     while !deployment.agents.is_empty() {
         deployment.remove_agent(0).await?;
     }
-    let (restart_s, restarted_rss_kib) =
-        start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents started again")?;
+    let restart = start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents started again")?;
     deployment.stop().await?;
 
     let value = json!({
-        "schedules": a.schedules, "agents": a.agents, "grown": a.grow, "load_s": load_s,
-        "agents_rss_kib": agents_rss_kib, "nats_server_rss_kib": server_rss_kib,
+        "schedules": a.schedules, "agents": a.agents, "grown": a.grow, "load_s": load.took_s,
+        "agents_rss_kib": load.rss_kib, "load_cpu_s": load.cpu_s, "nats_server_rss_kib": server_rss_kib,
         "leaving": leaving, "stop_s": stop_s, "handover_s": handover_s, "fires": fired,
-        "restart_s": restart_s, "restarted_rss_kib": restarted_rss_kib,
+        "restart_s": restart.took_s, "restarted_rss_kib": restart.rss_kib, "restart_cpu_s": restart.cpu_s,
     });
     ctx.print(&value, || text(&value))?;
     if fired.not_run > 0 || fired.twice > 0 {
@@ -100,20 +100,32 @@ async fn write_schedules(deployment: &Deployment, a: &ScaleArgs) -> Result<()> {
     load::filed(&deployment.bench_store().await?, a.schedules).await
 }
 
-/// Starts the agents together and waits until they lead every shard and hold `jobs` jobs:
-/// how long that took, and their resident memory then.
+/// Agents started and leading every shard with all their jobs loaded.
+struct Started {
+    took_s: f64,
+    /// Each agent's resident memory then.
+    rss_kib: Vec<u64>,
+    /// The CPU seconds that took, the agents' and nats-server's: on these two cores a load
+    /// takes as long as their sum over two.
+    cpu_s: Option<serde_json::Value>,
+}
+
+/// Starts the agents together and waits until they lead every shard and hold `jobs` jobs.
 async fn start_agents(
     deployment: &mut Deployment,
     http: &reqwest::Client,
     a: &ScaleArgs,
     jobs: usize,
-) -> Result<(f64, Vec<u64>)> {
+) -> Result<Started> {
+    let (server_before, _) = deployment.cpu();
     let start = Instant::now();
     deployment.add_agents(a.agents).await?;
     led_by(http, &deployment.agents, jobs).await?;
-    let took = start.elapsed().as_secs_f64();
+    let took_s = start.elapsed().as_secs_f64();
+    let (server, agents) = deployment.cpu();
     let rss_kib = deployment.agents.iter_mut().map(AgentProcess::rss_kib).collect::<Result<_>>()?;
-    Ok((took, rss_kib))
+    let cpu_s = json!({ "agents": agents.own, "nats_server": server.since(server_before).own });
+    Ok(Started { took_s, rss_kib, cpu_s: Some(cpu_s) })
 }
 
 /// Schedules that do not fire while the bench runs: once a year, about half a year from now.
@@ -152,17 +164,22 @@ fn text(v: &Value) -> String {
         let each = v[key].as_array().into_iter().flatten().map(|k| (k.as_u64().unwrap_or(0) / 1024).to_string());
         each.collect::<Vec<_>>().join(", ")
     };
+    let cpu = |cpu: &Value| match (cpu["agents"].as_f64(), cpu["nats_server"].as_f64()) {
+        (Some(agents), Some(server)) => format!(" (CPU: the agents {agents:.1} s, nats-server {server:.1} s)"),
+        _ => String::new(),
+    };
     let fired = &v["fires"];
     format!(
-        "{} schedules on {} agents{}: every shard led and every job loaded after {:.1}s; \
+        "{} schedules on {} agents{}: every shard led and every job loaded after {:.1}s{}; \
          agents' resident memory {} MiB, nats-server {} MiB\n\
          {} left (SIGTERM, stopped in {:.1}s): its shards led and loaded by the others {:.1}s after it was told\n\
          every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all\n\
-         all stopped and started again: every shard led and every job loaded after {:.1}s; resident memory {} MiB",
+         all stopped and started again: every shard led and every job loaded after {:.1}s{}; resident memory {} MiB",
         v["schedules"],
         v["agents"],
         if v["grown"].as_bool() == Some(true) { ", written while they ran" } else { " started together" },
         f("load_s"),
+        cpu(&v["load_cpu_s"]),
         mib("agents_rss_kib"),
         v["nats_server_rss_kib"].as_u64().unwrap_or(0) / 1024,
         v["leaving"].as_str().unwrap_or("?"),
@@ -173,6 +190,7 @@ fn text(v: &Value) -> String {
         fired["twice"],
         fired["not_run"],
         f("restart_s"),
+        cpu(&v["restart_cpu_s"]),
         mib("restarted_rss_kib"),
     )
 }
