@@ -6,7 +6,9 @@
 //! is: dash runs such a command by exec'ing its first word, found in `PATH`, with the other
 //! words as arguments, in its own process, so the shell is only the cost of starting it
 //! (0.6 ms of CPU of the 1.2 a `sh -c 'date'` takes here). The supervisor does that exec
-//! itself, with the environment dash would give it (dash adds `PWD`, see `shell_pwd`).
+//! itself, with the environment dash would give it (dash adds `PWD`, see `shell_pwd`; an
+//! environment dash would change otherwise takes the shell, see
+//! `environment_passes_through`).
 //! Should it fail (not found, not executable, a script without `#!`), the command is
 //! started under `/bin/sh -c` after all, so that its errors and exit codes (127, 126) are
 //! the shell's own. Any other shell, or any word the shell would read as syntax, a builtin
@@ -35,7 +37,8 @@ pub enum Plan<'a> {
 
 impl<'a> Plan<'a> {
     /// The plan for `shell COMMAND` or `exec PROGRAM ARGS...`, where `direct` says whether
-    /// plain commands may skip the shell (`/bin/sh` is dash). None for other arguments.
+    /// plain commands may skip the shell (`/bin/sh` is dash, and for a run, its environment
+    /// passes through dash as it is). None for other arguments.
     pub fn of(args: &'a [String], direct: bool) -> Option<Self> {
         match args {
             [mode, command] if mode == "shell" => Some(match plain_words(command).filter(|_| direct) {
@@ -129,6 +132,25 @@ const SHELL_WORDS: &[&str] = &[
     "test", "then", "time", "times", "trap", "true", "type", "typeset", "ulimit", "umask",
     "unalias", "unset", "until", "wait", "while",
 ];
+
+/// Whether dash passes this process's environment on as it is (but `PWD`): it drops
+/// variables whose names are not shell names (`A-B`, `1X`), resets `IFS`, `OPTIND` and
+/// `PPID`, and without `PATH` searches a default of its own that it does not export.
+pub fn environment_passes_through() -> bool {
+    let shell_name = |name: &[u8]| {
+        name.first().is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
+            && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    };
+    let mut path = false;
+    for (name, _) in std::env::vars_os() {
+        let name = name.as_encoded_bytes();
+        if !shell_name(name) || [&b"IFS"[..], b"OPTIND", b"PPID"].contains(&name) {
+            return false;
+        }
+        path |= name == b"PATH";
+    }
+    path
+}
 
 /// `PWD` as dash exports it to what it runs: the inherited one if it names the working
 /// directory, else the working directory's path. None if that cannot be found, where dash

@@ -32,7 +32,7 @@ use nix::unistd::getppid;
 mod command;
 mod tree;
 
-pub use command::{Plan, shell_is_dash};
+pub use command::{Plan, environment_passes_through, shell_is_dash};
 
 /// The supervisor's own binary, installed beside `cronrun`.
 pub const BINARY: &str = "cronrun-supervise";
@@ -191,7 +191,7 @@ fn supervise(
     Options { alive, run_as, input }: Options,
     signals: Signals,
 ) -> ExitCode {
-    let Some(plan) = Plan::of(args, shell_is_dash()) else {
+    let Some(plan) = Plan::of(args, shell_is_dash() && environment_passes_through()) else {
         eprintln!("cronrun: usage: cronrun {ARG} shell CMD | exec PROG ARGS...");
         return ExitCode::from(NOT_RELEASED);
     };

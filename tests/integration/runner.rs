@@ -469,8 +469,9 @@ async fn the_stop_signal_ends_the_tree_of_a_job_that_ignores_it() {
 /// A plain shell command starts without the shell where `/bin/sh` is dash (the
 /// supervisor's `command`), and must not be told from one `/bin/sh -c` ran: the same
 /// output, the same environment (dash's `PWD`: kept when it names the directory, else the
-/// directory's path), and, when it cannot start (not found, not executable, a script
-/// without `#!`), the shell's own messages and exit codes.
+/// directory's path; variables dash drops or resets, and no `PATH`, as dash has them),
+/// and, when it cannot start (not found, not executable, a script without `#!`), the
+/// shell's own messages and exit codes.
 #[test]
 fn a_plain_command_runs_as_sh_would_run_it() {
     use std::io::Write;
@@ -489,8 +490,8 @@ fn a_plain_command_runs_as_sh_would_run_it() {
     script("not-executable", "#!/bin/sh\necho never\n", 0o644);
     script("missing-interpreter", "#!/nonexistent/interpreter\n", 0o755);
     // stdout, stderr and exit code of COMMAND under `/bin/sh -c` (`reference`) or the
-    // supervisor, in `work` with `PWD` set to `pwd`.
-    let run = |command: &str, pwd: &std::path::Path, reference: bool| {
+    // supervisor, in `work` with `PWD` set to `pwd` and the variables `env`.
+    let run = |command: &str, pwd: &std::path::Path, env: &[(&str, &str)], reference: bool| {
         let mut cmd = match reference {
             true => std::process::Command::new("/bin/sh"),
             false => std::process::Command::new(env!("CARGO_BIN_EXE_cronrun-supervise")),
@@ -498,7 +499,7 @@ fn a_plain_command_runs_as_sh_would_run_it() {
         cmd.args(if reference { ["-c", command] } else { ["shell", command] })
             .current_dir(&work)
             .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .envs(env.iter().copied())
             .env("PWD", pwd)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -510,20 +511,24 @@ fn a_plain_command_runs_as_sh_would_run_it() {
         lines.sort();
         (lines, String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code())
     };
-    for (command, pwd) in [
-        ("env", dir.path()),
-        ("env", linked.as_path()),
-        ("env", work.as_path()),
-        ("/usr/bin/printf %s,%s a b", work.as_path()),
-        ("./no-shebang", dir.path()),
-        ("./not-executable", work.as_path()),
-        ("./missing-interpreter", work.as_path()),
-        ("no-such-command-anywhere --flag", work.as_path()),
-        ("/bin/false", work.as_path()),
-        ("ls -d . no-such-file", work.as_path()),
+    let path = [("PATH", "/usr/local/bin:/usr/bin:/bin")];
+    for (command, pwd, env) in [
+        ("env", dir.path(), &path[..]),
+        ("env", linked.as_path(), &path),
+        ("env", work.as_path(), &path),
+        ("env", work.as_path(), &[("A-B", "1"), ("PATH", "/usr/bin:/bin"), ("x1", "2")]),
+        ("env", work.as_path(), &[("IFS", "x"), ("OPTIND", "3"), ("PATH", "/usr/bin:/bin")]),
+        ("env", work.as_path(), &[]),
+        ("/usr/bin/printf %s,%s a b", work.as_path(), &path),
+        ("./no-shebang", dir.path(), &path),
+        ("./not-executable", work.as_path(), &path),
+        ("./missing-interpreter", work.as_path(), &path),
+        ("no-such-command-anywhere --flag", work.as_path(), &path),
+        ("/bin/false", work.as_path(), &path),
+        ("ls -d . no-such-file", work.as_path(), &path),
     ] {
-        let (ours, sh) = (run(command, pwd, false), run(command, pwd, true));
-        assert_eq!(ours, sh, "{command:?} with PWD={pwd:?}: the supervisor's run, then /bin/sh -c's");
+        let (ours, sh) = (run(command, pwd, env, false), run(command, pwd, env, true));
+        assert_eq!(ours, sh, "{command:?} with PWD={pwd:?} and {env:?}: the supervisor's run, then /bin/sh -c's");
         assert!(!ours.0.is_empty() || !ours.1.is_empty() || ours.2 != Some(0), "{command:?} did nothing: {ours:?}");
     }
 }
