@@ -10,6 +10,8 @@
 //! - `catchup`: fires missed while no scheduler ran.
 //! - `overlap`: overlap policies and locks shared across agents.
 //! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
+//! - `supervisor`: a shell run's first process, alone: its stop signal, how it starts a
+//!   command, one from another build.
 //! - `failure`: retries, lost runs, hand-over on SIGTERM.
 //! - `input`: bad input refused with one line and nothing written.
 //! - `parameters`: `trigger --input`, checked, kept in the record, read by the job.
@@ -44,6 +46,7 @@ mod scaffold;
 mod scheduling;
 mod security;
 mod sharding;
+mod supervisor;
 mod up;
 mod wasm;
 mod wasm_agent;
