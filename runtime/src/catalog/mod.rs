@@ -120,12 +120,19 @@ impl CatalogJob {
     /// The job stored as `value` under `name`; a spec that is refused is kept as its error,
     /// logged here, so that every reader skips it and none trips over it.
     pub fn decode(name: &str, value: &Versioned) -> Arc<Self> {
-        Self::decode_stored(name, value).0
+        Self::decode_spec(name, value).0
     }
 
     /// `decode`, and the job as stored, its spec decoded the once (a runner about to run
     /// it needs the whole spec).
     fn decode_stored(name: &str, value: &Versioned) -> (Arc<Self>, StoredJob) {
+        let (job, spec) = Self::decode_spec(name, value);
+        (job, StoredJob { name: name.to_string(), revision: value.revision, spec })
+    }
+
+    /// The job and its spec; `decode` (a scheduler's load, millions of jobs) drops the spec
+    /// without making a `StoredJob` of it.
+    fn decode_spec(name: &str, value: &Versioned) -> (Arc<Self>, Result<JobSpec, Error>) {
         let decoded = JobSpec::from_json_checked(&value.value).and_then(|(spec, parsed)| {
             StoredJob::check_name(name, &spec)?;
             Ok((JobSummary::of_parsed(&spec, parsed), spec))
@@ -137,8 +144,7 @@ impl CatalogJob {
                 (Err(e.clone()), Err(e))
             }
         };
-        let stored = StoredJob { name: name.to_string(), revision: value.revision, spec };
-        (Arc::new(Self { name: name.into(), revision: value.revision, summary }), stored)
+        (Arc::new(Self { name: name.into(), revision: value.revision, summary }), spec)
     }
 }
 
