@@ -4,7 +4,7 @@
 //! Listing a job's runs used to create an ordered consumer each time. The sweep lists every
 //! led job's runs every few minutes and a runner lists a job's runs to prune them: at tens
 //! of thousands of jobs those consumers were made and deleted by the thousand, and the
-//! server stalled for a minute at each sweep (README, Benchmarks). A direct get costs the
+//! server stalled for a minute at each sweep (docs/benchmarks.md). A direct get costs the
 //! server what a key read does. It answers at most `MAX_KEYS` keys; above that, the caller
 //! falls back to a watch.
 
