@@ -27,7 +27,7 @@
 //! - `cli`: the command line, one file per command.
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
 //!   `retry`: start-up steps tried again through NATS trouble.
-//! - `clock`: time behind a trait for tests.
+//! - `clock`: time behind a trait for tests; `memory`: memory freed by a load given back.
 pub mod actions;
 pub mod agent;
 pub mod auth;
@@ -44,6 +44,7 @@ pub mod events;
 pub mod http;
 pub mod input;
 pub mod logs;
+pub mod memory;
 pub mod messages;
 pub mod metrics;
 pub mod notify;

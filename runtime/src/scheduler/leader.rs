@@ -296,6 +296,9 @@ async fn load(
         let changes = ShardJobs::follow_after(&s.ctx.index, s.n, s.ctx.shards, after).await?;
         let keeper = Keeper::new(s.ctx.loader.snapshots(), s.n, kept);
         let (queue, triggers) = queued(s.n, jobs, &resume).await;
+        // What reading and queueing freed (messages, decoded specs, grown buffers) goes
+        // back to the system now, not whenever the allocator is next busy.
+        crate::memory::give_back();
         Ok::<_, Error>((queue, triggers, changes, keeper))
     };
     tokio::pin!(loading);
