@@ -26,7 +26,8 @@
 //! - `auth`: NATS identities per role and the server's `authorization` block.
 //! - `cli`: the command line, one file per command.
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
-//!   `retry`: start-up steps tried again through NATS trouble.
+//!   `retry`: start-up steps tried again through NATS trouble; `silence`: a bound on the
+//!   quiet between a long stream's items.
 //! - `clock`: time behind a trait for tests; `memory`: memory freed by a load given back.
 pub mod actions;
 pub mod agent;
@@ -53,6 +54,7 @@ pub mod retry;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
+pub mod silence;
 pub mod status;
 pub mod store;
 pub mod supervise;

@@ -336,7 +336,7 @@ impl Resume<'_> {
 /// the worker is given back to the runtime between jobs (tokio's budget), so that the
 /// agent's other tasks, its leases' renewals among them, run meanwhile.
 async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (FireQueue, PublishedTriggers) {
-    let (mut queue, mut triggers) = (FireQueue::default(), PublishedTriggers::new(n));
+    let (mut queue, mut triggers) = (FireQueue::with_capacity(jobs.len()), PublishedTriggers::new(n));
     for job in jobs {
         tokio::task::consume_budget().await;
         triggers.set(&job);

@@ -27,6 +27,7 @@ use super::refresh::{KEEP_BYTES_MAX, Kept};
 use super::snapshot::{Changes, Head, IndexAt, ShardEntries, Snapshots, Writer};
 use crate::catalog::CatalogJob;
 use crate::error::Error;
+use crate::silence::Silence;
 use crate::store::Bucket;
 use crate::store::kv::{Change, Watch};
 
@@ -41,7 +42,8 @@ const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// per block and consumer. Four agents leading 16 shards each of 1,000,000 jobs took 36-62
 /// s to load that way; reading everything, each drops what is not its own unread.
 const WHOLE_INDEX_UP_TO: u64 = 1_000_000;
-/// A pass that delivers nothing for this long has stalled (the index purged by hand?).
+/// A pass that delivers nothing for this long (to twice this: see `Silence`) has stalled
+/// (the index purged by hand?).
 const PASS_IDLE_MAX: Duration = Duration::from_secs(30);
 /// Errors in a row after which a pass is given up (the consumer beneath recovers from
 /// fewer by itself).
@@ -233,7 +235,7 @@ async fn pass_over(
         if let Some(writer) = writers.get_mut(&n) {
             writer.add(name, change.revision, change.value.as_deref()).await;
         }
-        take(&mut seen, n, shards, change);
+        take(seen.entry(n).or_insert_with(|| entries_for(at.messages / u64::from(shards))), n, shards, change);
     }
     Ok(Read { jobs: by_shard(seen), after: pass.after, kept: HashMap::new() })
 }
@@ -270,7 +272,7 @@ async fn from_snapshots(
                     *slot = None;
                 }
             }
-            take(&mut seen, n, at.shards, change);
+            take(seen.entry(n).or_default(), n, at.shards, change);
         }
     }
     info!(shards = heads.len(), oldest, since, "shards read from their snapshots and the index's changes since");
@@ -296,14 +298,20 @@ fn shard_and_name(key: &str) -> Option<(u32, &str)> {
     key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name)))
 }
 
+/// Room for about `jobs` entries of a shard (its share of the index): growing by doubling
+/// would move them all about once more.
+fn entries_for(jobs: u64) -> ShardEntries {
+    ShardEntries::with_capacity_and_hasher(usize::try_from(jobs).unwrap_or(0), Default::default())
+}
+
 /// Takes in one entry of shard `n`: keyed by the job's own name (no copy), or the removed
 /// job's.
-fn take(seen: &mut HashMap<u32, ShardEntries>, n: u32, shards: u32, change: Change) {
+fn take(seen: &mut ShardEntries, n: u32, shards: u32, change: Change) {
     let removed: Option<Arc<str>> =
         change.value.is_none().then(|| shard_and_name(&change.key).map_or("", |(_, name)| name).into());
     match (decode(n, shards, change), removed) {
-        (Some(job), _) => seen.entry(n).or_default().insert(job.name.clone(), Some(job)),
-        (None, Some(name)) => seen.entry(n).or_default().insert(name, None),
+        (Some(job), _) => seen.insert(job.name.clone(), Some(job)),
+        (None, Some(name)) => seen.insert(name, None),
         (None, None) => None,
     };
 }
@@ -319,24 +327,26 @@ struct Pass {
     after: u64,
     errors: u32,
     done: bool,
+    silence: Silence,
 }
 
 impl Pass {
     fn new(watch: Watch, floor: u64) -> Self {
         let done = watch.initially_empty;
-        Self { watch, after: floor, errors: 0, done }
+        Self { watch, after: floor, errors: 0, done, silence: Silence::new(PASS_IDLE_MAX) }
     }
 
     /// The next entry; None once caught up. An error if nothing comes for
-    /// `PASS_IDLE_MAX`, the watch ends, or fails `PASS_ERRORS_MAX` times in a row.
+    /// `PASS_IDLE_MAX` (to twice that), the watch ends, or fails `PASS_ERRORS_MAX` times
+    /// in a row.
     async fn next(&mut self) -> Result<Option<Change>, Error> {
         while !self.done {
-            let change = match tokio::time::timeout(PASS_IDLE_MAX, self.watch.next()).await {
-                Err(_) => {
+            let change = match self.silence.bound(self.watch.next()).await {
+                None => {
                     return Err(Error::nats("reading the schedules index", format!("nothing for {PASS_IDLE_MAX:?}")));
                 }
-                Ok(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
-                Ok(Some(Err(e))) => {
+                Some(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
+                Some(Some(Err(e))) => {
                     self.errors += 1;
                     if self.errors >= PASS_ERRORS_MAX {
                         return Err(e);
@@ -344,7 +354,7 @@ impl Pass {
                     warn!("reading the schedules index: {e}");
                     continue;
                 }
-                Ok(Some(Ok(change))) => change,
+                Some(Some(Ok(change))) => change,
             };
             self.errors = 0;
             self.done = change.caught_up;

@@ -3,14 +3,18 @@
 //! entries of an older generation are dropped when they surface (lazy invalidation).
 //! Beside it, how many jobs' next fire falls on each instant: the planner gives a large
 //! instant more lead (`plan.rs`). Jobs of one schedule and zone share their next fire,
-//! so this has an entry per distinct schedule in use, not per job.
+//! so this has an entry per distinct schedule in use, not per job; and that next fire is
+//! computed once for them when they are queued from one instant (a shard's load, many
+//! jobs firing at once): see `NextFires`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 use crate::catalog::{CatalogJob, JobSummary};
+use crate::schedule::Schedule;
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use foldhash::HashMap;
 
 struct Slot {
@@ -20,10 +24,34 @@ struct Slot {
     next: Option<i64>,
 }
 
-impl Slot {
-    fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let s = self.job.summary.as_ref().ok()?;
-        s.schedule.next_after(t, s.tz)
+/// How many next fires `NextFires` keeps before it starts again.
+const NEXT_FIRES_KEPT: usize = 1024;
+
+/// Next fires computed lately, by schedule (its address: the entry holds the schedule, so
+/// no other takes that address meanwhile), zone and instant, in Unix milliseconds. A
+/// shard's load queues hundreds of thousands of jobs from one instant, most of them on a
+/// handful of schedules (which jobs share: `cronrun_model::shared`): walking the calendar
+/// for each was about a twentieth of the agents' CPU loading 10,000,000 jobs.
+#[derive(Default)]
+struct NextFires(HashMap<FromInstant, (Arc<Schedule>, Option<i64>)>);
+
+/// A schedule's address, a zone and an instant in Unix milliseconds.
+type FromInstant = (usize, Tz, i64);
+
+impl NextFires {
+    /// The first fire of `job` strictly after `t`, in Unix milliseconds.
+    fn after(&mut self, job: &CatalogJob, t: DateTime<Utc>) -> Option<i64> {
+        let s = job.summary.as_ref().ok()?;
+        let key = (Arc::as_ptr(&s.schedule) as usize, s.tz, t.timestamp_millis());
+        if let Some((_, next)) = self.0.get(&key) {
+            return *next;
+        }
+        let next = s.schedule.next_after(t, s.tz).map(|next| next.timestamp_millis());
+        if self.0.len() >= NEXT_FIRES_KEPT {
+            self.0.clear();
+        }
+        self.0.insert(key, (s.schedule.clone(), next));
+        next
     }
 }
 
@@ -58,9 +86,21 @@ pub struct FireQueue {
     /// Jobs whose next fire is at this instant (Unix milliseconds), for every instant
     /// that has one.
     at_instant: BTreeMap<i64, u32>,
+    next_fires: NextFires,
 }
 
 impl FireQueue {
+    /// A queue with room for `jobs` jobs: a shard's load knows how many it queues, and
+    /// growing by doubling would move them all about once more.
+    pub fn with_capacity(jobs: usize) -> Self {
+        Self {
+            heap: BinaryHeap::with_capacity(jobs),
+            slots: Vec::with_capacity(jobs),
+            by_name: HashMap::with_capacity_and_hasher(jobs, Default::default()),
+            ..Self::default()
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
@@ -100,7 +140,7 @@ impl FireQueue {
                 i
             }
         };
-        slot.next = overdue.or_else(|| slot.next_after(from).map(|next| next.timestamp_millis()));
+        slot.next = overdue.or_else(|| self.next_fires.after(&slot.job, from));
         if let Some(next) = slot.next {
             self.heap.push(Reverse((next, index, slot.generation)));
         }
@@ -170,7 +210,7 @@ impl FireQueue {
         let Reverse((_, index, generation)) = self.heap.pop()?;
         let slot = self.slots[index as usize].as_mut()?;
         let old = slot.next;
-        slot.next = slot.next_after(at).map(|next| next.timestamp_millis());
+        slot.next = self.next_fires.after(&slot.job, at);
         if let Some(next) = slot.next {
             self.heap.push(Reverse((next, index, generation)));
         }
@@ -301,6 +341,39 @@ mod tests {
         while q.pop_due(t(10)).is_some() {}
         check(&q, &[(12, 1), (16, 1), (20, 1)]);
         assert_eq!(q.instants(t(20), t(12)).count(), 0, "an empty range lists nothing");
+    }
+
+    /// Jobs sharing schedules (as loaded ones do), across zones and instants: each is
+    /// queued at its own schedule's next fire in its own zone, and what is kept stays
+    /// bounded.
+    #[test]
+    fn next_fires_shared_by_jobs_of_one_schedule_and_zone_are_each_ones_own() {
+        let mut q = FireQueue::with_capacity(4);
+        let zones = ["UTC", "Asia/Kolkata", "America/New_York"];
+        let schedules = ["0 3 * * *", "*/7 * * * *", "@every 90s", "0 0 29 2 *"];
+        for step in 0..(NEXT_FIRES_KEPT as i64 + 50) {
+            let from = t(step * 3_607);
+            let pairs = zones.iter().flat_map(|z| schedules.map(move |e| (z, e)));
+            for (i, (zone, expr)) in pairs.flat_map(|pair| [pair, pair]).enumerate() {
+                let mut spec = JobSpec::shell(
+                    &format!("s{step}-j{i}"),
+                    expr,
+                    ShellSpec { command: Some("true".into()), ..Default::default() },
+                );
+                spec.timezone = zone.to_string();
+                let job = Arc::new(CatalogJob::from_spec(&spec, step as u64 + 1));
+                let s = job.summary.as_ref().unwrap();
+                let expected = s.schedule.next_after(from, s.tz).map(|at| at.timestamp_millis());
+                q.upsert(job.clone(), from);
+                let queued = q.by_name[&*job.name];
+                assert_eq!(q.slots[queued as usize].as_ref().unwrap().next, expected, "{expr} in {zone} after {from}");
+            }
+            // Two jobs on each schedule and zone: one computed, the other looked up.
+            if step == 0 {
+                assert_eq!(q.next_fires.0.len(), zones.len() * schedules.len());
+            }
+            assert!(q.next_fires.0.len() <= NEXT_FIRES_KEPT);
+        }
     }
 
     #[test]

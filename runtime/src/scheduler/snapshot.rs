@@ -132,7 +132,9 @@ impl Snapshots {
     /// meanwhile, giving way to the agent's other tasks between two (a chunk is a few
     /// milliseconds of work).
     pub async fn read(&self, n: u32, head: &Head, index: &IndexAt) -> Result<ShardEntries, Error> {
-        let mut jobs = ShardEntries::default();
+        // Room for them at once (a head says how many, the index bounds that).
+        let room = usize::try_from(head.entries.min(index.messages)).unwrap_or(0);
+        let mut jobs = ShardEntries::with_capacity_and_hasher(room, Default::default());
         if head.chunks == 0 {
             return Ok(jobs);
         }

@@ -92,7 +92,7 @@ async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
     let queues: Vec<FireQueue> = by_shard
         .into_values()
         .map(|jobs| {
-            let mut queue = FireQueue::default();
+            let mut queue = FireQueue::with_capacity(jobs.len());
             for job in jobs {
                 queue.upsert(job, now);
             }
