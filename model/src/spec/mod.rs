@@ -3,6 +3,7 @@
 //! - `mod.rs`: the structs and their documented defaults.
 //! - `codec.rs`: serde helpers for durations, `lock` and the `shell` shorthand.
 //! - `validate.rs`: checks serde cannot express; every error names its field.
+//! - `size.rs`: a spec's size as JSON, counted or bounded.
 //! - `file.rs`: `jobs.toml` as used by `cronrun apply`.
 //! - `notify.rs`: notification rules; `http_grant.rs`: a Wasm job's `allow_http` entries.
 //! - `after.rs`: chains, a job started by the end of another's run; `on.rs`: message
@@ -14,6 +15,7 @@ mod file;
 pub mod http_grant;
 pub mod notify;
 pub mod on;
+mod size;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -296,24 +298,6 @@ impl JobSpec {
         let spec = Self::decode(bytes)?;
         let parsed = spec.checked()?;
         Ok((spec, parsed))
-    }
-
-    /// The size of `to_json`, counted without building it.
-    pub fn encoded_len(&self) -> usize {
-        struct Count(usize);
-        impl std::io::Write for Count {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0 += buf.len();
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut count = Count(0);
-        // As `to_json`: plain structs of strings and numbers encode without fail.
-        let _ = serde_json::to_writer(&mut count, self);
-        count.0
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, Error> {
