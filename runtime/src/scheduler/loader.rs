@@ -228,16 +228,55 @@ async fn pass_over(
     // Everything up to here is read: a shard with nothing in it is followed from here on.
     let floor = at.last;
     let mut pass = Pass::new(index.watch_all_of(&filters(wanted, at)).await?, floor);
-    // By shard and name: a job removed or edited during the pass is seen again, later.
-    let mut seen: HashMap<u32, ShardEntries> = HashMap::new();
+    let share = usize::try_from(at.messages / u64::from(shards)).unwrap_or(0);
+    let mut passed: HashMap<u32, Passed> = HashMap::new();
     while let Some(change) = pass.next().await? {
         let Some((n, name)) = shard_and_name(&change.key).filter(|(n, _)| wanted.contains(n)) else { continue };
         if let Some(writer) = writers.get_mut(&n) {
             writer.add(name, change.revision, change.value.as_deref()).await;
         }
-        take(seen.entry(n).or_insert_with(|| entries_for(at.messages / u64::from(shards))), n, shards, change);
+        passed.entry(n).or_insert_with(|| Passed::with_capacity(share)).take(n, shards, floor, change);
     }
-    Ok(Read { jobs: by_shard(seen), after: pass.after, kept: HashMap::new() })
+    let jobs = passed.into_iter().map(|(n, passed)| (n, passed.jobs())).collect();
+    Ok(Read { jobs, after: pass.after, kept: HashMap::new() })
+}
+
+/// One shard's jobs as a pass reads them. The index keeps one entry per job, so its
+/// entries up to where it was when the pass began are each another job, and are listed as
+/// they come; only a job written during the pass can come twice (its entry from before,
+/// then its new one or its removal), and what came of it later replaces what was listed,
+/// at the end. Filing every job by name as it came was about a ninth of the agents' CPU
+/// at a first start of 10,000,000 jobs.
+struct Passed {
+    listed: Vec<Arc<CatalogJob>>,
+    /// By name, the jobs written or removed during the pass (None: removed).
+    later: ShardEntries,
+}
+
+impl Passed {
+    /// Room for `jobs` jobs (the shard's share of the index): growing by doubling would
+    /// move them all about once more.
+    fn with_capacity(jobs: usize) -> Self {
+        Self { listed: Vec::with_capacity(jobs), later: ShardEntries::default() }
+    }
+
+    /// Takes in an entry of shard `n`; `floor` is the index's last sequence when the pass
+    /// began. A removal up to it is a job that is not there.
+    fn take(&mut self, n: u32, shards: u32, floor: u64, change: Change) {
+        match change.sequence <= floor {
+            true => self.listed.extend(decode(n, shards, change)),
+            false => take(&mut self.later, n, shards, change),
+        }
+    }
+
+    fn jobs(self) -> Vec<Arc<CatalogJob>> {
+        let Self { mut listed, later } = self;
+        if !later.is_empty() {
+            listed.retain(|job| !later.contains_key(&*job.name));
+            listed.extend(later.into_values().flatten());
+        }
+        listed
+    }
 }
 
 /// The jobs of the shards of `heads` from their snapshots, then the index's entries
@@ -298,12 +337,6 @@ fn shard_and_name(key: &str) -> Option<(u32, &str)> {
     key.split_once('.').and_then(|(n, name)| Some((n.parse::<u32>().ok()?, name)))
 }
 
-/// Room for about `jobs` entries of a shard (its share of the index): growing by doubling
-/// would move them all about once more.
-fn entries_for(jobs: u64) -> ShardEntries {
-    ShardEntries::with_capacity_and_hasher(usize::try_from(jobs).unwrap_or(0), Default::default())
-}
-
 /// Takes in one entry of shard `n`: keyed by the job's own name (no copy), or the removed
 /// job's.
 fn take(seen: &mut ShardEntries, n: u32, shards: u32, change: Change) {
@@ -362,5 +395,53 @@ impl Pass {
             return Ok(Some(change));
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{JobSpec, ShellSpec};
+
+    /// An entry of the index at `sequence`: job `name` on `schedule`, or its removal.
+    fn entry(name: &str, schedule: Option<&str>, sequence: u64) -> Change {
+        let spec = |s: &str| JobSpec::shell(name, s, ShellSpec { command: Some("true".into()), ..Default::default() });
+        Change {
+            key: format!("0.{name}"),
+            value: schedule.map(|s| spec(s).to_json()),
+            revision: sequence,
+            caught_up: false,
+            expired: false,
+            sequence,
+        }
+    }
+
+    /// A pass began with the index at sequence 10: each job is what its last entry says,
+    /// whether that came before the pass began or during it.
+    #[test]
+    fn a_pass_keeps_each_jobs_last_entry_whenever_it_came() {
+        let mut passed = Passed::with_capacity(4);
+        let entries = [
+            entry("kept", Some("* * * * *"), 1),
+            entry("edited", Some("* * * * *"), 2),
+            entry("removed", Some("* * * * *"), 3),
+            entry("gone-before", None, 4),
+            entry("edited", Some("0 3 * * *"), 11),
+            entry("removed", None, 12),
+            entry("added", Some("@every 90s"), 13),
+            entry("added-then-removed", Some("* * * * *"), 14),
+            entry("added-then-removed", None, 15),
+        ];
+        for change in entries {
+            passed.take(0, 1, 10, change);
+        }
+        let mut jobs: Vec<(String, String, u64)> = passed
+            .jobs()
+            .iter()
+            .map(|job| (job.name.to_string(), job.summary.as_ref().unwrap().schedule.expr().to_string(), job.revision))
+            .collect();
+        jobs.sort();
+        let expected = [("added", "@every 90s", 13), ("edited", "0 3 * * *", 11), ("kept", "* * * * *", 1)];
+        assert_eq!(jobs, expected.map(|(n, s, r)| (n.to_string(), s.to_string(), r)));
     }
 }
