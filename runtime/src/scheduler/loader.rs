@@ -376,7 +376,10 @@ impl Pass {
         while !self.done {
             let change = match self.silence.bound(self.watch.next()).await {
                 None => {
-                    return Err(Error::nats("reading the schedules index", format!("nothing for {PASS_IDLE_MAX:?}")));
+                    return Err(Error::nats(
+                        "reading the schedules index",
+                        format!("nothing for {PASS_IDLE_MAX:?} or more"),
+                    ));
                 }
                 Some(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
                 Some(Some(Err(e))) => {
