@@ -412,6 +412,86 @@ async fn a_scheduler_without_rights_to_the_snapshots_says_so_and_reads_the_whole
     assert!(log.contains("cronrun auth init"), "says what to do:\n{log}");
 }
 
+/// A pass over the schedules index gives each live job of the shards it reads once, and
+/// no removed one, whichever entry is the index's first: a pass reads that one apart and
+/// consumes from the next (see `loader.rs`). Read for every shard, for the first entry's
+/// shard alone, and for all the others, as the index changes step by step.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_gives_each_live_job_of_its_shards_once_whichever_entry_is_the_indexs_first() {
+    use cronrun::scheduler::{loader, shard_of};
+    use cronrun::spec::{JobSpec, ShellSpec};
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let index = store.schedules_index(TEST_SHARDS).await.unwrap();
+    // Each step's own schedule: a job put again is changed, and written.
+    let put = |name: String, step: usize| {
+        let store = &store;
+        async move {
+            let schedule = format!("0 0 {} 1 *", step + 1);
+            let spec =
+                JobSpec::shell(&name, &schedule, ShellSpec { command: Some("true".into()), ..Default::default() });
+            assert!(store.put_job(&spec).await.unwrap().1, "{name} written");
+        }
+    };
+    let jobs: Vec<String> = (0..30).map(|i| format!("job-{i}")).collect();
+    let (mut live, mut written) = (BTreeSet::<String>::new(), 0u64);
+    // The index's first entry after the step (a job's, and whether it is its removal); the
+    // jobs put, then those removed.
+    type Step = (Option<(&'static str, bool)>, Vec<String>, Vec<String>);
+    let steps: [Step; 6] = [
+        (None, vec![], vec![]),
+        (Some(("first", false)), vec!["first".into()], vec![]),
+        (Some(("first", false)), jobs.clone(), vec![]),
+        (Some(("job-0", false)), vec!["first".into()], vec![]),
+        (Some(("job-1", false)), vec![], vec!["job-0".into()]),
+        (Some(("job-0", true)), vec![], jobs[1..].iter().cloned().chain(["first".into()]).collect()),
+    ];
+    for (step, (first_entry, puts, deletes)) in steps.into_iter().enumerate() {
+        for name in puts {
+            put(name.clone(), step).await;
+            live.insert(name);
+            written += 1;
+        }
+        for name in deletes {
+            store.delete_job(&name).await.unwrap();
+            live.remove(&name);
+            written += 1;
+        }
+        let first = eventually(Duration::from_secs(10), "the index to file every write", || async {
+            let mut stream = index.kv.stream.clone();
+            let info = stream.info().await.ok()?;
+            (info.state.last_sequence == written).then_some(info.state.first_sequence)
+        })
+        .await;
+        let entry = match written {
+            0 => None,
+            _ => index.entry_at(first).await.unwrap(),
+        };
+        let (first_shard, name) = entry.as_ref().map_or((0, None), |e| {
+            let (n, name) = e.key.split_once('.').unwrap();
+            (n.parse::<u32>().unwrap(), Some((name, e.value.is_none())))
+        });
+        assert_eq!(name, first_entry, "the index's first entry");
+        let all: Vec<u32> = (0..TEST_SHARDS).collect();
+        let others: Vec<u32> = all.iter().copied().filter(|&n| n != first_shard).collect();
+        for wanted in [all.clone(), vec![first_shard], others] {
+            let (read, after) = loader::read(&index, TEST_SHARDS, &wanted).await.unwrap();
+            assert!(after >= written, "first entry {first_entry:?}: read up to {after} of {written}");
+            let mut got: Vec<String> = read.values().flatten().map(|job| job.name.to_string()).collect();
+            got.sort();
+            let want: Vec<String> =
+                live.iter().filter(|name| wanted.contains(&shard_of(name, TEST_SHARDS))).cloned().collect();
+            assert_eq!(got, want, "first entry {first_entry:?}, shards {wanted:?}");
+            for (n, jobs) in &read {
+                assert!(
+                    jobs.iter().all(|job| shard_of(&job.name, TEST_SHARDS) == *n),
+                    "first entry {first_entry:?}: filed by shard"
+                );
+            }
+        }
+    }
+}
+
 /// Stops `agent` with SIGTERM and waits for it to exit.
 async fn stop(mut agent: Agent) {
     kill(Pid::from_raw(agent.pid()), Signal::SIGTERM).unwrap();

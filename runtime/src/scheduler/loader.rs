@@ -195,6 +195,7 @@ async fn index_at(index: &Bucket, shards: u32) -> Result<IndexAt, Error> {
     let info = stream.info().await.map_err(|e| Error::nats("reading the schedules index", e))?;
     Ok(IndexAt {
         shards,
+        first: info.state.first_sequence,
         last: info.state.last_sequence,
         created: info.created.to_string(),
         messages: info.state.messages,
@@ -227,7 +228,17 @@ async fn pass_over(
     let shards = at.shards;
     // Everything up to here is read: a shard with nothing in it is followed from here on.
     let floor = at.last;
-    let mut pass = Pass::new(index.watch_all_of(&filters(wanted, at)).await?, floor);
+    let mut pass = match at.messages {
+        0 => Pass::new(index.watch_all_of(&filters(wanted, at)).await?, floor),
+        // A consumer filtering on several shards that starts at the index's first entry
+        // costs nats-server (2.14) a walk over the subjects of all of them to find where
+        // it starts (`LoadNextMsgMulti`), on top of the one counting what it will deliver:
+        // with 10,000,000 jobs, seconds before a first start hears anything. Started
+        // after it, it does not; the first entry is read on its own (the index keeps one
+        // entry per job, so from there on is all of it).
+        _ => Pass::new(index.changes_after_all_of(&filters(wanted, at), at.first).await?, floor)
+            .with_first(index.entry_at(at.first).await?),
+    };
     let share = usize::try_from(at.messages / u64::from(shards)).unwrap_or(0);
     let mut passed: HashMap<u32, Passed> = HashMap::new();
     while let Some(change) = pass.next().await? {
@@ -355,6 +366,8 @@ fn by_shard(seen: HashMap<u32, ShardEntries>) -> HashMap<u32, Vec<Arc<CatalogJob
 
 /// A watch read until it has caught up, with the pass's bounds.
 struct Pass {
+    /// An entry read apart, given before the watch's.
+    first: Option<Change>,
     watch: Watch,
     /// The highest sequence seen, at least the index's last when the pass began.
     after: u64,
@@ -366,13 +379,20 @@ struct Pass {
 impl Pass {
     fn new(watch: Watch, floor: u64) -> Self {
         let done = watch.initially_empty;
-        Self { watch, after: floor, errors: 0, done, silence: Silence::new(PASS_IDLE_MAX) }
+        Self { first: None, watch, after: floor, errors: 0, done, silence: Silence::new(PASS_IDLE_MAX) }
+    }
+
+    fn with_first(self, first: Option<Change>) -> Self {
+        Self { first, ..self }
     }
 
     /// The next entry; None once caught up. An error if nothing comes for
     /// `PASS_IDLE_MAX` (to twice that), the watch ends, or fails `PASS_ERRORS_MAX` times
     /// in a row.
     async fn next(&mut self) -> Result<Option<Change>, Error> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
         while !self.done {
             let change = match self.silence.bound(self.watch.next()).await {
                 None => {

@@ -72,7 +72,8 @@ pub struct Head {
 #[derive(Debug, Clone)]
 pub struct IndexAt {
     pub shards: u32,
-    /// The index's last sequence.
+    /// The index's first and last sequences.
+    pub first: u64,
     pub last: u64,
     /// When the index was made (its stream's `created`).
     pub created: String,
@@ -554,7 +555,7 @@ mod tests {
 
     #[test]
     fn a_head_fits_only_the_index_it_was_taken_of() {
-        let index = IndexAt { shards: 64, last: 100, created: "t0".into(), messages: 100, subjects: 100 };
+        let index = IndexAt { shards: 64, first: 1, last: 100, created: "t0".into(), messages: 100, subjects: 100 };
         let head = Head {
             format: FORMAT,
             shards: 64,

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use async_nats::jetstream::{self};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -84,6 +86,20 @@ impl Bucket {
     pub async fn changes_after_all_of(&self, filters: &[String], sequence: u64) -> Result<Watch, Error> {
         let from = DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 };
         self.follow_filters(filters, from, false).await
+    }
+
+    /// The entry at `sequence` of the bucket's stream, as a watch delivers it (never
+    /// `caught_up`); None when there is none there (replaced or removed since).
+    pub async fn entry_at(&self, sequence: u64) -> Result<Option<Change>, Error> {
+        let prefix = format!("$KV.{}.", self.name());
+        match self.kv.stream.get_raw_message(sequence).await {
+            Ok(m) => {
+                let entry = Entry { subject: &m.subject, headers: Some(&m.headers), sequence: m.sequence };
+                entry.change(&prefix, self.sourced, &m.payload, false).map(Some)
+            }
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(Error::nats(&format!("reading entry {sequence} of {}", self.name()), e)),
+        }
     }
 
     /// The keys matching `filter`, from each one's latest state, without their values.
@@ -227,36 +243,45 @@ impl Watch {
             Ok(info) => (info.stream_sequence, info.pending),
             Err(e) => return Some(Err(Error::nats("watch", e))),
         };
-        let key = message.subject.strip_prefix(self.prefix.as_str()).unwrap_or_default().to_string();
+        let entry = Entry { subject: &message.subject, headers: message.headers.as_ref(), sequence: stream_sequence };
+        Some(entry.change(&self.prefix, self.sourced, &message.payload, pending == 0))
+    }
+}
+
+/// A message of a bucket's stream, as a watch or a read of one sequence gives it.
+struct Entry<'a> {
+    subject: &'a str,
+    headers: Option<&'a HeaderMap>,
+    sequence: u64,
+}
+
+impl Entry<'_> {
+    /// The change it is, for a bucket whose keys are under `prefix`.
+    fn change(&self, prefix: &str, sourced: bool, payload: &Bytes, caught_up: bool) -> Result<Change, Error> {
+        let key = self.subject.strip_prefix(prefix).unwrap_or_default().to_string();
         // One pass over the headers: `HeaderMap::get` makes a name and hashes it each time.
         let (mut source, mut removal) = (None, Removal::default());
-        for (name, values) in message.headers.iter().flat_map(|h| h.iter()) {
+        for (name, values) in self.headers.iter().flat_map(|h| h.iter()) {
             let Some(value) = values.first().map(|v| v.as_str()) else { continue };
             let name: &str = name.as_ref();
             if !removal.read(name, value) && name == STREAM_SOURCE {
                 source = Some(value);
             }
         }
-        let revision = match self.sourced {
-            false => stream_sequence,
-            true => match source.and_then(source_sequence) {
-                Some(original) => original,
-                None => {
-                    return Some(Err(Error::nats(
-                        "watch",
-                        format!("{key}: no {STREAM_SOURCE} header with a sequence"),
-                    )));
-                }
-            },
+        let revision = match sourced {
+            false => self.sequence,
+            true => source
+                .and_then(source_sequence)
+                .ok_or_else(|| Error::nats("watch", format!("{key}: no {STREAM_SOURCE} header with a sequence")))?,
         };
-        Some(Ok(Change {
-            sequence: stream_sequence,
+        Ok(Change {
+            sequence: self.sequence,
             key,
-            value: (!removal.removed).then(|| message.payload.clone()),
+            value: (!removal.removed).then(|| payload.clone()),
             revision,
-            caught_up: pending == 0,
+            caught_up,
             expired: removal.expired,
-        }))
+        })
     }
 }
 
