@@ -55,6 +55,25 @@ impl NextFires {
     }
 }
 
+/// Jobs ahead at which `prefetch_ahead` fetches a job, and its name: the name's address
+/// is read from the job, fetched by then.
+const PREFETCH_JOB: usize = 16;
+const PREFETCH_NAME: usize = 8;
+
+/// Fetches into the CPU's caches what `upsert` reads of the jobs queued next, `ahead` in
+/// the order they come. A shard's load queues hundreds of thousands of jobs decoded long
+/// before, each out of cache: `upsert` was four tenths of the agents' CPU at the end of a
+/// first start of 10,000,000 jobs, most of it waiting for each job's memory, then its
+/// name's; a quarter of that with them fetched ahead (a load probe).
+pub fn prefetch_ahead(ahead: &[Arc<CatalogJob>]) {
+    if let Some(job) = ahead.get(PREFETCH_JOB) {
+        crate::memory::prefetch(Arc::as_ptr(job), std::mem::size_of::<CatalogJob>());
+    }
+    if let Some(job) = ahead.get(PREFETCH_NAME) {
+        crate::memory::prefetch(Arc::as_ptr(&job.name), job.name.len());
+    }
+}
+
 /// Whether two revisions of a job fire at the same instants.
 fn same_schedule(a: &CatalogJob, b: &CatalogJob) -> bool {
     match (&a.summary, &b.summary) {
@@ -128,7 +147,6 @@ impl FireQueue {
             .and_then(|slot| slot.next)
             .filter(|&at| at <= from.timestamp_millis());
         self.generation = self.generation.wrapping_add(1);
-        let mut slot = Slot { generation: self.generation, job: job.clone(), next: None };
         let index = match self.by_name.get(&*job.name) {
             Some(&i) => i,
             None => {
@@ -140,11 +158,11 @@ impl FireQueue {
                 i
             }
         };
-        slot.next = overdue.or_else(|| self.next_fires.after(&slot.job, from));
+        let next = overdue.or_else(|| self.next_fires.after(&job, from));
+        let slot = Slot { generation: self.generation, job, next };
         if let Some(next) = slot.next {
             self.heap.push(Reverse((next, index, slot.generation)));
         }
-        let next = slot.next;
         let replaced = self.slots[index as usize].replace(slot);
         self.count(replaced.and_then(|old| old.next), next);
     }

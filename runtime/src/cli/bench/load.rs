@@ -93,7 +93,9 @@ async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
         .into_values()
         .map(|jobs| {
             let mut queue = FireQueue::with_capacity(jobs.len());
-            for job in jobs {
+            let mut jobs = jobs.into_iter();
+            while let Some(job) = jobs.next() {
+                crate::scheduler::prefetch_ahead(jobs.as_slice());
                 queue.upsert(job, now);
             }
             queue
