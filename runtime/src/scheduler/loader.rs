@@ -45,6 +45,8 @@ const WHOLE_INDEX_UP_TO: u64 = 1_000_000;
 /// A pass that delivers nothing for this long (to twice this: see `Silence`) has stalled
 /// (the index purged by hand?).
 const PASS_IDLE_MAX: Duration = Duration::from_secs(30);
+/// How many times a pass asks for the index's first entry before it is given up.
+const FIRST_ENTRY_ASKS: u32 = 3;
 /// Errors in a row after which a pass is given up (the consumer beneath recovers from
 /// fewer by itself).
 const PASS_ERRORS_MAX: u32 = 10;
@@ -237,7 +239,7 @@ async fn pass_over(
         // after it, it does not; the first entry is read on its own (the index keeps one
         // entry per job, so from there on is all of it).
         _ => Pass::new(index.changes_after_all_of(&filters(wanted, at), at.first).await?, floor)
-            .with_first(index.entry_at(at.first).await?),
+            .with_first(first_entry(index, at.first).await?),
     };
     let share = usize::try_from(at.messages / u64::from(shards)).unwrap_or(0);
     let mut passed: HashMap<u32, Passed> = HashMap::new();
@@ -250,6 +252,21 @@ async fn pass_over(
     }
     let jobs = passed.into_iter().map(|(n, passed)| (n, passed.jobs())).collect();
     Ok(Read { jobs, after: pass.after, kept: HashMap::new() })
+}
+
+/// The index's entry at `sequence`, asked up to `FIRST_ENTRY_ASKS` times a second apart:
+/// the pass's consumer was just made, so the index has a leader, but another may be
+/// being elected (a node gone), and a pass given up is made again from the start.
+async fn first_entry(index: &Bucket, sequence: u64) -> Result<Option<Change>, Error> {
+    let mut asked = 1;
+    loop {
+        match index.entry_at(sequence).await {
+            Err(e) if asked < FIRST_ENTRY_ASKS => warn!("reading the schedules index's first entry, asked again: {e}"),
+            read => return read,
+        }
+        asked += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// One shard's jobs as a pass reads them. The index keeps one entry per job, so its
