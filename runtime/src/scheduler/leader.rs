@@ -337,9 +337,7 @@ impl Resume<'_> {
 /// agent's other tasks, its leases' renewals among them, run meanwhile.
 async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (FireQueue, PublishedTriggers) {
     let (mut queue, mut triggers) = (FireQueue::with_capacity(jobs.len()), PublishedTriggers::new(n));
-    let mut jobs = jobs.into_iter();
-    while let Some(job) = jobs.next() {
-        super::prefetch_ahead(jobs.as_slice());
+    for job in super::prefetching(jobs) {
         tokio::task::consume_budget().await;
         triggers.set(&job);
         let start = resume.start(&job).await;

@@ -53,7 +53,7 @@ use crate::error::Error;
 use crate::store::{Bucket, Store};
 use crate::supervise::Watched;
 
-pub use queue::{Due, FireQueue, prefetch_ahead};
+pub use queue::{Due, FireQueue, prefetching};
 pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
 
 /// Scheduler settings (`[scheduler]` in `cronrun.toml`).

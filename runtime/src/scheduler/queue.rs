@@ -55,17 +55,27 @@ impl NextFires {
     }
 }
 
-/// Jobs ahead at which `prefetch_ahead` fetches a job, and its name: the name's address
+/// Jobs ahead at which `prefetching` fetches a job, and its name: the name's address
 /// is read from the job, fetched by then.
 const PREFETCH_JOB: usize = 16;
 const PREFETCH_NAME: usize = 8;
 
-/// Fetches into the CPU's caches what `upsert` reads of the jobs queued next, `ahead` in
-/// the order they come. A shard's load queues hundreds of thousands of jobs decoded long
-/// before, each out of cache: `upsert` was four tenths of the agents' CPU at the end of a
-/// first start of 10,000,000 jobs, most of it waiting for each job's memory, then its
-/// name's; a quarter of that with them fetched ahead (a load probe).
-pub fn prefetch_ahead(ahead: &[Arc<CatalogJob>]) {
+/// `jobs` in order, to be queued one after the other, with what `upsert` reads of the ones
+/// coming next fetched into the CPU's caches meanwhile. A shard's load queues hundreds of
+/// thousands of jobs decoded long before, each out of cache: `upsert` was four tenths of
+/// the agents' CPU at the end of a first start of 10,000,000 jobs, most of it waiting for
+/// each job's memory, then its name's; a quarter of that with them fetched ahead (a load
+/// probe).
+pub fn prefetching(jobs: Vec<Arc<CatalogJob>>) -> impl Iterator<Item = Arc<CatalogJob>> {
+    let mut jobs = jobs.into_iter();
+    std::iter::from_fn(move || {
+        let job = jobs.next()?;
+        prefetch_ahead(jobs.as_slice());
+        Some(job)
+    })
+}
+
+fn prefetch_ahead(ahead: &[Arc<CatalogJob>]) {
     if let Some(job) = ahead.get(PREFETCH_JOB) {
         crate::memory::prefetch(Arc::as_ptr(job), std::mem::size_of::<CatalogJob>());
     }

@@ -93,9 +93,7 @@ async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
         .into_values()
         .map(|jobs| {
             let mut queue = FireQueue::with_capacity(jobs.len());
-            let mut jobs = jobs.into_iter();
-            while let Some(job) = jobs.next() {
-                crate::scheduler::prefetch_ahead(jobs.as_slice());
+            for job in crate::scheduler::prefetching(jobs) {
                 queue.upsert(job, now);
             }
             queue
