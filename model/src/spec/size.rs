@@ -22,7 +22,9 @@ fn strings_max<'a>(strings: impl IntoIterator<Item = &'a String>) -> usize {
 }
 
 impl JobSpec {
-    /// The size of `to_json`, counted without building it.
+    /// The size of the spec's JSON with every field written (as `cronrun get` shows it),
+    /// counted without building it: what the size limit is judged on. What is stored
+    /// (`to_json`) leaves fields at their defaults out, so it is never longer.
     pub fn encoded_len(&self) -> usize {
         struct Count(usize);
         impl std::io::Write for Count {
