@@ -296,7 +296,20 @@ mod tests {
         let plain = JobSpec::from_json(format!("{{{base}}}").as_bytes()).unwrap();
         assert_eq!(&plain.to_json()[..], format!("{{{base}}}").as_bytes());
         let shown = serde_json::to_value(&plain).unwrap();
-        for field in ["timezone", "overlap", "lock", "catchup", "catchup_window", "retries", "jitter", "pool"] {
+        let defaulted = [
+            "timezone",
+            "overlap",
+            "lock",
+            "catchup",
+            "catchup_window",
+            "retries",
+            "jitter",
+            "pool",
+            "paused",
+            "history",
+            "output_lines",
+        ];
+        for field in defaulted {
             assert!(shown.get(field).is_some(), "{field} is not shown");
         }
         let set = [
