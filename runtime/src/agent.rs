@@ -188,34 +188,50 @@ async fn run_roles(
     cancel: CancellationToken,
 ) -> Result<(), Error> {
     let names = Names::new(&config.namespace)?;
-    let store = match config.roles.contains(&Role::Scheduler) {
-        true => Store::open(client, names, &config.layout).await?,
-        false => open_existing(client, names, &cancel).await?,
+    let schedules = config.roles.contains(&Role::Scheduler);
+    // The scheduler's store: on a connection of its own when it has an identity of its
+    // own (see `SchedulerConfig::creds`); it creates the layout, which the agent's
+    // connection, a runner's then, may not.
+    let own = match (schedules, &config.scheduler.creds) {
+        (true, Some(creds)) => {
+            let name = format!("cronrun-agent {} (scheduler)", config.name);
+            let client = crate::connect::connect(&config.nats, Some(creds), &name).await?;
+            let _ = health.scheduler_connection.set(client.clone());
+            Some(Store::open(client, names.clone(), &config.layout).await?)
+        }
+        _ => None,
     };
+    let store = match (schedules, &own) {
+        (true, None) => Store::open(client, names, &config.layout).await?,
+        // The scheduler's store has just found or made the layout.
+        (true, Some(_)) => Store::open_existing(client, names).await?,
+        (false, _) => open_existing(client, names, &cancel).await?,
+    };
+    let scheduler_store = schedules.then(|| own.clone().unwrap_or_else(|| store.clone()));
     health.layout_ready();
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
-    let index = match config.roles.contains(&Role::Scheduler) {
-        true => {
-            let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
+    let index = match &scheduler_store {
+        Some(store) => {
+            let shards = crate::scheduler::shard_count(store, config.scheduler.shards).await?;
             info!(shards, "opening the schedules index");
-            let index = match open_index(&store, shards, &cancel).await {
+            let index = match open_index(store, shards, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),
                 index => index?,
             };
-            let snapshots = open_snapshots(&store, &index, &cancel).await;
+            let snapshots = open_snapshots(store, &index, &cancel).await;
             Some((shards, (index, snapshots)))
         }
-        false => None,
+        None => None,
     };
     // The catalog outlives the runner's drain, which still reads specs.
     let catalog_cancel = CancellationToken::new();
     let catalog = Catalog::start(store.clone(), index.as_ref().map(|(shards, _)| *shards), catalog_cancel.clone());
     let _ = health.catalog.set(catalog.clone());
-    let scheduler = index.map(|(shards, (index, snapshots))| {
+    let scheduler = index.zip(scheduler_store.clone()).map(|((shards, (index, snapshots)), store)| {
         let ctx = SchedulerCtx {
-            store: store.clone(),
+            store,
             catalog: catalog.clone(),
             loader: Loader::new(index.clone(), shards, snapshots.map(|s| (s, config.scheduler.snapshots_from))),
             index,
@@ -249,10 +265,12 @@ async fn run_roles(
     systemd.abort();
     let result = scheduled.and(ran);
     catalog_cancel.cancel();
-    match tokio::time::timeout(Duration::from_secs(2), store.client.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!("flushing NATS on shutdown: {e}"),
-        Err(_) => warn!("flushing NATS on shutdown: no answer within 2s"),
+    for client in std::iter::once(&store.client).chain(own.as_ref().map(|own| &own.client)) {
+        match tokio::time::timeout(Duration::from_secs(2), client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!("flushing NATS on shutdown: {e}"),
+            Err(_) => warn!("flushing NATS on shutdown: no answer within 2s"),
+        }
     }
     info!("agent stopped");
     result

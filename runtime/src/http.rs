@@ -24,6 +24,8 @@ use crate::supervise::Watched;
 /// What `/readyz` reports, set by the agent as it starts.
 pub struct Health {
     client: async_nats::Client,
+    /// The scheduler's connection, when it has one of its own (`[scheduler] creds`).
+    pub scheduler_connection: std::sync::OnceLock<async_nats::Client>,
     layout: AtomicBool,
     roles_expected: usize,
     roles_started: AtomicUsize,
@@ -40,6 +42,7 @@ impl Health {
     pub fn new(client: async_nats::Client, roles_expected: usize) -> Self {
         Self {
             client,
+            scheduler_connection: std::sync::OnceLock::new(),
             layout: AtomicBool::new(false),
             roles_expected,
             roles_started: AtomicUsize::new(0),
@@ -58,7 +61,8 @@ impl Health {
     }
 
     fn nats_connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
+        let connected = |c: &async_nats::Client| c.connection_state() == async_nats::connection::State::Connected;
+        connected(&self.client) && self.scheduler_connection.get().is_none_or(connected)
     }
 
     /// None when ready, else why not.

@@ -406,3 +406,35 @@ async fn shell_jobs_run_as_their_user_and_never_as_root_by_accident() {
         assert!(!seen.contains(seed.trim()), "{job}: the agent's seed reached the output");
     }
 }
+
+/// `[scheduler] creds`: the scheduler on a connection of its own as the scheduler
+/// identity, the rest of the agent as the runner's. Neither identity could do the other's
+/// part (a runner may not lead shards or create the layout, a scheduler may not take runs
+/// or answer kill requests), so jobs firing, running and being killed show each
+/// connection is the one it should be.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_with_a_scheduler_identity_of_its_own_fires_runs_and_kills() {
+    let nats = Nats::start().await;
+    let own = format!("[scheduler]\ncreds = \"{}\"\n", nats.identity("scheduler"));
+    let toml = test_config("a").replace("[scheduler]\n", &own);
+    let agent = nats.agent_with_env("a", &toml, &[("CRONRUN_CREDS", &nats.identity("runner"))]);
+    ready(&agent).await;
+    let ticks = nats.dir.path().join("ticks");
+    nats.ok(&["add", "tick", "--schedule", "* * * * * *", "--", &format!("echo x >> {}", ticks.display())]);
+    eventually(Duration::from_secs(20), "two fires of tick to run", || async {
+        (std::fs::read_to_string(&ticks).unwrap_or_default().lines().count() >= 2).then_some(())
+    })
+    .await;
+    nats.ok(&["add", "sleepy", "--schedule", "@yearly", "--", "sleep", "60"]);
+    let sleeping = nats.trigger("sleepy");
+    let store = nats.store().await;
+    eventually(Duration::from_secs(20), "sleepy to run", || async {
+        let (job, run) = sleeping.split_once('.').unwrap();
+        let record = store.get_run(job, run).await.ok()?.record;
+        (record.status == cronrun::record::Status::Running).then_some(())
+    })
+    .await;
+    let out = nats.ok(&["kill", &sleeping]);
+    assert!(out.contains("sent SIGTERM"), "{out}");
+    assert_eq!(final_record(&store, &sleeping).await.status, cronrun::record::Status::Cancelled);
+}

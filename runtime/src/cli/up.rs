@@ -98,7 +98,9 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
                 let _ = server_pid.set(pid);
             }
             config.nats = server.url.clone();
-            config.creds = Some(path_str(&ids.path("agent")));
+            // The scheduler on a connection of its own (`SchedulerConfig::creds`).
+            config.creds = Some(path_str(&ids.path("runner")));
+            config.scheduler.creds = Some(path_str(&ids.path("scheduler")));
             admin_creds = Some(path_str(&ids.path("admin")));
             config.http.viewer_creds.get_or_insert_with(|| path_str(&ids.path("viewer")));
             Some(server)

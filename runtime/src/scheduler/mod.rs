@@ -90,6 +90,13 @@ pub struct SchedulerConfig {
     /// over the index and by each shard's leader as its jobs change (see `refresh`), so
     /// that a deployment growing past this finds them current. Default 100,000; 0: always.
     pub snapshots_from: u64,
+    /// The identity the scheduler connects as, on a connection of its own (`scheduler.nk`,
+    /// with the agent's `creds` a runner's). Default: none, the agent's one connection.
+    /// Why: nats-server checks the reply subject of every message it delivers to an
+    /// identity that may answer requests (a runner answers kill requests) and keeps it in a
+    /// cache it then prunes; a scheduler reading millions of jobs at a start does not need
+    /// that, nor the runner's rights.
+    pub creds: Option<String>,
 }
 
 impl Default for SchedulerConfig {
@@ -102,6 +109,7 @@ impl Default for SchedulerConfig {
             max_in_flight: 256,
             reconcile_every: Duration::from_secs(300),
             snapshots_from: 100_000,
+            creds: None,
         }
     }
 }

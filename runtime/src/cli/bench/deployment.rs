@@ -1,9 +1,10 @@
 //! A deployment as users run one, for the benchmarks that measure what users feel: a
 //! nats-server with authentication (as `cronrun up` starts it) and `cronrun agent`
-//! processes, each with its own config file and the agent identity, jobs added through the
-//! CLI. The server has one more user, `bench`, unrestricted: it measures the anchors
-//! (NATS's own work). Everything lives in a temporary directory, kept (and named on
-//! stderr) when the benchmark fails, so that the agents' and the server's logs can be read.
+//! processes, each with its own config file, the runner identity and the scheduler's on a
+//! connection of its own (as `cronrun up` runs its agent), jobs added through the CLI. The
+//! server has one more user, `bench`, unrestricted: it measures the anchors (NATS's own
+//! work). Everything lives in a temporary directory, kept (and named on stderr) when the
+//! benchmark fails, so that the agents' and the server's logs can be read.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,7 +21,7 @@ use crate::store::{LayoutOptions, Store};
 /// How long an agent has to load its catalog, and to stop when told.
 const AGENT_START: Duration = Duration::from_secs(30);
 const AGENT_STOP: Duration = Duration::from_secs(60);
-/// The agents' cronrun.toml beyond name, namespace, server and identity: production
+/// The agents' cronrun.toml beyond name, namespace, server and identities: production
 /// defaults, except that shell jobs may run as the benchmark's own user, root included (a
 /// runner running as root refuses that unless told, see `runner::account`).
 const AGENT_TOML: &str = "[runner]\nallow_root = true\n";
@@ -157,10 +158,12 @@ impl Deployment {
             .context("finding a free port")?
             .port();
         let toml = format!(
-            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n{AGENT_TOML}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n[scheduler]\ncreds = \"{}\"\n\
+             {AGENT_TOML}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
             self.namespace,
             self.url,
-            path_str(&self.ids.path("agent")),
+            path_str(&self.ids.path("runner")),
+            path_str(&self.ids.path("scheduler")),
             self.runner_toml,
         );
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
