@@ -241,6 +241,9 @@ async fn triggers_carried_by_a_component_run_it_per_message_and_after_its_upstre
     assert_eq!(spec["on"], serde_json::json!({ "subject": "echo.in", "concurrency": 1, "redeliver": 1 }), "{spec}");
     assert_eq!(spec["after"], serde_json::json!([{ "job": "echo-upstream", "on": "finished" }]), "{spec}");
     following(&nats, "echo").await;
+    // The end of `echo-upstream` starts `echo` only once the agents follow chains.
+    let store = nats.store().await;
+    following_chains(&store).await;
 
     let client = nats.client().await;
     let mut dead = client.subscribe("cronrun.dead.echo").await.unwrap();
@@ -250,7 +253,6 @@ async fn triggers_carried_by_a_component_run_it_per_message_and_after_its_upstre
     js.publish("echo.in", vec![b'x'; cronrun::record::MAX_INPUT_BYTES + 1].into()).await.unwrap().await.unwrap();
     nats.ok(&["trigger", "echo-upstream"]);
 
-    let store = nats.store().await;
     let ended = eventually(Duration::from_secs(30), "a message run and a chained run of echo", || async {
         let ended: Vec<_> = runs(&store, "echo").await.into_iter().filter(|r| r.status.is_final()).collect();
         (ended.len() == 2).then_some(ended)

@@ -35,6 +35,16 @@ pub async fn final_record(store: &Store, key: &str) -> RunRecord {
     .await
 }
 
+/// Waits until the agents follow chains (the shared `chains` consumer of the runs bucket
+/// exists): a chain applies only to the runs that end after that.
+pub async fn following_chains(store: &Store) {
+    let runs_stream = store.js.get_stream("KV_cronrun_runs").await.unwrap();
+    super::eventually(Duration::from_secs(15), "the agents to follow chains", || async {
+        runs_stream.consumer_info("chains").await.ok().map(drop)
+    })
+    .await;
+}
+
 /// Every event `kind` of `job` published so far, as JSON.
 pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Value> {
     use async_nats::jetstream::consumer::{DeliverPolicy, push};
