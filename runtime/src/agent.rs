@@ -125,8 +125,13 @@ async fn watch_role(
 pub const LAYOUT_WAIT: Duration = Duration::from_secs(120);
 
 /// The layout as a runner finds it: a runner's identity may not create streams, and on a
-/// fresh deployment its scheduler may start a moment later. Waits at most `LAYOUT_WAIT`.
-async fn open_existing(client: async_nats::Client, names: Names, cancel: &CancellationToken) -> Result<Store, Error> {
+/// fresh deployment its scheduler may start a moment later. Waits at most `LAYOUT_WAIT`;
+/// None if told to stop meanwhile.
+async fn open_existing(
+    client: async_nats::Client,
+    names: Names,
+    cancel: &CancellationToken,
+) -> Result<Option<Store>, Error> {
     let mut said = false;
     let waiting = |e: &Error| {
         if !std::mem::replace(&mut said, true) {
@@ -134,9 +139,8 @@ async fn open_existing(client: async_nats::Client, names: Names, cancel: &Cancel
         }
     };
     let patience = Patience { bound: LAYOUT_WAIT, pause: Duration::from_millis(500) };
-    let opened =
-        retried(patience, cancel, Error::is_not_found, waiting, || Store::open_existing(client.clone(), names.clone()));
-    opened.await?.ok_or_else(|| Error::new(crate::ErrorKind::Other, "stopped while waiting for the layout"))
+    retried(patience, cancel, Error::is_not_found, waiting, || Store::open_existing(client.clone(), names.clone()))
+        .await
 }
 
 /// Opens the schedules index (creating it if missing) and waits for it to hold every job.
@@ -205,31 +209,35 @@ async fn run_roles(
         (true, None) => Store::open(client, names, &config.layout).await?,
         // The scheduler's store has just found or made the layout.
         (true, Some(_)) => Store::open_existing(client, names).await?,
-        (false, _) => open_existing(client, names, &cancel).await?,
+        (false, _) => match open_existing(client, names, &cancel).await? {
+            Some(store) => store,
+            // Told to stop while waiting: an orderly stop.
+            None => return Ok(()),
+        },
     };
-    let scheduler_store = schedules.then(|| own.clone().unwrap_or_else(|| store.clone()));
     health.layout_ready();
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
-    let index = match &scheduler_store {
+    // What the scheduler reads, through its own store.
+    let scheduling = match schedules.then(|| own.clone().unwrap_or_else(|| store.clone())) {
         Some(store) => {
-            let shards = crate::scheduler::shard_count(store, config.scheduler.shards).await?;
+            let shards = crate::scheduler::shard_count(&store, config.scheduler.shards).await?;
             info!(shards, "opening the schedules index");
-            let index = match open_index(store, shards, &cancel).await {
+            let index = match open_index(&store, shards, &cancel).await {
                 // Told to stop while starting: an orderly stop.
                 Err(_) if cancel.is_cancelled() => return Ok(()),
                 index => index?,
             };
-            let snapshots = open_snapshots(store, &index, &cancel).await;
-            Some((shards, (index, snapshots)))
+            let snapshots = open_snapshots(&store, &index, &cancel).await;
+            Some((store, shards, index, snapshots))
         }
         None => None,
     };
     // The catalog outlives the runner's drain, which still reads specs.
     let catalog_cancel = CancellationToken::new();
-    let catalog = Catalog::start(store.clone(), index.as_ref().map(|(shards, _)| *shards), catalog_cancel.clone());
+    let catalog = Catalog::start(store.clone(), scheduling.as_ref().map(|s| s.1), catalog_cancel.clone());
     let _ = health.catalog.set(catalog.clone());
-    let scheduler = index.zip(scheduler_store.clone()).map(|((shards, (index, snapshots)), store)| {
+    let scheduler = scheduling.map(|(store, shards, index, snapshots)| {
         let ctx = SchedulerCtx {
             store,
             catalog: catalog.clone(),

@@ -1,6 +1,7 @@
 //! What an operator uses beside metrics, against real agents: `runs` across jobs by
 //! status and age, `watch` as events happen, `status` naming pools no runner serves,
-//! completions and the man page, and systemd readiness and watchdog.
+//! completions and the man page, systemd readiness and watchdog, and a stop before the
+//! layout exists.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -149,4 +150,19 @@ async fn the_agent_tells_systemd_it_is_ready_and_pings_its_watchdog() {
     };
     assert!(stopping.contains("STOPPING=1"), "{stopping}");
     wait_exit(&mut agent.child, Duration::from_secs(30)).await;
+}
+
+/// A runner started before any scheduler waits for the layout; a stop meanwhile is an
+/// orderly stop (exit 0, as a service manager expects), not a failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_stopped_while_it_waits_for_the_layout_exits_cleanly() {
+    let nats = Nats::start().await;
+    let mut runner = nats.runner_with("r", "");
+    eventually(Duration::from_secs(20), "the runner to wait for the layout", || async {
+        runner.log().contains("waiting for the layout").then_some(())
+    })
+    .await;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(runner.pid()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = wait_exit(&mut runner.child, Duration::from_secs(20)).await;
+    assert!(status.success(), "{status}; its log:\n{}", runner.log());
 }
