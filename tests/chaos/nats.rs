@@ -415,6 +415,7 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
         stream.consumer_info("on-listener").await.ok().map(drop)
     })
     .await;
+    following_chains(&store, &["downstream"]).await;
     let client = nats.client().await;
     let js = async_nats::jetstream::new(client.clone());
     js.publish("chaos.in", "before".into()).await.unwrap().await.unwrap();

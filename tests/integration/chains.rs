@@ -52,7 +52,7 @@ async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_through_an_ag
     let count = |job: &str| lines(&log).iter().filter(|(j, _, _)| j == job).count();
     // A chain applies to the runs that end once the agents follow it (within a second).
     let store = nats.store().await;
-    following_chains(&store).await;
+    following_chains(&store, &["transform", "load", "cleanup", "report"]).await;
     let runs_stream = store.js.get_stream("KV_cronrun_runs").await.unwrap();
     let extracts = [nats.trigger("extract"), nats.trigger("extract")];
     eventually(Duration::from_secs(30), "both chains to reach load", || async { (count("load") == 2).then_some(()) })

@@ -88,7 +88,6 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     })
     .await;
     let host = first.host.clone().unwrap();
-    let killed_at = std::time::Instant::now();
     let pidfile = nats.dir.path().join("attempt-1");
     let shell: i32 = eventually(Duration::from_secs(5), "attempt 1's shell", || async {
         std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
@@ -96,6 +95,7 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     .await;
     let group = pgrp_of(shell);
     assert!(group_members(group).len() >= 3, "supervisor, shell and its child");
+    let killed_at = std::time::Instant::now();
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
     // Never two at once: the dead runner's run goes with it, before any retry can start.
     eventually(Duration::from_secs(2), "attempt 1's processes to die with their runner", || async {

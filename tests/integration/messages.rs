@@ -243,7 +243,7 @@ async fn triggers_carried_by_a_component_run_it_per_message_and_after_its_upstre
     following(&nats, "echo").await;
     // The end of `echo-upstream` starts `echo` only once the agents follow chains.
     let store = nats.store().await;
-    following_chains(&store).await;
+    following_chains(&store, &["echo"]).await;
 
     let client = nats.client().await;
     let mut dead = client.subscribe("cronrun.dead.echo").await.unwrap();

@@ -18,7 +18,10 @@ async fn health_and_metrics_say_what_the_agent_did() {
     })
     .await;
 
-    for (name, command) in [("ok", "true"), ("bad", "exit 3"), ("slow", "sleep 2")] {
+    // `slow` runs until the test has read what it shows while running.
+    let go = nats.dir.path().join("go");
+    let slow_command = format!("until [ -e {} ]; do sleep 0.1; done", go.display());
+    for (name, command) in [("ok", "true"), ("bad", "exit 3"), ("slow", slow_command.as_str())] {
         nats.ok(&["add", name, "--schedule", "@yearly", "--", command]);
     }
     // A job that does not run during the test (it would take one of the 3 places).
@@ -66,6 +69,7 @@ async fn health_and_metrics_say_what_the_agent_did() {
     assert_eq!(value("cronrun_nats_connected"), 1.0);
     assert_eq!(value(&format!(r#"cronrun_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
     assert!(!text.contains(&slow), "a run id became a label");
+    std::fs::write(&go, "").unwrap();
 
     // Past `metrics_jobs` (3: ok, bad and slow have the places), a job's runs count under
     // (other), and the job has no series of its own.

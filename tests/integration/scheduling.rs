@@ -102,7 +102,7 @@ async fn pause_resume_edit_and_remove_take_effect_live() {
 
     nats.ok(&["resume", "tick"]);
     let resumed_at = Utc::now();
-    eventually(Duration::from_secs(5), "runs after resume", || async {
+    eventually(Duration::from_secs(15), "runs after resume", || async {
         (!succeeded_after(store.clone(), resumed_at).await.is_empty()).then_some(())
     })
     .await;

@@ -10,8 +10,9 @@ use cronrun::record::Trigger;
 use cronrun::spec::WasmSpec;
 use cronrun::store::{Store, plugin_digest};
 use cronrun::wasm::{JobContext, Line, Source, WasmConfig, WasmOutcome, WasmRuntime};
+use futures::FutureExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 fn path_str(p: &std::path::Path) -> &str {
@@ -147,7 +148,7 @@ fn spec(host: &Host, name: &str) -> WasmSpec {
 
 impl Host {
     async fn run(&self, job: &str, spec: &WasmSpec, timeout: Option<Duration>) -> (WasmOutcome, Vec<Line>) {
-        self.run_with(job, spec, timeout, CancellationToken::new()).await
+        self.run_with(job, spec, timeout, CancellationToken::new(), None).await
     }
 
     async fn run_with(
@@ -156,6 +157,7 @@ impl Host {
         spec: &WasmSpec,
         timeout: Option<Duration>,
         cancel: CancellationToken,
+        mut first_line: Option<oneshot::Sender<()>>,
     ) -> (WasmOutcome, Vec<Line>) {
         let name = std::fs::read_dir(plugins())
             .unwrap()
@@ -176,12 +178,15 @@ impl Host {
             input: None,
         };
         // On its own task, as the runner does: the run's future is Send + 'static.
-        let outcome = tokio::spawn(prepared.run(ctx, timeout, tx, cancel)).await.unwrap();
+        let run = tokio::spawn(prepared.run(ctx, timeout, tx, cancel));
         let mut lines = Vec::new();
         while let Some(l) = rx.recv().await {
+            if let Some(said) = first_line.take() {
+                let _ = said.send(());
+            }
             lines.push(l);
         }
-        (outcome, lines)
+        (run.await.unwrap(), lines)
     }
 }
 
@@ -348,7 +353,7 @@ async fn sandbox_violations_fail_the_run_and_the_runtime_keeps_serving() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         c.cancel();
     });
-    assert_eq!(h.run_with("spin", &spec(&h, "test_spin"), None, cancel).await.0, WasmOutcome::Cancelled);
+    assert_eq!(h.run_with("spin", &spec(&h, "test_spin"), None, cancel, None).await.0, WasmOutcome::Cancelled);
 
     let (grow, _) = h.run("grow", &spec(&h, "test_grow"), Some(Duration::from_secs(20))).await;
     assert!(
@@ -392,24 +397,27 @@ async fn runs_beyond_max_instances_wait_for_an_instance_within_their_timeout() {
     h.run("hello", &hello, None).await;
     h.run("spin", &spin, Some(Duration::from_millis(50))).await;
 
-    // The one instance is held by a guest that spins until its 1 s timeout: a run that
-    // may wait 10 s gets it then and succeeds; one that may wait 300 ms times out waiting.
+    // The one instance is held by a guest that spins until its 3 s timeout (the others
+    // start once it has said so from inside): a run that may wait 10 s gets the instance
+    // then and succeeds; one that may wait 300 ms times out waiting.
     let started = Instant::now();
-    let spinning = h.run("spin", &spin, Some(Duration::from_secs(1)));
+    let (said, spinning_said) = oneshot::channel();
+    let spinning_said = spinning_said.shared();
+    let spinning = h.run_with("spin", &spin, Some(Duration::from_secs(3)), CancellationToken::new(), Some(said));
     let waiting = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        spinning_said.clone().await.unwrap();
         let waited = h.run("hello", &hello, Some(Duration::from_secs(10))).await.0;
         (waited, started.elapsed())
     };
     let impatient = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        spinning_said.clone().await.unwrap();
         h.run("hello", &hello, Some(Duration::from_millis(300))).await.0
     };
     let ((spun, _), (waited, waited_until), impatient) = tokio::join!(spinning, waiting, impatient);
     assert_eq!(spun, WasmOutcome::TimedOut);
     assert_eq!(impatient, WasmOutcome::TimedOut);
     assert_eq!(waited, WasmOutcome::Succeeded(Some("hello, world".into())));
-    assert!(waited_until >= Duration::from_secs(1), "ran before the spinning guest let go: {waited_until:?}");
+    assert!(waited_until >= Duration::from_secs(3), "ran before the spinning guest let go: {waited_until:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -35,9 +35,20 @@ pub async fn final_record(store: &Store, key: &str) -> RunRecord {
     .await
 }
 
-/// Waits until the agents follow chains (the shared `chains` consumer of the runs bucket
-/// exists): a chain applies only to the runs that end after that.
-pub async fn following_chains(store: &Store) {
+/// Waits until the leaders of `downstream`'s shards have published their `after` and the
+/// agents follow chains (the shared `chains` consumer of the runs bucket exists): a chain
+/// applies only to the runs that end after both.
+pub async fn following_chains(store: &Store, downstream: &[&str]) {
+    super::eventually(Duration::from_secs(15), "the leaders to publish the chains", || async {
+        for job in downstream {
+            let key = format!("triggers.{}", cronrun::scheduler::shard_of(job, TEST_SHARDS));
+            let published = store.leases.get(&key).await.ok()??;
+            let triggers: serde_json::Value = serde_json::from_slice(&published.value).ok()?;
+            triggers[job]["after"].as_array()?;
+        }
+        Some(())
+    })
+    .await;
     let runs_stream = store.js.get_stream("KV_cronrun_runs").await.unwrap();
     super::eventually(Duration::from_secs(15), "the agents to follow chains", || async {
         runs_stream.consumer_info("chains").await.ok().map(drop)
