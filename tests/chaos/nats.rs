@@ -99,14 +99,15 @@ fn trouble_since(agent: &Agent, since: chrono::DateTime<Utc>, run_id: &str) -> S
 }
 
 /// One nats-server (file store) is killed under a running job and an every-second job, and
-/// started again on its port with its store: the agent reconnects, the run that ended
-/// meanwhile is recorded, the schedule goes on, and no fire runs twice.
+/// started again on its port with its store: the agent reconnects (both connections, as
+/// `cronrun up` runs it: the scheduler's and the runner's), the run that ended meanwhile
+/// is recorded, the schedule goes on, and no fire runs twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_nats_restart_keeps_finished_runs_and_doubles_no_fire() {
     let mut nats = Nats::start().await;
     // Heartbeat 5 s, the default: a run's lease (three heartbeats) outlasts the outage and
     // the client's reconnect backoff (up to 4 s between attempts).
-    let mut agent = nats.agent_with_heartbeat("a", "", "5s");
+    let mut agent = nats.agent_with_scheduler_creds("a", "5s", &nats.identity("scheduler"));
     ready(&agent).await;
     let dir = nats.dir.path().display().to_string();
     apply(

@@ -415,10 +415,6 @@ async fn shell_jobs_run_as_their_user_and_never_as_root_by_accident() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_with_a_scheduler_identity_of_its_own_fires_runs_and_kills() {
     let nats = Nats::start().await;
-    let with_scheduler_creds = |name: &str, creds: &str| {
-        let toml = test_config(name).replace("[scheduler]\n", &format!("[scheduler]\ncreds = \"{creds}\"\n"));
-        nats.agent_with_env(name, &toml, &[("CRONRUN_CREDS", &nats.identity("runner"))])
-    };
     // A scheduler identity the server refuses, or a seed others may read: the agent does
     // not start, and says why in one line.
     let stranger = nats.dir.path().join("stranger.nk");
@@ -429,13 +425,13 @@ async fn an_agent_with_a_scheduler_identity_of_its_own_fires_runs_and_kills() {
     for (name, creds, expected) in
         [("stranger", &stranger, "does not accept the identity"), ("open", &open, "chmod 600")]
     {
-        let mut refused = with_scheduler_creds(name, &creds.display().to_string());
+        let mut refused = nats.agent_with_scheduler_creds(name, "1s", &creds.display().to_string());
         let status = wait_exit(&mut refused.child, Duration::from_secs(30)).await;
         let log = refused.log();
         let last = log.trim_end().lines().last().unwrap_or_default();
         assert!(!status.success() && last.contains(expected), "{name}: {status}; {log}");
     }
-    let agent = with_scheduler_creds("a", &nats.identity("scheduler"));
+    let agent = nats.agent_with_scheduler_creds("a", "1s", &nats.identity("scheduler"));
     ready(&agent).await;
     let ticks = nats.dir.path().join("ticks");
     nats.ok(&["add", "tick", "--schedule", "* * * * * *", "--", &format!("echo x >> {}", ticks.display())]);

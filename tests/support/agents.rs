@@ -81,6 +81,15 @@ impl Nats {
     pub fn agent_with_heartbeat(&self, name: &str, top_level: &str, heartbeat: &str) -> Agent {
         self.agent_with_config(name, &format!("{top_level}\n{}", test_config_with_heartbeat(name, heartbeat)))
     }
+
+    /// An agent as `cronrun up` runs one: its scheduler on a connection of its own as the
+    /// identity in `creds` (`[scheduler] creds`), the rest of it as the runner identity.
+    pub fn agent_with_scheduler_creds(&self, name: &str, heartbeat: &str, creds: &str) -> Agent {
+        let config = test_config_with_heartbeat(name, heartbeat);
+        assert!(config.contains("[scheduler]\n"), "{config}");
+        let toml = config.replace("[scheduler]\n", &format!("[scheduler]\ncreds = \"{creds}\"\n"));
+        self.agent_with_env(name, &toml, &[("CRONRUN_CREDS", &self.identity("runner"))])
+    }
 }
 
 impl Cluster {
