@@ -231,15 +231,25 @@ async fn cli_writes_record_the_identity_that_made_them() {
     assert!(seen[0].1.starts_with("added") && seen[2].1.starts_with("paused"), "{seen:?}");
 }
 
+/// Two identities to be refused, written in `dir`: a seed the server does not know
+/// (`stranger.nk`), and a copy of `seed` that others may read (`open.nk`).
+fn refused_identities(
+    dir: &std::path::Path,
+    seed: impl AsRef<std::path::Path>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let stranger = dir.join("stranger.nk");
+    cronrun::auth::write_private(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    let open = dir.join("open.nk");
+    std::fs::copy(seed, &open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    (stranger, open)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_without_a_valid_identity_are_refused_with_one_line() {
     let nats = Nats::start().await;
     let dir = test_dir();
-    let stranger = dir.path().join("stranger.nk");
-    cronrun::auth::write_private(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
-    let open = dir.path().join("open.nk");
-    std::fs::copy(nats.identity("admin"), &open).unwrap();
-    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (stranger, open) = refused_identities(dir.path(), nats.identity("admin"));
     let garbage = dir.path().join("garbage.nk");
     cronrun::auth::write_private(&garbage, "not a seed").unwrap();
     let cases = [
@@ -417,11 +427,7 @@ async fn an_agent_with_a_scheduler_identity_of_its_own_fires_runs_and_kills() {
     let nats = Nats::start().await;
     // A scheduler identity the server refuses, or a seed others may read: the agent does
     // not start, and says why in one line.
-    let stranger = nats.dir.path().join("stranger.nk");
-    cronrun::auth::write_private(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
-    let open = nats.dir.path().join("open.nk");
-    std::fs::copy(nats.identity("scheduler"), &open).unwrap();
-    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (stranger, open) = refused_identities(nats.dir.path(), nats.identity("scheduler"));
     for (name, creds, expected) in
         [("stranger", &stranger, "does not accept the identity"), ("open", &open, "chmod 600")]
     {
