@@ -354,7 +354,13 @@ async fn from_snapshots(
 /// several are read from an index of up to `WHOLE_INDEX_UP_TO` jobs (entries of others
 /// are dropped unread).
 fn filters(wanted: &[u32], at: &IndexAt) -> Vec<String> {
-    match wanted.len() > 1 && at.subjects <= WHOLE_INDEX_UP_TO {
+    pass_filters(wanted, at.subjects)
+}
+
+/// The keys a pass for `wanted` shards filters an index of `subjects` jobs on (see
+/// `filters`; the bench's anchor makes the same consumers).
+pub fn pass_filters(wanted: &[u32], subjects: u64) -> Vec<String> {
+    match wanted.len() > 1 && subjects <= WHOLE_INDEX_UP_TO {
         true => vec![">".to_string()],
         false => wanted.iter().map(|n| format!("{n}.>")).collect(),
     }

@@ -121,6 +121,15 @@ impl Deployment {
         Ok(Store::open(self.bench_client().await?, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
     }
 
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The unrestricted `bench` user's password (see `bench_client`).
+    pub fn bench_password(&self) -> &str {
+        &self.bench_password
+    }
+
     /// A client as the unrestricted `bench` user.
     pub async fn bench_client(&self) -> Result<async_nats::Client> {
         let options = async_nats::ConnectOptions::with_user_and_password("bench".into(), self.bench_password.clone());

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
 
-use super::{every_second_job, open};
+use super::{every_second_job, open, shard_range, shard_share};
 use crate::cli::Ctx;
 use crate::scheduler::loader::read;
 use crate::scheduler::{DEFAULT_SHARDS, FireQueue};
@@ -40,11 +40,9 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
     filed(&store, a.schedules).await?;
     let exe = std::env::current_exe().context("finding the cronrun binary")?;
     let probes = (0..a.agents).map(|i| {
-        // `agents` is 1..=64: every share holds one shard at least.
-        let (first, last) = (i * DEFAULT_SHARDS / a.agents, (i + 1) * DEFAULT_SHARDS / a.agents - 1);
         let exe = exe.clone();
         async move {
-            let args = ["--nats", url, "bench", "load", "--probe", &format!("{first}-{last}")];
+            let args = ["--nats", url, "bench", "load", "--probe", &shard_share(i, a.agents)];
             let out = tokio::process::Command::new(exe).args(args).output().await.context("running a load probe")?;
             if !out.status.success() {
                 bail!("load probe failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -78,10 +76,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
 /// Loads shards `FIRST-LAST` in one pass, as an agent's shard tasks read them when it
 /// starts, and prints time and memory as JSON.
 async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
-    let range = shards.split_once('-').and_then(|(a, b)| Some(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?));
-    let Some(range) = range.filter(|r| !r.is_empty() && *r.end() < DEFAULT_SHARDS) else {
-        bail!("--probe {shards:?}: give FIRST-LAST shards below {DEFAULT_SHARDS}")
-    };
+    let range = shard_range("--probe", shards)?;
     let store = open(url, namespace).await?;
     let index = store.schedules_index(DEFAULT_SHARDS).await?;
     let rss_before = rss_kib();

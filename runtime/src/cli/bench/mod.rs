@@ -11,12 +11,14 @@
 //! - `load.rs`: load time and memory with a million schedules.
 //! - `soak.rs`: many runs through agent and nats-server restarts, on `deployment.rs`.
 //! - `scale.rs`: whole agents loading millions of schedules, and one leaving, on
-//!   `deployment.rs`.
+//!   `deployment.rs`, beside its anchor (`index_anchor.rs`: the same passes over the
+//!   schedules index by readers that only count).
 
 mod anchor;
 mod deployment;
 mod dispatch;
 mod executions;
+mod index_anchor;
 mod lateness;
 mod load;
 mod raw_nats;
@@ -115,6 +117,13 @@ pub enum BenchKind {
         #[arg(long)]
         grow: bool,
     },
+    /// Internal: count the schedules index's entries of shards FIRST-LAST as an agent's
+    /// first pass is delivered them (`bench scale`'s anchor), in a fresh process
+    #[command(hide = true)]
+    IndexReader {
+        #[arg(long)]
+        shards: String,
+    },
     /// Every-second jobs for a long time through agent and nats-server restarts, on
     /// agents running as separate processes; fails when a fire ran twice or state grew
     /// with the runs. Always starts its own nats-server (it restarts it)
@@ -136,6 +145,10 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     match a.what {
         BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } if ctx.global.nats.is_some() => {
             anyhow::bail!("bench soak, lateness and scale start their own nats-server and agents: leave out --nats")
+        }
+        BenchKind::IndexReader { shards } => {
+            let url = ctx.global.nats.as_deref().context("bench index-reader needs --nats")?;
+            return index_anchor::reader(url, &ctx.global.namespace, &shards).await;
         }
         BenchKind::Scale { schedules, agents, firing, grow } => {
             return scale::run(ctx, scale::ScaleArgs { schedules, agents: agents as usize, firing, grow }).await;
@@ -168,7 +181,10 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await
         }
         // Run on their own deployment above.
-        BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } => Ok(()),
+        BenchKind::Soak { .. }
+        | BenchKind::Lateness { .. }
+        | BenchKind::Scale { .. }
+        | BenchKind::IndexReader { .. } => Ok(()),
     };
     if let Some(server) = server {
         server.stop().await;
@@ -179,6 +195,22 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
 pub(super) async fn open(url: &str, namespace: &str) -> Result<Store> {
     let client = crate::connect::connect(url, None, "cronrun-bench").await?;
     Ok(Store::open(client, Names::new(namespace)?, &LayoutOptions::default()).await?)
+}
+
+/// Share `i` of `of` (1 to 64) of the shards, as `FIRST-LAST`: what one of `of` agents
+/// starting together leads.
+fn shard_share(i: u32, of: u32) -> String {
+    let shards = crate::scheduler::DEFAULT_SHARDS;
+    format!("{}-{}", i * shards / of, (i + 1) * shards / of - 1)
+}
+
+/// The shards `FIRST-LAST` given to `flag` (a process measuring one agent's share).
+fn shard_range(flag: &str, arg: &str) -> Result<std::ops::RangeInclusive<u32>> {
+    let shards = crate::scheduler::DEFAULT_SHARDS;
+    let range = arg.split_once('-').and_then(|(a, b)| Some(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?));
+    range
+        .filter(|r| !r.is_empty() && *r.end() < shards)
+        .with_context(|| format!("{flag} {arg:?}: give FIRST-LAST shards below {shards}"))
 }
 
 pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -220,4 +252,26 @@ fn bench_config(namespace: &str) -> crate::config::AgentConfig {
         crate::config::AgentConfig { namespace: namespace.into(), name: "bench".into(), ..Default::default() };
     config.runner.allow_root = true;
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shard_range, shard_share};
+
+    #[test]
+    fn the_shares_of_agents_cover_every_shard_once_and_bad_ranges_are_refused() {
+        for of in [1, 2, 3, 4, 7, 64] {
+            let mut next = 0;
+            for i in 0..of {
+                let range = shard_range("--shards", &shard_share(i, of)).unwrap();
+                assert_eq!(*range.start(), next, "share {i} of {of}");
+                next = range.end() + 1;
+            }
+            assert_eq!(next, 64, "{of} shares");
+        }
+        for bad in ["", "3", "5-2", "0-64", "a-b", "-1-3", "0-18446744073709551616", "0 - 3", "0-3-5"] {
+            let e = shard_range("--shards", bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--shards {bad:?}")) && e.contains("below 64"), "{bad}: {e}");
+        }
+    }
 }

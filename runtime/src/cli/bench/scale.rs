@@ -3,7 +3,9 @@
 //! its shards over, while every-second jobs record their own fires so that a fire lost or
 //! doubled in the handover is seen; then all of them stopped and started again, as in an
 //! upgrade (shards read from the snapshots the first start wrote, or with `--grow`, the
-//! schedules written while the agents ran, from the snapshots their leaders kept).
+//! schedules written while the agents ran, from the snapshots their leaders kept). Beside
+//! the first start, its anchor once the agents are stopped: the same passes over the
+//! schedules index by processes that only count what they are delivered (`index_anchor`).
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,7 @@ use chrono::{Datelike, Utc};
 use serde_json::{Value, json};
 
 use super::deployment::{AgentProcess, Deployment};
+use super::index_anchor;
 use super::lateness::whole_second;
 use super::{load, soak};
 use crate::cli::Ctx;
@@ -77,6 +80,16 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
         deployment.remove_agent(0).await?;
     }
     let restart = start_agents(&mut deployment, &http, &a, a.schedules).await.context("the agents started again")?;
+    deployment.stop_agents().await?;
+    // A first start passed over the index; one grown while the agents ran did not.
+    let anchor = match a.grow {
+        true => None,
+        false => Some(
+            index_anchor::measure(&deployment, a.agents as u32, a.schedules as u64)
+                .await
+                .context("the anchor: NATS alone passing over the index")?,
+        ),
+    };
     deployment.stop().await?;
 
     let value = json!({
@@ -84,6 +97,7 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
         "agents_rss_kib": load.rss_kib, "load_cpu_s": load.cpu_s, "nats_server_rss_kib": server_rss_kib,
         "leaving": leaving, "stop_s": stop_s, "handover_s": handover_s, "fires": fired,
         "restart_s": restart.took_s, "restarted_rss_kib": restart.rss_kib, "restart_cpu_s": restart.cpu_s,
+        "anchor_s": anchor.as_ref().map(|x| x.took_s), "anchor_cpu_s": anchor.map(|x| x.cpu_s),
     });
     ctx.print(&value, || text(&value))?;
     if fired.not_run > 0 || fired.twice > 0 {
@@ -169,12 +183,23 @@ fn text(v: &Value) -> String {
         _ => String::new(),
     };
     let fired = &v["fires"];
+    let anchor = match v["anchor_s"].as_f64() {
+        Some(took) => format!(
+            "\nanchor, NATS alone: the same {} passes over the index by readers that only count took {took:.1}s \
+             (CPU: the readers {:.1} s, nats-server {:.1} s); the first start took {:.2} x that",
+            v["agents"],
+            v["anchor_cpu_s"]["readers"].as_f64().unwrap_or(f64::NAN),
+            v["anchor_cpu_s"]["nats_server"].as_f64().unwrap_or(f64::NAN),
+            f("load_s") / took,
+        ),
+        None => String::new(),
+    };
     format!(
         "{} schedules on {} agents{}: every shard led and every job loaded after {:.1}s{}; \
          agents' resident memory {} MiB, nats-server {} MiB\n\
          {} left (SIGTERM, stopped in {:.1}s): its shards led and loaded by the others {:.1}s after it was told\n\
          every-second jobs through the handover: {} of {} fires ran once, {} twice, {} not at all\n\
-         all stopped and started again: every shard led and every job loaded after {:.1}s{}; resident memory {} MiB",
+         all stopped and started again: every shard led and every job loaded after {:.1}s{}; resident memory {} MiB{}",
         v["schedules"],
         v["agents"],
         if v["grown"].as_bool() == Some(true) { ", written while they ran" } else { " started together" },
@@ -192,5 +217,6 @@ fn text(v: &Value) -> String {
         f("restart_s"),
         cpu(&v["restart_cpu_s"]),
         mib("restarted_rss_kib"),
+        anchor,
     )
 }
