@@ -231,14 +231,14 @@ async fn pass_over(
     // Everything up to here is read: a shard with nothing in it is followed from here on.
     let floor = at.last;
     let mut pass = match at.messages {
-        0 => Pass::new(index.watch_all_of(&filters(wanted, at)).await?, floor),
+        0 => Pass::new(index.watch_all_of(&pass_filters(wanted, at.subjects)).await?, floor),
         // A consumer filtering on several shards that starts at the index's first entry
         // costs nats-server (2.14) a walk over the subjects of all of them to find where
         // it starts (`LoadNextMsgMulti`), on top of the one counting what it will deliver:
         // with 10,000,000 jobs, seconds before a first start hears anything. Started
         // after it, it does not; the first entry is read on its own (the index keeps one
         // entry per job, so from there on is all of it).
-        _ => Pass::new(index.changes_after_all_of(&filters(wanted, at), at.first).await?, floor)
+        _ => Pass::new(index.changes_after_all_of(&pass_filters(wanted, at.subjects), at.first).await?, floor)
             .with_first(first_entry(index, at.first).await?),
     };
     let share = usize::try_from(at.messages / u64::from(shards)).unwrap_or(0);
@@ -323,7 +323,7 @@ async fn from_snapshots(
     }
     let oldest = heads.iter().map(|(_, h)| h.after).min().unwrap_or(0);
     let wanted: Vec<u32> = heads.iter().map(|(n, _)| *n).collect();
-    let mut pass = Pass::new(index.changes_after_all_of(&filters(&wanted, at), oldest).await?, at.last);
+    let mut pass = Pass::new(index.changes_after_all_of(&pass_filters(&wanted, at.subjects), oldest).await?, at.last);
     let mut changes: HashMap<u32, Option<Changes>> =
         heads.iter().map(|(n, _)| (*n, Some(Changes::default()))).collect();
     let mut since = 0u64;
@@ -350,15 +350,9 @@ async fn from_snapshots(
     Ok(Read { jobs: by_shard(seen), after: pass.after, kept })
 }
 
-/// What a read of `wanted` shards filters the index on: the shards, or everything when
-/// several are read from an index of up to `WHOLE_INDEX_UP_TO` jobs (entries of others
-/// are dropped unread).
-fn filters(wanted: &[u32], at: &IndexAt) -> Vec<String> {
-    pass_filters(wanted, at.subjects)
-}
-
-/// The keys a pass for `wanted` shards filters an index of `subjects` jobs on (see
-/// `filters`; the bench's anchor makes the same consumers).
+/// What a read of `wanted` shards filters an index of `subjects` jobs on: the shards, or
+/// everything when several are read from an index of up to `WHOLE_INDEX_UP_TO` jobs
+/// (entries of others are dropped unread). The bench's anchor makes the same consumers.
 pub fn pass_filters(wanted: &[u32], subjects: u64) -> Vec<String> {
     match wanted.len() > 1 && subjects <= WHOLE_INDEX_UP_TO {
         true => vec![">".to_string()],
