@@ -116,6 +116,19 @@ impl Names {
     pub fn kill_subject(&self, job: &str, run_id: &str) -> String {
         format!("{}.ctl.run.{job}.{run_id}.kill", self.ns)
     }
+    /// `cronrun.ctl.answer.<token>`: where a control request asks for its answer. Runners
+    /// answer only here, never into a reply subject of the asker's choosing: an identity
+    /// that may answer any reply subject (`allow_responses`) can be made to publish
+    /// anywhere by a request it sends itself (docs/security.md).
+    pub fn control_answer_subject(&self, token: &str) -> String {
+        format!("{}.ctl.answer.{token}", self.ns)
+    }
+    /// Whether `subject` is a control answer subject (see [`Self::control_answer_subject`]).
+    pub fn is_control_answer(&self, subject: &str) -> bool {
+        subject
+            .strip_prefix(&format!("{}.ctl.answer.", self.ns))
+            .is_some_and(|token| !token.is_empty() && !token.contains(['.', '*', '>']))
+    }
     /// Subjects no Wasm guest may publish to, whatever its grant: JetStream's API, KV and
     /// object store subjects, the system account, reply inboxes, and this deployment's own
     /// subjects (dispatch, logs, events, control).

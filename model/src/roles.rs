@@ -47,8 +47,12 @@ impl Role {
 pub struct Permissions {
     pub publish: Vec<String>,
     pub subscribe: Vec<String>,
-    /// May answer requests it received (kill requests), whatever their reply subject.
-    pub allow_responses: bool,
+    /// Publishes refused though an allowed pattern covers them: the server checks these
+    /// first. No identity has `allow_responses` (answering any reply subject a message
+    /// carries): a client holding it can send itself a request whose reply subject is any
+    /// subject at all, and "answer" it (docs/security.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub publish_deny: Vec<String>,
 }
 
 impl Permissions {
@@ -64,13 +68,15 @@ impl Permissions {
                 self.subscribe.push(s);
             }
         }
-        self.allow_responses |= other.allow_responses;
+        // Refused to the union only where refused to both: a right one role needs is kept.
+        self.publish_deny.retain(|d| other.publish_deny.contains(d));
         self
     }
 
     /// Whether a publish to `subject` is allowed.
     pub fn may_publish(&self, subject: &str) -> bool {
         self.publish.iter().any(|p| pattern_covers(p, subject))
+            && !self.publish_deny.iter().any(|p| pattern_covers(p, subject))
     }
 
     /// Whether subscribing to `subject` is allowed.
@@ -149,19 +155,6 @@ impl Names {
         streams
     }
 
-    /// Acknowledging what the watches of the jobs and leases buckets deliver (ordered
-    /// consumers, no acks: nothing happens), for identities with a runner's
-    /// `allow_responses` (runners, agents). Without it, the server records every message
-    /// delivered to them as a reply they may send, keeps it two minutes and walks all of
-    /// them after every 4,096 new ones: with an agent's watch of run leases (a few changes
-    /// per run) that was an eighth of the server's CPU at 1,500 runs a second. No cronrun
-    /// consumer of these buckets takes acks.
-    fn ack_watched(&self, api: &mut Api) {
-        for bucket in [self.jobs_bucket(), self.leases_bucket()] {
-            api.add(format!("$JS.ACK.{}.>", kv_stream(&bucket)));
-        }
-    }
-
     /// The permissions of `role`, whose replies arrive under `inbox` (see [`inbox_prefix`]).
     /// `guest_publish` lists the subjects Wasm jobs on a runner may publish to (their grants
     /// are checked by the runner first; this is the server's own bound on them).
@@ -174,7 +167,7 @@ impl Names {
         }
         let kv_write = |bucket: String, key: &str| format!("$KV.{bucket}.{key}");
         let mut subscribe = vec![format!("{inbox}.>")];
-        let mut allow_responses = false;
+        let mut publish_deny = Vec::new();
         match role {
             Role::Admin => {
                 api.read_and_create_layout(self);
@@ -193,6 +186,8 @@ impl Names {
                 api.add(self.wildcard("dispatch"));
                 api.add(self.wildcard("ctl"));
                 api.add(self.wildcard("events"));
+                // Where the runner holding a run answers a kill (see `control_answer_subject`).
+                subscribe.push(self.control_answer_subject(">"));
             }
             Role::Viewer => {
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.leases_bucket(), self.schedules_bucket()] {
@@ -200,6 +195,9 @@ impl Names {
                 }
                 api.read_stream(&self.logs_stream());
                 api.read_stream(&self.events_stream());
+                // Reading makes and ends consumers of its own; the schedulers' durables are
+                // not its own to delete, nor their names to take.
+                publish_deny = self.durables_api();
             }
             Role::Scheduler => {
                 api.read_and_create_layout(self);
@@ -208,9 +206,6 @@ impl Names {
                 let schedules = kv_stream(&self.schedules_bucket());
                 api.read_stream(&schedules);
                 api.add(format!("$JS.API.STREAM.CREATE.{schedules}"));
-                // Acknowledging the index's messages, which its consumers (ordered, no
-                // acks) ignore: for an agent (scheduler and runner), see `ack_watched`.
-                api.add(format!("$JS.ACK.{schedules}.>"));
                 // The index's snapshots, a bucket the schedulers make and write.
                 let snapshots = self.snapshots_bucket();
                 api.read_stream(&kv_stream(&snapshots));
@@ -291,11 +286,26 @@ impl Names {
                     api.add(subject.clone());
                 }
                 subscribe.push(self.wildcard("ctl"));
-                allow_responses = true;
-                self.ack_watched(&mut api);
+                // It reads the runs bucket as a viewer does: nor are the durables its own.
+                publish_deny = self.durables_api();
             }
         }
-        Permissions { publish, subscribe, allow_responses }
+        Permissions { publish, subscribe, publish_deny }
+    }
+
+    /// The JetStream API subjects that create, delete or update the schedulers' durable
+    /// consumers (`notify` of the events stream, `chains` of the runs bucket's stream), by
+    /// every form of the API that names a consumer.
+    fn durables_api(&self) -> Vec<String> {
+        let durables = [(self.events_stream(), NOTIFY_CONSUMER), (kv_stream(&self.runs_bucket()), CHAIN_CONSUMER)];
+        let mut subjects = vec!["$JS.API.CONSUMER.DURABLE.CREATE.>".to_string()];
+        for (stream, name) in durables {
+            for action in ["CREATE", "DELETE", "UPDATE"] {
+                subjects.push(format!("$JS.API.CONSUMER.{action}.{stream}.{name}"));
+            }
+            subjects.push(format!("$JS.API.CONSUMER.CREATE.{stream}.{name}.>"));
+        }
+        subjects
     }
 }
 
@@ -329,11 +339,14 @@ mod tests {
             (Viewer, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", false),
             (Scheduler, "$JS.API.STREAM.CREATE.KV_cronrun_schedules", true),
             (Scheduler, "$JS.API.STREAM.UPDATE.KV_cronrun_schedules", false),
-            (Scheduler, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", true),
+            // Ordered consumers take no acks: no identity needs these.
+            (Scheduler, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", false),
             (Runner, "$JS.ACK.KV_cronrun_schedules.x.1.2.3.4.5.6.7", false),
             (Scheduler, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", false),
-            (Runner, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", true),
-            (Runner, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", true),
+            (Runner, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", false),
+            (Runner, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", false),
+            (Runner, "$KV.cronrun_jobs.pwned", false),
+            (Runner, "cronrun.ctl.answer.t1", true),
             (Runner, "$JS.ACK.KV_cronrun_runs.chains.1.2.3.4.5.6.7", false),
             (Viewer, "$JS.ACK.KV_cronrun_leases.x.1.2.3.4.5.6.7", false),
             (Admin, "$JS.ACK.KV_cronrun_jobs.x.1.2.3.4.5.6.7", false),
@@ -402,15 +415,46 @@ mod tests {
     }
 
     #[test]
-    fn only_runners_subscribe_beyond_their_inbox() {
+    fn beyond_their_inbox_runners_subscribe_to_kills_and_admins_to_their_answers_only() {
         for role in Role::ALL {
             let p = perms(role);
             assert!(p.may_subscribe("_INBOX.UABC.x1"), "{role:?}");
             assert!(!p.may_subscribe("_INBOX.UOTHER.x1"), "{role:?} reads another's replies");
             assert!(!p.may_subscribe("cronrun.dispatch.default"), "{role:?}");
             assert_eq!(p.may_subscribe("cronrun.ctl.run.j.r.kill"), role == Role::Runner, "{role:?}");
-            assert_eq!(p.allow_responses, role == Role::Runner, "{role:?}");
+            assert_eq!(
+                p.may_subscribe("cronrun.ctl.answer.t1"),
+                matches!(role, Role::Admin | Role::Runner),
+                "{role:?}"
+            );
         }
+    }
+
+    #[test]
+    fn viewers_and_runners_read_with_consumers_of_their_own_but_cannot_touch_the_schedulers_durables() {
+        let viewer = perms(Role::Viewer);
+        let cases = [
+            ("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS", true),
+            ("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.oc1.cronrun.events.>", true),
+            ("$JS.API.CONSUMER.DELETE.CRONRUN_EVENTS.oc1", true),
+            ("$JS.API.CONSUMER.DELETE.CRONRUN_EVENTS.notify", false),
+            ("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.notify", false),
+            ("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.notify.cronrun.events.>", false),
+            ("$JS.API.CONSUMER.UPDATE.CRONRUN_EVENTS.notify", false),
+            ("$JS.API.CONSUMER.DELETE.KV_cronrun_runs.chains", false),
+            ("$JS.API.CONSUMER.CREATE.KV_cronrun_runs.chains", false),
+            ("$JS.API.CONSUMER.DURABLE.CREATE.CRONRUN_EVENTS.notify", false),
+        ];
+        for (subject, allowed) in cases {
+            assert_eq!(viewer.may_publish(subject), allowed, "viewer publish {subject}");
+        }
+        let runner = perms(Role::Runner);
+        assert!(!runner.may_publish("$JS.API.CONSUMER.DELETE.KV_cronrun_runs.chains"));
+        assert!(runner.may_publish("$JS.API.CONSUMER.CREATE.CRONRUN_DISPATCH.pool-default.cronrun.dispatch.default"));
+        // An agent holding the scheduler's role keeps its right to make its durables.
+        let agent = perms(Role::Scheduler).union(perms(Role::Runner));
+        assert!(agent.may_publish("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.notify"));
+        assert!(agent.publish_deny.is_empty());
     }
 
     #[test]

@@ -71,9 +71,8 @@ pub async fn kill(store: &Store, job: &str, run_id: &str, signal: Signal) -> Res
         .with_detail(format!("{} on {host}", signal.as_str()));
     publish_event(store, &event).await;
     let subject = store.names.kill_subject(job, run_id);
-    let asked = store.client.request(subject, signal.as_str().to_string().into());
-    match tokio::time::timeout(KILL_ANSWER, asked).await {
-        Ok(Ok(_)) => Ok(host),
+    match store.ask_control(subject, signal.as_str().to_string().into(), KILL_ANSWER).await {
+        Ok(Some(_)) => Ok(host),
         _ => Err(Error::new(
             ErrorKind::Other,
             format!("no runner answered for run {key} (host {host}): it may have just ended, or its runner is down"),

@@ -96,7 +96,7 @@ impl Identities {
             let p = Permissions {
                 publish: publish.to_vec(),
                 subscribe: vec![format!("{}.>", inbox_prefix(&public_key))],
-                allow_responses: false,
+                publish_deny: Vec::new(),
             };
             users.push(json!({ "nkey": public_key, "permissions": server_permissions(&p) }));
         }
@@ -112,16 +112,17 @@ impl Identities {
 /// The permissions of an identity holding `roles` (their union), replies under `inbox`.
 pub fn identity_permissions(names: &Names, roles: &[Role], inbox: &str, guest_publish: &[String]) -> Permissions {
     let all = roles.iter().map(|&role| names.permissions(role, inbox, guest_publish));
-    all.fold(Permissions::default(), Permissions::union)
+    // Reduced, not folded from an empty set: the union keeps what both sides deny.
+    all.reduce(Permissions::union).unwrap_or_default()
 }
 
 /// `permissions` in nats-server's form.
 pub fn server_permissions(p: &Permissions) -> serde_json::Value {
-    json!({
-        "publish": { "allow": p.publish },
-        "subscribe": { "allow": p.subscribe },
-        "allow_responses": p.allow_responses,
-    })
+    let mut publish = json!({ "allow": p.publish });
+    if !p.publish_deny.is_empty() {
+        publish["deny"] = json!(p.publish_deny);
+    }
+    json!({ "publish": publish, "subscribe": { "allow": p.subscribe } })
 }
 
 /// Writes `text` to a new file readable by its owner only (replacing any file there).
@@ -265,6 +266,8 @@ mod tests {
         let roles = IDENTITIES.iter().find(|(name, _)| *name == "agent").unwrap().1;
         let agent = identity_permissions(&Names::new("cronrun").unwrap(), roles, "_INBOX.U", &[]);
         assert!(agent.may_publish("$KV.cronrun_leases.shard.1") && agent.may_publish("$KV.cronrun_leases.run.j.r"));
+        let viewer = identity_permissions(&Names::new("cronrun").unwrap(), &[Role::Viewer], "_INBOX.U", &[]);
+        assert!(!viewer.may_publish("$JS.API.CONSUMER.DELETE.CRONRUN_EVENTS.notify"), "the viewer's denials are kept");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - `wasm`: `cronrun deploy` and the Wasm host called directly.
 //! - `wasm_agent`: deployed Wasm jobs run by a real agent.
 //! - `security`: each role refused what it must not do; bad credentials.
+//! - `hostile`: the routes around an allow-list (reply subjects, deliver subjects, durables).
 //! - `observe`: the agent's /livez, /readyz and /metrics.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
 //! - `up`: `cronrun up` as a user runs it.
@@ -33,6 +34,7 @@ mod catchup;
 mod chains;
 mod dashboard;
 mod failure;
+mod hostile;
 mod import;
 mod input;
 mod messages;

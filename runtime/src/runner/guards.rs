@@ -10,6 +10,13 @@
 //! - `replace`: the run in progress is asked to stop (TERM), and the new one starts when
 //!   it has.
 //!
+//! A policy judges a run only against a run that was already going at its fire instant.
+//! A run that took `active.<job>` after this run's fire was due (a backlog released late,
+//! after a takeover or while NATS failed over) did not overlap it: this run waits for it
+//! instead, and starts when it ends, until its starting deadline (the job's, else
+//! [`BACKLOG_DEADLINE`]) has passed; then it is skipped, saying so. So a backlog of a job
+//! whose runs are shorter than its period runs every fire (docs/failure-model.md).
+//!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
 //!
@@ -19,6 +26,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -44,6 +52,9 @@ pub(super) enum Decision {
 enum OnActive {
     /// Wait for it to end (our own earlier attempt, or `replace` asked it to stop).
     Wait,
+    /// Wait for it to end, until the run's starting deadline: it took the lease after
+    /// this run's fire was due, so it does not overlap this fire (a late backlog).
+    WaitLate,
     /// Wait as the one queued run, if `queued.<job>` is free.
     Queue,
     /// Ask it to stop, then wait (overlap `replace`).
@@ -51,10 +62,20 @@ enum OnActive {
     Skip(String),
 }
 
-fn on_active(overlap: Overlap, current: &str, run_key: &str) -> OnActive {
+/// The holder of `active.<job>` as this run sees it: its run key and when it took the lease.
+struct Active<'a> {
+    run_key: &'a str,
+    since: DateTime<Utc>,
+}
+
+/// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
+fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<Utc>) -> OnActive {
     match overlap {
-        _ if current == run_key => OnActive::Wait,
-        Overlap::Skip | Overlap::Allow => OnActive::Skip(format!("run {current} is still running (overlap skip)")),
+        _ if current.run_key == run_key => OnActive::Wait,
+        Overlap::Skip | Overlap::Allow | Overlap::Queue if current.since >= fire => OnActive::WaitLate,
+        Overlap::Skip | Overlap::Allow => {
+            OnActive::Skip(format!("run {} is still running (overlap skip)", current.run_key))
+        }
         Overlap::Queue => OnActive::Queue,
         Overlap::Replace => OnActive::Replace,
     }
@@ -63,6 +84,10 @@ fn on_active(overlap: Overlap, current: &str, run_key: &str) -> OnActive {
 /// How often a waiting run looks whether its predecessor is gone.
 const POLL: Duration = Duration::from_millis(200);
 
+/// How long after its fire a run of a backlog may still wait for the run before it, when
+/// its job sets no `starting_deadline`: the schedulers' default deadline.
+pub(super) const BACKLOG_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Whether a run of `spec` takes no lease here (overlap allowed, no lock): nothing can
 /// hold it back.
 pub(super) fn unguarded(spec: &JobSpec) -> bool {
@@ -70,10 +95,11 @@ pub(super) fn unguarded(spec: &JobSpec) -> bool {
 }
 
 /// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
+/// `fire` is the run's fire instant (see [`on_active`]).
 pub(super) async fn acquire(
     ctx: &RunnerCtx,
     (spec, ttl): (&JobSpec, Duration),
-    run_key: &str,
+    (run_key, fire): (&str, DateTime<Utc>),
     mut run_lease: Option<&mut Lease>,
     shutdown: &CancellationToken,
 ) -> Result<Decision, Error> {
@@ -85,9 +111,18 @@ pub(super) async fn acquire(
         match Lease::try_acquire(leases, &key, run_key, ttl).await? {
             Some(lease) => held.push(lease),
             None => {
-                let current = holder(leases, &key).await?.map(|h| h.holder).unwrap_or_else(|| "?".into());
-                let waiter = match on_active(spec.overlap, &current, run_key) {
+                // Gone since: taken in the first round of the wait below.
+                let (current, since) =
+                    holder(leases, &key).await?.map_or(("?".to_string(), fire), |h| (h.holder, h.acquired_at));
+                let active = Active { run_key: &current, since };
+                let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
+                let mut give_up = None;
+                let waiter = match on_active(spec.overlap, &active, run_key, fire) {
                     OnActive::Wait => None,
+                    OnActive::WaitLate => {
+                        give_up = Some(fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX));
+                        None
+                    }
                     OnActive::Skip(why) => return Ok(Decision::Skip(why)),
                     OnActive::Queue => {
                         match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
@@ -119,6 +154,12 @@ pub(super) async fn acquire(
                     if let Some(lease) = Lease::try_acquire(leases, &key, run_key, ttl).await? {
                         held.push(lease);
                         break;
+                    }
+                    if give_up.is_some_and(|at| ctx.clock.now() > at) {
+                        return Ok(Decision::Skip(format!(
+                            "run {current} was still running at this fire's starting deadline, {} after it",
+                            humantime::format_duration(deadline)
+                        )));
                     }
                     if let Some(lease) = run_lease.as_deref_mut() {
                         lease.renew().await?;
@@ -167,7 +208,7 @@ async fn replace(ctx: &RunnerCtx, run_key: &str) {
     let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return };
     let subject = ctx.store.names.kill_subject(job, run_id);
     info!(replaced = run_key, "stopping the run in progress (overlap replace)");
-    let _ = tokio::time::timeout(Duration::from_secs(5), ctx.store.client.request(subject, "TERM".into())).await;
+    let _ = ctx.store.ask_control(subject, "TERM".into(), Duration::from_secs(5)).await;
 }
 
 pub(super) async fn renew_all(leases: &mut [Lease]) -> Result<(), Error> {
@@ -190,18 +231,29 @@ mod tests {
     #[test]
     fn a_held_active_lease_is_waited_for_queued_behind_replaced_or_skips_as_the_policy_says() {
         let (me, other) = ("nightly/r-2", "nightly/r-1");
+        let fire = DateTime::parse_from_rfc3339("2026-12-06T01:00:10Z").unwrap().to_utc();
+        let (before, at, after) = (fire - chrono::Duration::milliseconds(1), fire, fire + chrono::Duration::seconds(5));
         let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
         let cases = [
-            (Overlap::Skip, other, skip),
-            (Overlap::Queue, other, OnActive::Queue),
-            (Overlap::Replace, other, OnActive::Replace),
+            // Running at this fire's instant: the policy decides.
+            (Overlap::Skip, other, before, skip),
+            (Overlap::Queue, other, before, OnActive::Queue),
+            (Overlap::Replace, other, before, OnActive::Replace),
+            // Started at or after this fire was due (a backlog released late): no overlap
+            // with this fire, waited for, whatever the order of their fires.
+            (Overlap::Skip, other, at, OnActive::WaitLate),
+            (Overlap::Skip, other, after, OnActive::WaitLate),
+            (Overlap::Queue, other, after, OnActive::WaitLate),
+            // Replace stops the run in progress, late or not: the newest fire wins.
+            (Overlap::Replace, other, after, OnActive::Replace),
             // Our own earlier attempt (its runner died): waited for whatever the policy.
-            (Overlap::Skip, me, OnActive::Wait),
-            (Overlap::Queue, me, OnActive::Wait),
-            (Overlap::Replace, me, OnActive::Wait),
+            (Overlap::Skip, me, before, OnActive::Wait),
+            (Overlap::Queue, me, after, OnActive::Wait),
+            (Overlap::Replace, me, before, OnActive::Wait),
         ];
-        for (overlap, current, expected) in cases {
-            assert_eq!(on_active(overlap, current, me), expected, "{overlap:?}, held by {current}");
+        for (overlap, current, since, expected) in cases {
+            let active = Active { run_key: current, since };
+            assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?}, held by {current} since {since}");
         }
     }
 }

@@ -150,7 +150,8 @@ async fn run_claimed(
         stale.discard().await;
     }
     let ttl = held.run_ttl(ctx);
-    match guards::acquire(ctx, (&spec, ttl), &held.record.key(), held.lease.as_mut(), &stops.shutdown).await? {
+    let fire = held.record.scheduled_at.unwrap_or(d.scheduled_at);
+    match guards::acquire(ctx, (&spec, ttl), (&held.record.key(), fire), held.lease.as_mut(), &stops.shutdown).await? {
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
             held.guards = leases;

@@ -77,10 +77,11 @@ pub(super) async fn supervise(
             exit = code.wait() => break (Ending::Exited, exit),
             _ = &mut timeout => break (Ending::TimedOut, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
             Some(req) = async { match kills.as_mut() { Some(k) => k.next().await, None => std::future::pending().await } } => {
-                let signal = parse_signal(&String::from_utf8_lossy(&req.payload)).unwrap_or(Signal::SIGTERM);
-                if let Some(reply) = req.reply {
-                    let _ = tokio::time::timeout(REPLY_MAX, ctx.store.client.publish(reply, "ok".into())).await;
-                }
+                let Some((signal, answer)) = kill_request(&ctx.store.names, &req) else {
+                    warn!(reply = ?req.reply, "ignored a message on the kill subject that is no kill request");
+                    continue;
+                };
+                let _ = tokio::time::timeout(REPLY_MAX, ctx.store.client.publish(answer, "ok".into())).await;
                 info!("kill requested ({signal})");
                 break (Ending::Killed(signal), code.stop(Stop::Signal(signal), grace).await);
             }
@@ -131,6 +132,18 @@ const SUBSCRIBE_MAX: Duration = Duration::from_millis(500);
 
 /// The run's kill requests; None while NATS is away (asked again with each heartbeat: no
 /// kill request can come meanwhile anyway).
+/// The signal a message on a run's kill subject asks for, and where to answer, if it is a
+/// kill request: a signal's name, asking for its answer on a control answer subject, as
+/// `cronrun kill` and `overlap = "replace"` send it. Anything else is refused, such as
+/// what a consumer anyone may create delivers there (the server checks no push consumer's
+/// deliver subject against the creator's publish rights; such messages carry the
+/// stream's `$JS.ACK.` reply), or a request asking to be answered elsewhere.
+fn kill_request(names: &crate::names::Names, req: &async_nats::Message) -> Option<(Signal, async_nats::Subject)> {
+    let answer = req.reply.clone().filter(|reply| names.is_control_answer(reply))?;
+    let signal = parse_signal(std::str::from_utf8(&req.payload).ok()?)?;
+    Some((signal, answer))
+}
+
 async fn kill_requests(ctx: &RunnerCtx, subject: &str) -> Option<async_nats::Subscriber> {
     match tokio::time::timeout(SUBSCRIBE_MAX, ctx.store.client.subscribe(subject.to_string())).await {
         Ok(Ok(kills)) => Some(kills),

@@ -8,6 +8,7 @@
 //! - `plugins.rs`: Wasm components in the object store, by digest.
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
 
+mod control;
 mod jobs;
 pub mod kv;
 mod layout;
