@@ -150,3 +150,51 @@ async fn a_kill_is_taken_only_from_a_kill_request_not_from_a_consumer_delivering
     .await;
     assert_eq!(run.status, Status::Cancelled, "{run:?}");
 }
+
+/// A runner identity writes what a scheduler acts on: run records queued as retries (one
+/// of a job without retries, one with an input the job's schema refuses) and run leases
+/// that expire at once. The scheduler checks each against its job's spec and dispatches
+/// neither: both end `failed`, saying why, and neither job ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_retry_records_start_nothing_their_jobs_do_not_allow() {
+    use cronrun::names::{Names, lease_keys};
+    use cronrun::record::{RunRecord, Trigger};
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"no-retries\"\nschedule = \"@yearly\"\nshell = \"touch {dir}/ran-no-retries\"\n\
+             [[job]]\nname = \"schema\"\nschedule = \"@yearly\"\nretries = {{ max = 3 }}\n\
+             input_schema = {{ type = \"object\", required = [\"n\"] }}\nshell = \"touch {dir}/ran-schema\"\n"
+        ),
+    );
+    let (runner, _) = hostile(&nats, "runner").await;
+    let forger = cronrun::store::Store::open_existing(runner, Names::new("cronrun").unwrap()).await.unwrap();
+    let run_id = "20270101T000000Z";
+    let forged = [("no-retries", None), ("schema", Some(serde_json::json!({ "cmd": "rm -rf /" })))];
+    for (job, input) in &forged {
+        let mut record = RunRecord::queued(job, run_id, Trigger::Retry, chrono::Utc::now(), 1);
+        record.attempt = 2;
+        record.input = input.clone();
+        forger.create_run(&record).await.expect("a runner may write run records");
+        let lease = lease_keys::run(job, run_id);
+        cronrun::store::lease::Lease::try_acquire(&forger.leases, &lease, "forged", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .expect("a runner may write run leases");
+    }
+    let store = nats.store().await;
+    for (job, _) in forged {
+        let run = eventually(Duration::from_secs(30), "the forged record to be judged", || async {
+            let run = store.get_run(job, run_id).await.ok()?.record;
+            run.status.is_final().then_some(run)
+        })
+        .await;
+        assert_eq!(run.status, Status::Failed, "{run:?}");
+        assert!(run.error.as_deref().unwrap_or_default().starts_with("not dispatched:"), "{run:?}");
+        assert!(!nats.dir.path().join(format!("ran-{job}")).exists(), "{job} ran");
+    }
+}

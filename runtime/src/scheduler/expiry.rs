@@ -8,6 +8,11 @@
 //!   lease to expire after the backoff (see `runner::finish`). The next attempt is
 //!   dispatched now.
 //! - anything else is over, or not started by anyone: left alone.
+//!
+//! A runner may write any run record and run lease, so nothing a record asks for is taken
+//! on trust: another attempt only within the job's retries (or a message run's
+//! `on.redeliver`), with an input the job's `input_schema` accepts ([`refused_by_spec`]).
+//! A record that asks for more is recorded `failed`, saying why (docs/security.md).
 
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
@@ -17,8 +22,8 @@ use crate::dispatch::{Queued, publish_queued, queue_retry};
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{RunRecord, Status, Trigger, is_message_run, parse_run_key};
-use crate::spec::Retries;
 use crate::spec::on::OnMessage;
+use crate::spec::{JobSpec, Retries};
 use crate::store::Store;
 
 /// What the expiry of a run's lease calls for, given the run's record.
@@ -37,6 +42,28 @@ pub(super) fn on_expiry(record: &RunRecord) -> Expiry {
         (Status::Running, _, _) | (Status::Queued, true, _) => Expiry::Lost,
         (Status::Queued, false, Trigger::Retry) => Expiry::RetryDue,
         _ => Expiry::Nothing,
+    }
+}
+
+/// Why `spec` does not allow what the expired run's `record` asks for (its attempt, then
+/// `next` more, with its input), if it does not.
+fn refused_by_spec(record: &RunRecord, spec: &JobSpec, next: u32) -> Option<String> {
+    let message = is_message_run(&record.run_id);
+    // The attempts made before the one asked for.
+    let made = (record.attempt + next).saturating_sub(1);
+    let within = spec.retries.allow_after(made) || (message && spec.on.as_ref().is_some_and(|on| made <= on.redeliver));
+    if made > 0 && !within {
+        return Some(format!(
+            "attempt {} is beyond what job {} allows (retries max {})",
+            made + 1,
+            spec.name,
+            spec.retries.max
+        ));
+    }
+    // A message run's input is its message, not checked against the schema at dispatch.
+    match &record.input {
+        Some(input) if !message => crate::input::check(spec, Some(input)).err().map(|e| e.to_string()),
+        _ => None,
     }
 }
 
@@ -78,10 +105,19 @@ pub(super) async fn run_lease_expired(
     if expiry == Expiry::Nothing || store.leases.get(key).await?.is_some() {
         return Ok(());
     }
+    let spec = match store.get_job(job).await {
+        Ok(stored) => stored.spec.ok(),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
     if expiry == Expiry::RetryDue {
+        if let Some(why) = spec.as_ref().and_then(|spec| refused_by_spec(&record, spec, 0)) {
+            return refuse(store, record, stored.revision, &why, now).await;
+        }
         let queued = Queued { revision: stored.revision, record };
         return dispatch_retry(store, catalog, queued, now).await;
     }
+    let refused = spec.as_ref().and_then(|spec| refused_by_spec(&record, spec, 0));
     let host = record.host.clone().unwrap_or_default();
     warn!(job, run = run_id, attempt = record.attempt, %host, "run lost: its runner stopped renewing the run's lease");
     record.status = Status::Lost;
@@ -104,7 +140,7 @@ pub(super) async fn run_lease_expired(
             || (is_message_run(run_id) && on.as_ref().is_some_and(|on| record.attempt <= on.redeliver))
     };
     match policy {
-        Some((retries, pool, on)) if again(&retries, &on) => {
+        Some((retries, pool, on)) if again(&retries, &on) && refused.is_none() => {
             let start_at = retries.retry_at(record.attempt, now);
             info!(job, run = run_id, next_attempt = record.attempt + 1, %start_at, "retrying lost run");
             let (queued, retrying) = queue_retry(store, record, stored.revision, now).await?;
@@ -114,6 +150,10 @@ pub(super) async fn run_lease_expired(
             publish_queued(store, &pool, queued, start_at).await?;
         }
         _ => {
+            if let Some(why) = refused {
+                warn!(job, run = run_id, "lost run not retried: {why}");
+                record.error = Some(format!("{}; not retried: {why}", record.error.unwrap_or_default()));
+            }
             store.update_run(&record, stored.revision).await?;
             publish_event(store, &lost).await;
         }
@@ -121,9 +161,67 @@ pub(super) async fn run_lease_expired(
     Ok(())
 }
 
+/// Records `failed` a run whose record asked for what its job does not allow.
+async fn refuse(
+    store: &Store,
+    mut record: RunRecord,
+    revision: u64,
+    why: &str,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    warn!(job = record.job, run = record.run_id, "refused to dispatch a run its job does not allow: {why}");
+    record.status = Status::Failed;
+    record.error = Some(format!("not dispatched: {why}"));
+    record.finished_at = Some(now);
+    store.update_run(&record, revision).await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_asking_for_an_attempt_or_input_its_job_does_not_allow_is_refused() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let spec: JobSpec = serde_json::from_str(
+            r#"{"name":"job","schedule":"@hourly","shell":{"command":"true"},"retries":{"max":2},
+                "input_schema":{"type":"object","required":["n"]}}"#,
+        )
+        .unwrap();
+        let record = |attempt: u32, run_id: &str, input: Option<serde_json::Value>| {
+            let mut r = RunRecord::queued("job", run_id, Trigger::Retry, at, 1);
+            r.attempt = attempt;
+            r.input = input;
+            r
+        };
+        let good = Some(serde_json::json!({"n": 1}));
+        let bad = Some(serde_json::json!({"rm": "-rf"}));
+        let fire = "20270115T080000Z";
+        // (record, attempts asked for beyond it, refused)
+        let cases = [
+            (record(2, fire, None), 0, false),
+            (record(3, fire, None), 0, false),
+            (record(4, fire, None), 0, true),
+            // A lost attempt 3 retried would be attempt 4: beyond max 2.
+            (record(3, fire, None), 1, true),
+            (record(2, "20270115T080000Z-m0a1b", good.clone()), 0, false),
+            (record(2, "20270115T080000Z-m0a1b", bad.clone()), 0, true),
+            (record(1, "20270115T080000Z-m0a1b", bad), 0, true),
+            (record(1, "20270115T080000Z-m0a1b", good), 0, false),
+        ];
+        for (r, next, refused) in cases {
+            let why = refused_by_spec(&r, &spec, next);
+            assert_eq!(
+                why.is_some(),
+                refused,
+                "attempt {} (+{next}) of {} with {:?}: {why:?}",
+                r.attempt,
+                r.run_id,
+                r.input
+            );
+        }
+    }
 
     #[test]
     fn an_expiry_loses_claimed_runs_and_dispatches_due_retries_only() {
