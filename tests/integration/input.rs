@@ -23,6 +23,13 @@ async fn bad_cli_input_is_refused_and_nothing_is_written() {
         (&["add", "", "--schedule", "* * * * *", "--", "true"], "A-Z a-z 0-9 _ -"),
         (&["next", "0 0 31 2 *"], "day-of-month"),
         (&["next", "* * * * *", "--from", "yesterday"], "RFC 3339"),
+        // No fire after now: never (2100 has no 29 February), or no more (2020 is over).
+        (&["add", "j", "--schedule", "0 0 0 29 FEB ? 2100", "--", "true"], "never fires"),
+        (&["add", "j", "--schedule", "0 0 0 1 JAN ? 2020", "--", "true"], "has no fire after"),
+        (&["next", "0 0 0 29 FEB ? 2100"], "2100 is not one"),
+        (&["next", "@at 2020-01-01T00:00:00Z"], "has no fire after"),
+        (&["validate", "--schedule", "0 0 0 29 FEB ? 2100"], "never fires"),
+        (&["validate", "--schedule", "0 0 0 1 JAN ? 2020"], "the last year it allows is 2020"),
         (&["logs", "nodot"], "JOB.RUN_ID"),
         (&["kill", "j.r", "--signal", "NOPE"], "signal"),
         (&["get", "missing"], "not found"),
@@ -50,6 +57,11 @@ async fn a_bad_jobs_file_writes_nothing() {
         (format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"@hourly\"\n"), "job 2", "shell"),
         (format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"1-2-3 * * * *\"\nshell = \"x\"\n"), "job 2", "minute"),
         (format!("{good}{good}"), "jobs.toml", "appears twice"),
+        (
+            format!("{good}\n[[job]]\nname = \"b\"\nschedule = \"0 0 0 29 FEB ? 2100\"\nshell = \"x\"\n"),
+            "job 2",
+            "never fires",
+        ),
         ("[[job]\n".to_string(), "jobs.toml:1", "jobs.toml"),
         (String::new(), "jobs.toml", "no [[job]]"),
     ];
@@ -188,4 +200,38 @@ async fn output_into_a_closed_pipe_ends_quietly() {
         assert!(out.status.success(), "{args:?}: {stderr}");
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
+}
+
+/// `next` finds fires as far as the grammar reaches (years up to 2199, past the 50
+/// years cronsim looks), reads `a-a/s` as `a` (cronsim 2.9), and `validate` accepts what
+/// fires, however far; a stored spec that would now be refused still loads.
+#[tokio::test(flavor = "multi_thread")]
+async fn far_fires_are_found_and_equal_ended_steps_are_single_values() {
+    let nats = Nats::start().await;
+    let json = |args: &[&str]| -> Vec<String> { serde_json::from_str(&nats.ok(args)).unwrap() };
+    let from = "2026-12-06T00:00:00Z";
+    assert_eq!(
+        json(&["next", "0 0 0 1 JAN ? 2090", "--from", from, "-n", "2", "--output", "json"]),
+        ["2090-01-01T00:00:00Z"]
+    );
+    assert_eq!(
+        json(&["next", "0 0 0 29 FEB ? 2096", "--from", from, "-n", "1", "--output", "json"]),
+        ["2096-02-29T00:00:00Z"]
+    );
+    assert_eq!(
+        json(&["next", "0 22-22/4 * * *", "--from", from, "-n", "2", "--output", "json"]),
+        ["2026-12-06T22:00:00Z", "2026-12-07T22:00:00Z"]
+    );
+    for expr in ["0 0 0 1 JAN ? 2090", "0 0 L 2 ?", "0 22-22/4 * * *", "@at 2020-01-01T00:00:00Z"] {
+        assert!(nats.ok(&["validate", "--schedule", expr]).contains("is valid"), "{expr}");
+    }
+    // A spec stored before the check keeps loading: shown, listed as valid, and only
+    // `validate NAME` says it would be refused if written now.
+    let store = nats.store().await;
+    let leap = r#"{"name":"leap","schedule":"0 0 0 29 FEB ? 2100","shell":"true"}"#;
+    store.jobs.kv.put("leap", leap.into()).await.unwrap();
+    assert!(nats.ok(&["get", "leap"]).contains("2100"));
+    assert!(!nats.ok(&["ls"]).contains("INVALID"));
+    let err = nats.fails(&["validate", "leap"]);
+    assert!(err.contains("would be refused if written now") && err.contains("never fires"), "{err}");
 }

@@ -150,6 +150,22 @@ impl CronSpec {
         self.years.is_some()
     }
 
+    /// The years the year field allows, ascending; `None` without a year field (or `*`).
+    pub(crate) fn year_list(&self) -> Option<Vec<i32>> {
+        self.years.as_ref()?;
+        Some((YEAR.min as i32..=YEAR.max as i32).filter(|&y| self.has_year(y)).collect())
+    }
+
+    /// Whether the only day it can match is 29 February: both day fields must match,
+    /// the month field is FEB and the day-of-month field is 29 alone.
+    pub(crate) fn only_feb_29(&self) -> bool {
+        self.flags & DAY_AND != 0
+            && self.flags & (LAST | LAST_WEEKDAY) == 0
+            && self.weekday_near == 0
+            && self.months == 1 << 2
+            && self.days == 1 << 29
+    }
+
     /// Smallest allowed year after `y` (only meaningful with a year field).
     pub(crate) fn next_year(&self, y: i32) -> Option<i32> {
         let lo = (y + 1).max(YEAR.min as i32);

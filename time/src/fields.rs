@@ -4,8 +4,9 @@
 //! both accept the same expressions where their grammars overlap:
 //! `*/n` takes every n-th value of the field's full range (for day-of-week
 //! that range is 0-7, so `*/2` is SUN,TUE,THU,SAT), `a/n` runs from `a` to the
-//! field's maximum, a step base with a single value (`5/2`, also `5-5/2`) is
-//! treated the same way, names are exactly the three-letter English ones.
+//! field's maximum, a range whose ends are equal is that one value whatever its
+//! step (`5-5/2` is `5`, cronsim 2.9 and Debian cron; cronsim 2.8 read it as
+//! `5/2`), names are exactly the three-letter English ones.
 //! Extensions over cronsim: `?` (whole day-of-month or day-of-week field, same
 //! as `*`), `NW` in day-of-month, `FRIL` (a name before `L`), the year field.
 
@@ -204,8 +205,10 @@ fn term_into(cx: &Ctx<'_>, term: &str, out: &mut Parsed) -> Result<(), ScheduleE
             return Err(cx.err("step must be at least 1".into()));
         }
         let (lo, hi) = if base == "*" { (def.min, def.max) } else { cx.range(base)? };
-        // cronsim: a base with a single value runs to the field's maximum.
-        if lo == hi { (lo, def.max, step) } else { (lo, hi, step) }
+        // cronsim 2.9: a single-value base (`5/2`) runs to the field's maximum; a range
+        // base whose ends are equal (`5-5/2`) is that one value, as in Debian cron
+        // (cronsim 2.8 read it as `5/2`).
+        if lo == hi && !base.contains('-') { (lo, def.max, step) } else { (lo, hi, step) }
     } else if term == "*" {
         (def.min, def.max, 1)
     } else {

@@ -1,6 +1,16 @@
-//! Forward search for the next fire: a port of cronsim 2.8's `__next__`
+//! Forward search for the next fire: a port of cronsim 2.9's `__next__`
 //! (`tick`, `advance`, `advance_month/day/hour/minute/second`, the
 //! `fixup_tz` mode and its `is_imaginary` loop, the 50-year give-up).
+//!
+//! Past cronsim's 50-year give-up the same iteration simply goes on (cronsim
+//! answers nothing there, so there is nothing to differ from), up to
+//! [`FAR_YEARS`] past the start or the year field's last year: a 7-field
+//! `0 0 0 1 JAN ? 2090` fires in 2090 from 2026. Within [`FAR_YEARS`] every
+//! day pattern of the Gregorian calendar has come round (it repeats every 400
+//! years), so "nothing within it" means "never".
+//!
+//! Every loop is bounded by [`GUARD`] iterations, so a search ends whatever
+//! the expression, the zone and the start.
 //!
 //! The state mirrors cronsim's `self.dt`: a wall-clock time plus its `fold`,
 //! in one of three clocks:
@@ -70,12 +80,21 @@ struct Cursor<'a> {
     lap: u32,
     /// Set when the state repeated: cronsim would never return.
     looped: bool,
+    /// Set when `advance` stopped at its year window (not at the year field's end).
+    gave_up: bool,
 }
 
 type State = (NaiveDateTime, Option<(i64, i32)>, Fold);
 
 /// Safety bound for loops that cronsim bounds only implicitly.
 const GUARD: u32 = 100_000;
+
+/// cronsim's give-up: nothing within this many years of the start of a search.
+const CRONSIM_YEARS: i32 = 50;
+
+/// How far past cronsim's window our search goes on: one Gregorian cycle (400
+/// years, after which every day pattern repeats) and one year to spare.
+pub(crate) const FAR_YEARS: i32 = 401;
 
 /// First cron fire strictly after `after`, as cronsim would yield it.
 pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
@@ -97,6 +116,7 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
         power: 1,
         lap: 0,
         looped: false,
+        gave_up: false,
     };
     match clock {
         Clock::Utc => {}
@@ -106,13 +126,19 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
     // cronsim can yield a fire at or before the start when the start is in
     // the second pass of a repeated hour (Fixup mode reads wall times with
     // fold=0); those are skipped by continuing the same iteration.
+    let mut window = CRONSIM_YEARS;
     for _ in 0..GUARD {
         c.tick(1)?;
-        if c.advance().is_none() {
+        while c.advance(window).is_none() {
             if let (true, Clock::Zoned(tz)) = (c.looped, clock) {
                 return DateTime::from_timestamp(wall::search(spec, tz, start)?, 0);
             }
-            return None;
+            if !(c.gave_up && window == CRONSIM_YEARS) {
+                return None;
+            }
+            // cronsim stops here; go on from the same state, as it would without the give-up.
+            c.gave_up = false;
+            window = FAR_YEARS;
         }
         let fire = c.finish()?;
         if fire > start {
@@ -220,16 +246,17 @@ impl Cursor<'_> {
         None
     }
 
-    /// cronsim's `advance`; `None` when it gives up (50 years) or the year
-    /// field is exhausted.
-    fn advance(&mut self) -> Option<()> {
+    /// cronsim's `advance`; `None` when it gives up (nothing within `window`
+    /// years: `gave_up` is set), the year field is exhausted or the state repeats.
+    fn advance(&mut self, window: i32) -> Option<()> {
         let start_year = self.dt.year();
         for _ in 0..GUARD {
             if let Clock::Zoned(_) = self.clock {
                 self.check_cycle()?;
             }
             self.advance_month()?;
-            if self.dt.year() > start_year + 50 {
+            if self.dt.year() > start_year.saturating_add(window) {
+                self.gave_up = true;
                 return None;
             }
             if self.advance_day()? || self.advance_hour()? || self.advance_minute()? || self.advance_second()? {
@@ -257,8 +284,9 @@ impl Cursor<'_> {
         Some(())
     }
 
+    /// `None` also when the year field has no year left (or, unreachable, no month).
     fn advance_month(&mut self) -> Option<()> {
-        loop {
+        for _ in 0..GUARD {
             if !self.spec.has_year(self.dt.year()) {
                 let y = self.spec.next_year(self.dt.year())?;
                 self.combine(NaiveDate::from_ymd_opt(y, 1, 1)?);
@@ -267,17 +295,24 @@ impl Cursor<'_> {
                 return Some(());
             }
             let mut needle = self.dt.date().with_day(1)?;
-            loop {
+            // The month field always holds a month: at most 12 steps.
+            let mut found = false;
+            for _ in 0..12 {
                 needle = needle.checked_add_months(chrono::Months::new(1))?;
                 if self.spec.has_month(needle.month()) {
+                    found = true;
                     break;
                 }
+            }
+            if !found {
+                return None;
             }
             self.combine(needle);
             if !self.spec.restricts_years() {
                 return Some(());
             }
         }
+        None
     }
 
     fn advance_day(&mut self) -> Option<bool> {
@@ -285,7 +320,8 @@ impl Cursor<'_> {
         if self.spec.match_day(needle) {
             return Some(false);
         }
-        loop {
+        // Stops at a matching day or the first of the next month: at most 31 steps.
+        for _ in 0..31 {
             needle = needle.succ_opt()?;
             if needle.day() == 1 || self.spec.match_day(needle) {
                 break;

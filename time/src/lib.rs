@@ -8,7 +8,7 @@
 //!   items, with cronsim's syntax quirks.
 //! * `cron.rs`: the compiled expression (`CronSpec`), cronsim's whole
 //!   expression checks, and the day-of-month / day-of-week matcher.
-//! * `iter.rs`: the forward search, a port of cronsim 2.8's iterator, with
+//! * `iter.rs`: the forward search, a port of cronsim 2.9's iterator, with
 //!   jumps where they provably equal cronsim's tick loops.
 //! * `wall.rs`: a plain wall-clock search, used only where cronsim would
 //!   loop forever (and as a cross-check in the unit tests).
@@ -25,7 +25,7 @@
 //! 5 fields `minute hour day-of-month month day-of-week`, 6 (`second` first)
 //! or 7 (`second` first, `year` 1970-2199 last). Each field: `*`, values,
 //! ranges `a-b`, steps `*/n`, `a/n` (from `a` to the field maximum),
-//! `a-b/n`, lists; `JAN`-`DEC` and `SUN`-`SAT` (any case); day-of-week 0-7
+//! `a-b/n` (`a-a/n` is the single value `a`, cronsim 2.9), lists; `JAN`-`DEC` and `SUN`-`SAT` (any case); day-of-week 0-7
 //! (0 and 7 are Sunday); day-of-month `L`, `LW`, `NW` (Quartz: the weekday
 //! nearest day N, never leaving the month; no fire in months without day N);
 //! day-of-week `5L`/`FRIL` (last Friday) and `FRI#3` (third Friday, 1-5);
@@ -39,7 +39,7 @@
 //!
 //! # Semantics and deliberate choices
 //!
-//! * Cron fires are exactly cronsim 2.8's (`CronSim(expr, start)` with `start`
+//! * Cron fires are exactly cronsim 2.9's (`CronSim(expr, start)` with `start`
 //!   an aware datetime in `ZoneInfo(tz)`), compared as UTC instants; the
 //!   differential test `tests/vs_cronsim.rs` checks this. That includes
 //!   Debian cron's DST rules: for 5-field expressions with fixed minute and
@@ -63,10 +63,17 @@
 //!   2027-04-03T13:55Z, see `wall.rs`). We detect the repeat and answer with
 //!   the first instant whose wall time matches every field, instead of
 //!   hanging or dropping the job.
-//! * Like cronsim, `next_after` gives up (`None`) when nothing matches within
-//!   50 years of the search start, also for year fields beyond that.
+//! * cronsim gives up when nothing matches within 50 years of a search's
+//!   start; `next_after` goes on with the same iteration, up to the year
+//!   field's last year (2199) or 401 years ahead without a year field (a
+//!   Gregorian day pattern repeats every 400 years), so `0 0 0 1 JAN ? 2090`
+//!   fires in 2090 from 2026, and `None` means "no fire ever again".
+//!   [`Schedule::first_fire_after`] says why there is none (`NoFire`).
+//!   Every loop of the search is bounded, whatever the expression and zone.
 //! * chrono-tz's table ends in 2099; after that each zone keeps its last
-//!   offset, while Python's zoneinfo keeps applying the DST rule.
+//!   offset, while Python's zoneinfo keeps applying the DST rule (so a time
+//!   in a DST gap, such as `*/10 2 * MAR SUN#5` in Europe/Berlin, first fires
+//!   in 2104 here, found past cronsim's 50 years).
 //! * Accepted by cronsim but refused here: `L/n` and `LW/n` (cronsim ignores
 //!   the step), non-ASCII letters that Python upper-cases to ASCII ones.
 //!   Accepted here but not by cronsim: `?`, `NW`, `FRIL`, 7 fields, macros.
@@ -81,7 +88,7 @@ mod tests;
 mod wall;
 mod zone;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 pub use chrono_tz::Tz;
 
 use cron::CronSpec;
@@ -101,6 +108,20 @@ enum Kind {
     At(DateTime<Utc>),
     /// No fires: a job started only by other jobs (`after`).
     Never,
+}
+
+/// Why a schedule has no fire after an instant ([`Schedule::first_fire_after`]).
+/// Displays as one line without the expression: `never fires (...)` or
+/// `has no fire after <instant> (...)`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoFire {
+    /// No instant ever matches, e.g. `0 0 0 29 FEB ? 2100` (2100 is not a leap year).
+    #[error("never fires ({why})")]
+    Never { why: String },
+    /// Fires were possible before `after`, none after it, e.g. an `@at` in the past or
+    /// a year field whose years are over.
+    #[error("has no fire after {} ({why})", .after.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))]
+    NoneAfter { after: DateTime<Utc>, why: String },
 }
 
 /// Why an expression or time zone was refused. `field` names the part
@@ -187,14 +208,94 @@ impl Schedule {
         }
     }
 
+    /// First fire strictly after `after` in `tz`, or why there is none: whether it
+    /// never fires at all or only no more, and what in the expression makes it so.
+    /// Cron fires are searched up to the year field's last year (2199), or 401 years
+    /// ahead without one, past which a Gregorian day pattern only repeats.
+    pub fn first_fire_after(&self, after: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, NoFire> {
+        if let Some(fire) = self.next_after(after, tz) {
+            return Ok(fire);
+        }
+        let none_after = |why: String| NoFire::NoneAfter { after, why };
+        match &self.kind {
+            Kind::Never => Err(NoFire::Never {
+                why: "no schedule: it runs only when triggered, after another job or per message".into(),
+            }),
+            Kind::At(at) => Err(none_after(format!(
+                "@at {} is not after it",
+                at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ))),
+            Kind::Every(_) => Err(none_after("past the last instant the engine represents".into())),
+            Kind::Cron(spec) => Err(explain_no_fire(spec, after, tz)),
+        }
+    }
+
     /// The fires after `after`, in order (at most one for `@at`).
     pub fn fires_after(&self, after: DateTime<Utc>, tz: Tz) -> impl Iterator<Item = DateTime<Utc>> + '_ {
         std::iter::successors(self.next_after(after, tz), move |t| self.next_after(*t, tz))
     }
 
+    /// The instant of an `@at` schedule (`None` for every other kind).
+    pub fn once(&self) -> Option<DateTime<Utc>> {
+        match self.kind {
+            Kind::At(at) => Some(at),
+            _ => None,
+        }
+    }
+
     /// The original text.
     pub fn expr(&self) -> &str {
         &self.expr
+    }
+}
+
+/// Why a cron expression has no fire after `after` (`next_after` said none).
+fn explain_no_fire(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> NoFire {
+    let Some(years) = spec.year_list() else {
+        // Without a year field the search covered a whole Gregorian cycle.
+        return NoFire::Never { why: format!("no date and time matches all its fields in {tz}") };
+    };
+    let (Some(&first), Some(&last)) = (years.first(), years.last()) else {
+        return NoFire::Never { why: "its year field allows no year".into() };
+    };
+    let shown = show_years(&years);
+    let ever = chrono::NaiveDate::from_ymd_opt(first, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .and_then(|d| d.and_utc().checked_sub_signed(chrono::TimeDelta::days(2)))
+        .and_then(|from| iter::next_after(spec, from, tz));
+    let leap = |y: &i32| cron::days_in_month(*y, 2) == 29;
+    let feb_29 = |years: &[i32], shown: &str| match years.len() {
+        1 => format!("29 February is only in leap years and {shown} is not one"),
+        _ => format!("29 February is only in leap years and none of {shown} is one"),
+    };
+    if ever.is_none() {
+        let why = if spec.only_feb_29() && !years.iter().any(leap) {
+            feb_29(&years, &shown)
+        } else {
+            format!("no date and time in {shown} matches all its fields in {tz}")
+        };
+        return NoFire::Never { why };
+    }
+    let this_year = after.with_timezone(&tz).year();
+    let later: Vec<i32> = years.iter().copied().filter(|y| *y > this_year).collect();
+    let why = if later.is_empty() {
+        format!("the last year it allows is {last}")
+    } else if spec.only_feb_29() && !later.iter().any(leap) {
+        feb_29(&later, &show_years(&later))
+    } else {
+        format!("no date and time after it in {} matches all its fields in {tz}", show_years(&later))
+    };
+    NoFire::NoneAfter { after, why }
+}
+
+/// `2100`, `2100, 2104`, or `2100-2199 (25 years)`.
+fn show_years(years: &[i32]) -> String {
+    match years {
+        [] => "no year".into(),
+        [a] => a.to_string(),
+        [a, b] => format!("{a} and {b}"),
+        [a, b, c] => format!("{a}, {b} and {c}"),
+        [first, .., last] => format!("{first}-{last} ({} years)", years.len()),
     }
 }
 

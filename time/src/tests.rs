@@ -1,5 +1,6 @@
 //! Unit tests of the time engine. Expected instants were cross-checked with
-//! cronsim 2.8; the exhaustive comparison is `tests/vs_cronsim.rs`.
+//! cronsim 2.9 (cronsim 2.8 where they did not change); the exhaustive
+//! comparison is `tests/vs_cronsim.rs`.
 
 use chrono::{DateTime, Utc};
 
@@ -286,6 +287,9 @@ fn schedule_is_small_and_shareable() {
 }
 
 mod properties {
+    use std::time::{Duration, Instant};
+
+    use chrono::{Datelike, Offset, TimeZone, Timelike};
     use proptest::prelude::*;
 
     use super::*;
@@ -294,6 +298,119 @@ mod properties {
     fn cron_like() -> impl Strategy<Value = String> {
         let field = "[0-9*/,\\-LW#?A-Za-z]{1,8}";
         proptest::collection::vec(field, 1..9).prop_map(|fields| fields.join(" "))
+    }
+
+    /// Near-grammar token soup: the grammar's own tokens (values, names, operators,
+    /// `L`, `W`, `#`, `?`, macros) in random order and number, fields of 1-4 tokens.
+    fn token_soup() -> impl Strategy<Value = String> {
+        let token = prop::sample::select(vec![
+            "0",
+            "1",
+            "2",
+            "5",
+            "7",
+            "12",
+            "15",
+            "22",
+            "23",
+            "29",
+            "30",
+            "31",
+            "59",
+            "60",
+            "1970",
+            "2026",
+            "2090",
+            "2100",
+            "2199",
+            "2200",
+            "*",
+            "?",
+            "/",
+            "-",
+            ",",
+            "#",
+            "L",
+            "W",
+            "LW",
+            "5L",
+            "15W",
+            "JAN",
+            "feb",
+            "Dec",
+            "MON",
+            "fri",
+            "SUN",
+            "@",
+            "@daily",
+            "@every",
+            "@at",
+            "1h",
+            "30s",
+            "2026-12-24T18:00:00Z",
+        ]);
+        let field = proptest::collection::vec(token, 1..5).prop_map(|t| t.concat());
+        proptest::collection::vec(field, 1..9).prop_map(|fields| fields.join(" "))
+    }
+
+    /// A few plausible expressions, a-a/s ranges and far years among them, so that
+    /// the fire checks below see many that parse.
+    fn plausible() -> impl Strategy<Value = String> {
+        let term = |lo: u32, hi: u32| {
+            prop_oneof![
+                Just("*".to_string()),
+                (lo..=hi).prop_map(|a| a.to_string()),
+                (lo..=hi, 1u32..9).prop_map(|(a, s)| format!("{a}-{a}/{s}")),
+                (lo..=hi, 1u32..9).prop_map(|(a, s)| format!("{a}/{s}")),
+                (lo..=hi, lo..=hi, 1u32..5).prop_map(|(a, b, s)| format!("{}-{}/{s}", a.min(b), a.max(b))),
+                (lo..=hi, lo..=hi).prop_map(|(a, b)| format!("{a},{b}")),
+            ]
+        };
+        let dom = prop_oneof![term(1, 31), Just("L".to_string()), Just("LW".to_string()), Just("?".to_string())];
+        let dow = prop_oneof![term(0, 7), Just("5L".to_string()), Just("FRI#5".to_string()), Just("?".to_string())];
+        let year = prop_oneof![Just(None), term(1970, 2199).prop_map(Some)];
+        (term(0, 59), term(0, 59), term(0, 23), dom, term(1, 12), dow, year, 0u32..3).prop_map(
+            |(s, m, h, dom, mon, dow, year, form)| match (form, year) {
+                (0, _) => format!("{m} {h} {dom} {mon} {dow}"),
+                (1, _) | (_, None) => format!("{s} {m} {h} {dom} {mon} {dow}"),
+                (_, Some(y)) => format!("{s} {m} {h} {dom} {mon} {dow} {y}"),
+            },
+        )
+    }
+
+    fn any_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..64).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            "\\PC{0,80}",
+            cron_like(),
+            token_soup(),
+            plausible(),
+            "@every [0-9]{1,12}(ms|s|m|h|d|y)",
+            "@at [0-9T:\\-Z]{10,24}",
+        ]
+    }
+
+    /// Generous: a search is at most a few hundred years of months; this catches a
+    /// search that does not end, not a slow one.
+    const PER_NEXT: Duration = Duration::from_secs(20);
+
+    /// Whether the zone's offset changes within a day of `at` (where Debian cron's DST
+    /// rules may move a fire off its fields: a time in a skipped hour fires at its end).
+    fn near_transition(zone: Tz, at: DateTime<Utc>) -> bool {
+        let off = |t: DateTime<Utc>| zone.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc();
+        let day = chrono::TimeDelta::days(1);
+        off(at - day) != off(at + day)
+    }
+
+    /// Whether `fire`, read in `zone`, lies within every field of `spec`.
+    fn within_fields(spec: &cron::CronSpec, zone: Tz, fire: DateTime<Utc>) -> bool {
+        let local = fire.with_timezone(&zone);
+        spec.has_year(local.year())
+            && spec.has_month(local.month())
+            && spec.match_day(local.date_naive())
+            && spec.hours >> local.hour() & 1 == 1
+            && spec.minutes >> local.minute() & 1 == 1
+            && spec.seconds >> local.second() & 1 == 1
     }
 
     proptest! {
@@ -307,19 +424,55 @@ mod properties {
             }
         }
 
-        /// Text close to the grammar: what parses yields increasing fires from any start,
-        /// in any zone, without panicking.
+        /// Any text (random bytes, random characters, near-grammar token soup, plausible
+        /// expressions): it is refused in one line, or its fires from any start in any
+        /// zone are strictly increasing, each found within `PER_NEXT`, each within the
+        /// expression's fields in its zone (cron: second, minute, hour, day, month, year;
+        /// `@every`: a multiple of its period; `@at`: its instant), except where Debian
+        /// cron's DST rules move a fire next to a change of offset; and when there is no
+        /// fire, `first_fire_after` says why in one line.
         #[test]
-        fn what_parses_yields_increasing_fires(
-            text in prop_oneof![cron_like(), "@every [0-9]{1,12}(ms|s|m|h|d|y)", "@at [0-9T:\\-Z]{10,24}"],
+        fn any_text_is_refused_in_one_line_or_fires_increase_within_its_fields(
+            text in any_text(),
             start in -2_000_000_000i64..8_000_000_000,
-            zone in prop::sample::select(vec!["UTC", "Europe/Berlin", "Pacific/Chatham", "America/St_Johns"]),
+            zone in prop::sample::select(vec![
+                "UTC", "Asia/Kolkata", "Europe/Berlin", "Pacific/Chatham", "America/St_Johns", "Australia/Lord_Howe",
+            ]),
         ) {
-            let Ok(schedule) = Schedule::parse(&text) else { return Ok(()) };
+            let schedule = match Schedule::parse(&text) {
+                Ok(s) => s,
+                Err(e) => {
+                    let message = e.to_string();
+                    prop_assert!(!message.contains('\n') && !message.is_empty(), "{message}");
+                    return Ok(());
+                }
+            };
+            let zone = tz(zone);
             let from = DateTime::from_timestamp(start, 0).unwrap();
             let mut last = from;
-            for fire in schedule.fires_after(from, tz(zone)).take(3) {
-                prop_assert!(fire > last, "{text}: {fire} after {last}");
+            for _ in 0..4 {
+                let began = Instant::now();
+                let next = schedule.next_after(last, zone);
+                prop_assert!(began.elapsed() < PER_NEXT, "{text:?} from {last}: {:?}", began.elapsed());
+                let Some(fire) = next else {
+                    let why = schedule.first_fire_after(last, zone).unwrap_err().to_string();
+                    prop_assert!(!why.contains('\n') && !why.is_empty(), "{why}");
+                    break;
+                };
+                prop_assert!(fire > last, "{text:?}: {fire} after {last}");
+                match &schedule.kind {
+                    Kind::Cron(spec) => {
+                        let exact = matches!(zone, Tz::UTC | Tz::Asia__Kolkata) || !near_transition(zone, fire);
+                        prop_assert!(
+                            within_fields(spec, zone, fire) || !exact,
+                            "{text:?} in {zone}: {fire} is outside its fields"
+                        );
+                    }
+                    Kind::Every(ms) => prop_assert_eq!(fire.timestamp_millis().rem_euclid(*ms as i64), 0),
+                    Kind::At(at) => prop_assert_eq!(fire, *at),
+                    Kind::Never => prop_assert!(false, "never fired"),
+                }
+                prop_assert_eq!(schedule.first_fire_after(last, zone), Ok(fire));
                 last = fire;
             }
         }
@@ -334,4 +487,120 @@ fn never_fires_and_the_empty_expression_is_still_refused() {
     assert!(!never.fires() && Schedule::parse("* * * * *").unwrap().fires());
     assert_eq!(never.expr(), "");
     assert!(Schedule::parse("").is_err());
+}
+
+/// cronsim 2.9 and Debian cron: a stepped range whose ends are equal (`a-a/s`) is the
+/// single value `a`, in every field; a single-value base without `-` (`a/s`) still runs
+/// to the field's maximum.
+#[test]
+fn a_range_with_equal_ends_and_a_step_is_its_single_value_in_every_field() {
+    let from = "2026-12-06T00:38:30Z";
+    let table = [
+        // (expression, the same fires written plainly)
+        ("2-2/2 * * * *", "2 * * * *"),
+        ("0 22-22/4 * * *", "0 22 * * *"),
+        ("0 0 5-5/3 * *", "0 0 5 * *"),
+        ("0 0 31-31/1 * *", "0 0 31 * *"),
+        ("0 0 1 3-3/2 *", "0 0 1 3 *"),
+        ("0 0 1 mar-MAR/5 *", "0 0 1 3 *"),
+        ("0 0 * * 2-2/2", "0 0 * * 2"),
+        ("0 0 * * MON-MON/2", "0 0 * * 1"),
+        ("0 0 * * 7-7/3", "0 0 * * 0"),
+        ("0 0 * * 0-0/7", "0 0 * * 0"),
+        ("10-10/5 * * * * *", "10 * * * * *"),
+        ("0 59-59/30 * * * *", "0 59 * * * *"),
+        ("0 0 0 1 1 ? 2030-2030/5", "0 0 0 1 1 ? 2030"),
+        ("0 0 0 1 1 ? 2199-2199/1", "0 0 0 1 1 ? 2199"),
+        ("1-1/2,30 * * * *", "1,30 * * * *"),
+        // Unchanged: `a/s` runs to the maximum, `a-b/s` steps within the range.
+        ("5/20 * * * *", "5,25,45 * * * *"),
+        ("0 22/4 * * *", "0 22 * * *"),
+        ("0 20/2 * * *", "0 20,22 * * *"),
+        ("1-5/2 * * * *", "1,3,5 * * * *"),
+        ("0 0 * * 5/1", "0 0 * * 5,6,0"),
+    ];
+    for (expr, plain) in table {
+        assert_eq!(fires(expr, "UTC", from, 12), fires(plain, "UTC", from, 12), "{expr} should equal {plain}");
+        assert_eq!(fires(expr, "Europe/Berlin", from, 6), fires(plain, "Europe/Berlin", from, 6), "{expr}");
+    }
+    assert_eq!(fires("0 22-22/4 * * *", "UTC", from, 2), ["2026-12-06T22:00:00Z", "2026-12-07T22:00:00Z"]);
+    // A reversed range stays refused, step or not.
+    assert_eq!(err("0 5-4/2 * * *").field, "hour");
+}
+
+/// What `first_fire_after` answers for schedules with rare, far or no fires: the fire
+/// (searched as far as the year field reaches, past cronsim's 50 years), or whether it
+/// never fires at all or only no more, with the reason.
+#[test]
+fn far_fires_are_found_and_schedules_without_one_say_why() {
+    enum Want {
+        Fire(&'static str),
+        Never(&'static str),
+        NoneAfter(&'static str),
+    }
+    use Want::*;
+    let now = "2026-12-06T00:38:30Z";
+    let table: [(&str, &str, &str, Want); 16] = [
+        ("0 0 0 29 FEB ? 2100", "UTC", now, Never("29 February is only in leap years and 2100 is not one")),
+        (
+            "0 0 0 29 2 ? 2100-2103",
+            "UTC",
+            now,
+            Never("29 February is only in leap years and none of 2100-2103 (4 years) is one"),
+        ),
+        ("0 0 0 29 FEB ? 2100-2100/4", "UTC", now, Never("29 February is only in leap years and 2100 is not one")),
+        ("0 0 0 1 JAN ? 2090", "UTC", now, Fire("2090-01-01T00:00:00Z")),
+        ("0 0 0 1 JAN ? 2090", "Europe/Berlin", now, Fire("2089-12-31T23:00:00Z")),
+        ("0 0 0 29 FEB ? 2096", "UTC", now, Fire("2096-02-29T00:00:00Z")),
+        ("0 0 0 29 FEB ? 2100-2104", "UTC", now, Fire("2104-02-29T00:00:00Z")),
+        ("0 0 0 1 1 ? 2199", "UTC", now, Fire("2199-01-01T00:00:00Z")),
+        // Neither day field starts with * or ?: either may match (Mondays of February 2100).
+        ("0 0 0 29 FEB MON 2100", "UTC", now, Fire("2100-02-01T00:00:00Z")),
+        ("0 0 L 2 ?", "UTC", now, Fire("2027-02-28T00:00:00Z")),
+        ("0 0 29 2 ?", "UTC", now, Fire("2028-02-29T00:00:00Z")),
+        ("0 0 0 1 JAN ? 2020", "UTC", now, NoneAfter("the last year it allows is 2020")),
+        ("0 0 0 1 JAN ? 2026", "UTC", now, NoneAfter("the last year it allows is 2026")),
+        ("0 0 0 29 FEB ? 2024,2100", "UTC", now, NoneAfter("29 February is only in leap years and 2100 is not one")),
+        ("@at 2020-01-01T00:00:00Z", "UTC", now, NoneAfter("@at 2020-01-01T00:00:00Z is not after it")),
+        ("@every 1h", "UTC", now, Fire("2026-12-06T01:00:00Z")),
+    ];
+    for (expr, zone, from, want) in table {
+        let schedule = Schedule::parse(expr).unwrap();
+        let got = schedule.first_fire_after(t(from), tz(zone));
+        match (want, got) {
+            (Fire(at), Ok(fire)) => {
+                assert_eq!(fire, t(at), "{expr} in {zone}");
+                assert_eq!(schedule.next_after(t(from), tz(zone)), Some(fire), "{expr}: next_after agrees");
+            }
+            (Never(why), Err(e @ NoFire::Never { .. })) => {
+                assert_eq!(e.to_string(), format!("never fires ({why})"), "{expr}");
+                // Never means never: from long before, too.
+                assert_eq!(schedule.next_after(t("1970-01-01T00:00:00Z"), tz(zone)), None, "{expr}");
+            }
+            (NoneAfter(why), Err(e @ NoFire::NoneAfter { .. })) => {
+                assert_eq!(e.to_string(), format!("has no fire after {from} ({why})"), "{expr}");
+            }
+            (_, got) => panic!("{expr} in {zone} from {from}: unexpected {got:?}"),
+        }
+    }
+    // Refused when parsed already: no selected month has day 30 (cronsim's check).
+    assert_eq!(err("0 0 0 30 FEB ?").field, "day-of-month");
+    assert_eq!(err("0 0 0 30 FEB ? 2096").field, "day-of-month");
+    // The year field's last year is 2199.
+    assert_eq!(err("0 0 0 1 1 ? 2200").field, "year");
+    assert!(matches!(Schedule::never().first_fire_after(t(now), Tz::UTC), Err(NoFire::Never { .. })));
+}
+
+/// Beyond cronsim's 50-year window the same search goes on: a far fire is found from
+/// any start before it, and the chain of fires continues past it.
+#[test]
+fn fires_beyond_fifty_years_are_found_and_chained() {
+    let s = Schedule::parse("0 0 12 1 JAN ? 2090,2150,2199").unwrap();
+    let got: Vec<_> = s.fires_after(t("2026-12-06T00:00:00Z"), tz("America/New_York")).collect();
+    assert_eq!(got, [t("2090-01-01T17:00:00Z"), t("2150-01-01T17:00:00Z"), t("2199-01-01T17:00:00Z")]);
+    // Fifth Friday of February, i.e. a Friday 29 February: 2092, then 2104 across 2100.
+    assert_eq!(
+        fires("0 0 ? 2 FRI#5", "UTC", "2064-03-01T00:00:00Z", 3),
+        ["2092-02-29T00:00:00Z", "2104-02-29T00:00:00Z", "2132-02-29T00:00:00Z"]
+    );
 }

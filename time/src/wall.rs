@@ -14,15 +14,18 @@ use chrono::{Datelike, Timelike};
 use chrono_tz::Tz;
 
 use super::cron::CronSpec;
+use super::iter::FAR_YEARS;
 use super::zone::{naive, offset_at};
 
 /// First instant (epoch seconds) after `after` whose wall time in `tz`
-/// matches `spec`; `None` past 50 years.
+/// matches `spec`; `None` past [`FAR_YEARS`] (as far as `iter.rs` looks).
+/// Each step moves at least to the next day, hour, minute or matching second
+/// (or to a transition), so [`STEPS`] bounds the search.
 pub(crate) fn search(spec: &CronSpec, tz: Tz, after: i64) -> Option<i64> {
     let mut u = after.checked_add(1)?;
     let off = offset_at(tz, u)?;
-    let limit = naive(u + i64::from(off))?.year() + 51;
-    loop {
+    let limit = naive(u + i64::from(off))?.year() + FAR_YEARS;
+    for _ in 0..STEPS {
         let off = offset_at(tz, u)?;
         let local = naive(u + i64::from(off))?;
         if local.year() > limit {
@@ -58,4 +61,9 @@ pub(crate) fn search(spec: &CronSpec, tz: Tz, after: i64) -> Option<i64> {
         }
         u = hi;
     }
+    None
 }
+
+/// Enough steps for [`FAR_YEARS`] of days plus a day of minutes and seconds
+/// around each transition.
+const STEPS: u32 = 4_000_000;

@@ -32,9 +32,27 @@ fn token_ok(s: &str) -> bool {
 }
 
 impl JobSpec {
-    /// Checks every field; the first problem found is returned.
+    /// What a spec must pass to be written (`apply`, `add`, `validate`, `deploy` and the
+    /// store's writes all call this): every field, and a schedule that still fires, as of
+    /// the system clock. The logic is [`JobSpec::validate_at`], which takes the instant.
     pub fn validate(&self) -> Result<(), Error> {
-        self.checked().map(drop)
+        self.validate_at(chrono::Utc::now())
+    }
+
+    /// [`JobSpec::checked`], and the schedule must have a fire after `now`: one that can
+    /// never fire (`0 0 0 29 FEB ? 2100`) or whose years are over is refused naming why.
+    /// Reading a stored spec (`from_json`) does not ask this, so a spec stored before
+    /// keeps loading. Exempt: jobs without a schedule (`after`, `on`) and `@at` instants
+    /// in the past, a one-shot's normal end (a jobs file keeps applying after it fired).
+    pub fn validate_at(&self, now: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
+        let (schedule, tz) = self.checked()?;
+        if !schedule.fires() || schedule.once().is_some() {
+            return Ok(());
+        }
+        match schedule.first_fire_after(now, tz) {
+            Ok(_) => Ok(()),
+            Err(why) => Err(Error::invalid("schedule", format!("schedule {:?}: {why}", self.schedule))),
+        }
     }
 
     /// `validate`, returning the schedule and zone it parsed, so that a reader needing
@@ -471,6 +489,61 @@ mod tests {
             assert_eq!(retries.delay_after(attempt), Duration::from_secs(delay), "attempt {attempt}");
             assert_eq!(retries.retry_at(attempt, now), now + chrono::TimeDelta::seconds(delay as i64));
         }
+    }
+
+    /// Written specs need a schedule that still fires (as of the instant given); stored
+    /// ones keep loading whatever their schedule, and one-shots and jobs without a
+    /// schedule are exempt. Each refusal is one line naming the schedule and why.
+    #[test]
+    fn a_schedule_without_a_fire_after_now_is_refused_at_write_but_a_stored_one_still_loads() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-06T00:00:00Z").unwrap().to_utc();
+        let spec = |schedule: &str| {
+            let json = serde_json::json!({ "name": "a", "schedule": schedule, "shell": "true" }).to_string();
+            JobSpec::from_json(json.as_bytes()).unwrap()
+        };
+        for (schedule, refusal) in [
+            (
+                "0 0 0 29 FEB ? 2100",
+                Some(
+                    r#"schedule "0 0 0 29 FEB ? 2100": never fires (29 February is only in leap years and 2100 is not one)"#,
+                ),
+            ),
+            (
+                "0 0 0 1 JAN ? 2020",
+                Some(
+                    r#"schedule "0 0 0 1 JAN ? 2020": has no fire after 2026-12-06T00:00:00Z (the last year it allows is 2020)"#,
+                ),
+            ),
+            ("0 0 0 1 JAN ? 2090", None),
+            ("0 0 0 29 FEB ? 2096", None),
+            ("0 0 L 2 ?", None),
+            ("0 22-22/4 * * *", None),
+            // A one-shot whose instant is past is done, not wrong: a jobs file keeps applying.
+            ("@at 2020-01-01T00:00:00Z", None),
+            ("@every 1h", None),
+        ] {
+            let spec = spec(schedule);
+            match (spec.validate_at(now), refusal) {
+                (Ok(()), None) => {}
+                (Err(e), Some(message)) => {
+                    assert_eq!(e.to_string(), message);
+                    assert!(matches!(e.kind(), ErrorKind::Invalid { field } if field == "schedule"), "{e}");
+                }
+                (got, want) => panic!("{schedule}: got {got:?}, want {want:?}"),
+            }
+        }
+        // What is stored loads whatever its schedule's future: schedulers keep serving it.
+        let stored = br#"{"name":"a","schedule":"0 0 0 29 FEB ? 2100","shell":"true"}"#;
+        assert!(JobSpec::from_json(stored).is_ok() && JobSpec::from_json_checked(stored).is_ok());
+        // `validate` (the writers' check) refuses it too, on the system clock.
+        assert!(JobSpec::from_json(stored).unwrap().validate().is_err());
+        // A job that runs only after another has no schedule to fire.
+        let chained = br#"{"name":"b","after":[{"job":"a"}],"shell":"true"}"#;
+        JobSpec::from_json(chained).unwrap().validate_at(now).unwrap();
+        // A jobs file is checked as it would be written.
+        let file = "[[job]]\nname = \"leap\"\nschedule = \"0 0 0 29 FEB ? 2100\"\nshell = \"true\"\n";
+        let err = crate::spec::parse_jobs_file(file, "jobs.toml").unwrap_err().to_string();
+        assert!(err.contains("jobs.toml: job 1 (\"leap\")") && err.contains("never fires"), "{err}");
     }
 
     #[test]

@@ -1,4 +1,6 @@
 //! `cronrun next EXPR [--tz ZONE] [--from INSTANT] [-n N]`: fire times, computed offline.
+//! Fires are searched as far as the grammar reaches (a year field's years up to 2199);
+//! with none at all after the start, one line says why and the exit is non-zero.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -31,11 +33,17 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
             .with_timezone(&Utc),
         None => Utc::now(),
     };
+    let first = schedule.first_fire_after(at, tz).map_err(|why| anyhow::anyhow!("schedule {:?}: {why}", a.expr))?;
     let mut fires = Vec::new();
+    let mut next = Some(first);
     while fires.len() < a.count {
-        let Some(next) = schedule.next_after(at, tz) else { break };
-        fires.push(next);
-        at = next;
+        let Some(fire) = next else {
+            eprintln!("no more fires after {} (fewer than the {} asked for)", fmt_time(&at), a.count);
+            break;
+        };
+        fires.push(fire);
+        at = fire;
+        next = schedule.next_after(at, tz);
     }
     let utc: Vec<String> = fires.iter().map(fmt_time).collect();
     ctx.print(&utc, || {

@@ -1,4 +1,6 @@
-//! `cronrun validate -f FILE | --schedule EXPR [--tz] | NAME`: checks without writing.
+//! `cronrun validate -f FILE | --schedule EXPR [--tz] | NAME`: checks without writing,
+//! as a write would: a schedule with no fire after now is refused too (the spec's
+//! `validate_at`), the clock read once here.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -35,9 +37,16 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
         return ctx
             .print(&json!({ "file": origin, "valid": names }), || format!("{origin}: {} jobs valid", jobs.len()));
     }
+    let now = chrono::Utc::now();
     if let Some(expr) = &a.schedule {
-        Schedule::parse(expr).map_err(|e| anyhow::anyhow!("schedule: {e}"))?;
-        parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
+        let schedule = Schedule::parse(expr).map_err(|e| anyhow::anyhow!("schedule: {e}"))?;
+        let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
+        // As for a job: an `@at` in the past is a one-shot that is done, not an error.
+        if schedule.once().is_none()
+            && let Err(why) = schedule.first_fire_after(now, tz)
+        {
+            bail!("schedule {expr:?}: {why}");
+        }
         return ctx.print(&json!({ "schedule": expr, "valid": true }), || format!("{expr:?} is valid"));
     }
     let Some(name) = &a.name else {
@@ -45,10 +54,17 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
     };
     let store = ctx.store().await?;
     let job = store.get_job(name).await?;
-    match job.spec {
-        Ok(_) => ctx.print(&json!({ "name": name, "revision": job.revision, "valid": true }), || {
-            format!("{name} (revision {}) is valid", job.revision)
-        }),
+    let spec = match job.spec {
+        Ok(spec) => spec,
         Err(e) => bail!("job {name:?} (revision {}) is invalid and skipped by schedulers: {e}", job.revision),
+    };
+    if let Err(e) = spec.validate_at(now) {
+        bail!(
+            "job {name:?} (revision {}) is stored and scheduled as it is, but would be refused if written now: {e}",
+            job.revision
+        );
     }
+    ctx.print(&json!({ "name": name, "revision": job.revision, "valid": true }), || {
+        format!("{name} (revision {}) is valid", job.revision)
+    })
 }

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Oracle for time/tests/vs_cronsim.rs: fire times according to cronsim.
+"""Oracle for time/tests/vs_cronsim.rs: fire times according to cronsim 2.9 or newer
+(2.9 reads a stepped range whose ends are equal, `5-5/2`, as the single value 5;
+2.8 read it as `5/2`). Exits non-zero, saying so, with an older cronsim.
 
 Usage: cronsim_oracle.py CASES.jsonl
 
@@ -31,6 +33,8 @@ import json
 import sys
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
+
+from importlib.metadata import version
 
 from cronsim import CronSim, CronSimError
 
@@ -99,6 +103,10 @@ def run(case: dict) -> dict:
 
 
 def main() -> None:
+    found = version("cronsim")
+    major_minor = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in found.split(".")[:2])
+    if major_minor < (2, 9):
+        sys.exit(f"cronsim {found} found; the oracle needs cronsim 2.9 or newer: pip install cronsim==2.9")
     out = sys.stdout
     with open(sys.argv[1], encoding="utf-8") as f:
         for line in f:
