@@ -50,11 +50,18 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// The process to start: for `Direct`, its first word exec'd (the fallback is `start`'s).
+    /// The process to start: for `Direct`, its first word exec'd (the fallback is `start`'s),
+    /// with `PWD` as dash would give it in this process's environment.
     pub fn command(&self) -> Command {
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        self.command_in(&env)
+    }
+
+    /// The process to start in the environment `env` (which it does not set).
+    fn command_in(&self, env: &[(OsString, OsString)]) -> Command {
         match self {
             Plan::Shell(command) => shell(command),
-            Plan::Direct { words, command } => match shell_pwd() {
+            Plan::Direct { words, command } => match shell_pwd(env) {
                 Some(pwd) => {
                     let mut cmd = Command::new(words[0]);
                     cmd.args(&words[1..]).env("PWD", pwd);
@@ -71,20 +78,44 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// Starts the job: as `uid:gid` if given, its stdin `input` (`/dev/null` without).
-    pub fn start(&self, run_as: Option<(u32, u32)>, input: Option<&File>) -> std::io::Result<Child> {
+    /// What the job runs, for messages: the command, or the program of an argv.
+    pub fn program(&self) -> &str {
+        match self {
+            Plan::Shell(command) | Plan::Direct { command, .. } => command,
+            Plan::Exec(program, _) => program,
+        }
+    }
+
+    /// Starts the job: as `uid:gid` if given, its stdin `input` (`/dev/null` without), with
+    /// exactly the environment `env`, `prepare`d (see `contain::RunCgroup::join`). The environment is given to the job's exec alone,
+    /// after the child has set its groups (none but `gid`: std drops the supplementary
+    /// groups when a root process sets a uid), its gid and its uid: the dynamic loader
+    /// reads `LD_PRELOAD` and the like as the job's user, never as this process's.
+    pub fn start(
+        &self,
+        run_as: Option<(u32, u32)>,
+        input: Option<&File>,
+        env: &[(OsString, OsString)],
+        prepare: impl Fn(&mut Command),
+    ) -> std::io::Result<Child> {
         let start = |mut cmd: Command| -> std::io::Result<Child> {
+            prepare(&mut cmd);
             if let Some((uid, gid)) = run_as {
-                // std drops the supplementary groups too when a root process sets a uid.
                 cmd.uid(uid).gid(gid);
             }
             let stdin = match input {
                 Some(file) => Stdio::from(file.try_clone()?),
                 None => Stdio::null(),
             };
+            // `PWD` set by `command_in` wins over the one in `env`, as dash's would.
+            let pwd = cmd.get_envs().find(|(name, _)| *name == "PWD").and_then(|(_, v)| v.map(OsString::from));
+            cmd.env_clear().envs(env.iter().map(|(n, v)| (n, v)));
+            if let Some(pwd) = pwd {
+                cmd.env("PWD", pwd);
+            }
             cmd.stdin(stdin).spawn()
         };
-        let started = start(self.command());
+        let started = start(self.command_in(env));
         match self {
             Plan::Direct { command, .. } => started.or_else(|_| start(shell(command))),
             _ => started,
@@ -133,16 +164,16 @@ const SHELL_WORDS: &[&str] = &[
     "unalias", "unset", "until", "wait", "while",
 ];
 
-/// Whether dash passes this process's environment on as it is (but `PWD`): it drops
+/// Whether dash passes the environment `env` on as it is (but `PWD`): it drops
 /// variables whose names are not shell names (`A-B`, `1X`), resets `IFS`, `OPTIND` and
 /// `PPID`, and without `PATH` searches a default of its own that it does not export.
-pub fn environment_passes_through() -> bool {
+pub fn environment_passes_through(env: &[(OsString, OsString)]) -> bool {
     let shell_name = |name: &[u8]| {
         name.first().is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
             && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
     };
     let mut path = false;
-    for (name, _) in std::env::vars_os() {
+    for (name, _) in env {
         let name = name.as_encoded_bytes();
         if !shell_name(name) || [&b"IFS"[..], b"OPTIND", b"PPID"].contains(&name) {
             return false;
@@ -155,11 +186,11 @@ pub fn environment_passes_through() -> bool {
 /// `PWD` as dash exports it to what it runs: the inherited one if it names the working
 /// directory, else the working directory's path. None if that cannot be found, where dash
 /// prints an error of its own.
-fn shell_pwd() -> Option<OsString> {
+fn shell_pwd(env: &[(OsString, OsString)]) -> Option<OsString> {
     let here = std::fs::metadata(".").ok()?;
     let same = |path: &Path| std::fs::metadata(path).is_ok_and(|m| m.dev() == here.dev() && m.ino() == here.ino());
-    match std::env::var_os("PWD") {
-        Some(pwd) if Path::new(&pwd).is_absolute() && same(Path::new(&pwd)) => Some(pwd),
+    match env.iter().rev().find(|(name, _)| name == "PWD").map(|(_, pwd)| pwd) {
+        Some(pwd) if Path::new(&pwd).is_absolute() && same(Path::new(&pwd)) => Some(pwd.clone()),
         _ => std::env::current_dir().ok().map(OsString::from),
     }
 }

@@ -1,8 +1,10 @@
 //! A run's whole process tree, including what left its process group (`setsid`, a double
-//! fork). The supervisor makes itself a child subreaper, so every orphaned descendant of
-//! the job becomes its child; `kill_tree` then ends the group and those children until
-//! none is left. Linux only (`PR_SET_CHILD_SUBREAPER`, `/proc`).
+//! fork), where the run has no PID namespace (see `contain`). The supervisor makes itself
+//! a child subreaper, so every orphaned descendant of the job becomes its child;
+//! `kill_tree` then stops and ends the group and every descendant until none is left.
+//! Linux only (`PR_SET_CHILD_SUBREAPER`, `/proc`).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -10,9 +12,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid};
 
-/// Rounds of kill and reap: each round reaches one more generation of re-parented
-/// orphans; a fork bomb outrunning this many is left to the runner's group kill.
-const ROUNDS: usize = 100;
+/// Rounds of scan, stop and kill: a process that keeps forking is stopped (it cannot
+/// fork once stopped) before the whole tree is killed.
+const ROUNDS: usize = 200;
 
 /// Whether orphaned descendants become our children (see `become_subreaper`).
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
@@ -24,8 +26,11 @@ pub fn become_subreaper() -> bool {
     done
 }
 
-/// Kills every other process of our group and every child of ours, until none is left,
-/// and reaps them. We stay alive to see it done.
+/// Kills every other process of our group and every descendant of ours, until none is
+/// left, and reaps them. We stay alive to see it done. Each scan SIGSTOPs what it finds
+/// that was not stopped yet (a stopped process forks no more; children it made before
+/// are its descendants, found by the next scan); once a scan finds nothing new, all are
+/// KILLed together.
 ///
 /// A job that left nothing behind costs no scan of `/proc`: every living descendant is a
 /// child of ours or of another living descendant (orphans are re-parented to us, the
@@ -37,33 +42,63 @@ pub fn kill_tree() {
         return;
     }
     let (me, group) = (getpid(), getpgrp());
+    let mut stopped = HashSet::new();
     for _ in 0..ROUNDS {
         let targets = members(me, group);
         if targets.is_empty() {
             break;
         }
-        for pid in targets {
-            let _ = kill(pid, Signal::SIGKILL);
+        let new: Vec<Pid> = targets.iter().copied().filter(|pid| !stopped.contains(pid)).collect();
+        if new.is_empty() {
+            for pid in &targets {
+                let _ = kill(*pid, Signal::SIGKILL);
+            }
+            reap();
+            stopped.clear();
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
         }
-        reap();
-        std::thread::sleep(Duration::from_millis(5));
+        for pid in new {
+            let _ = kill(pid, Signal::SIGSTOP);
+            stopped.insert(pid);
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
     reap();
 }
 
-/// Our children and the other members of our group, zombies left out.
+/// Our descendants and the other members of our group (and their descendants), zombies
+/// left out.
 fn members(me: Pid, group: Pid) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
+    let procs: Vec<(i32, i32, i32)> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me.as_raw())
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let (state, ppid, pgrp) = parse_stat(&stat)?;
-            (state != 'Z' && (ppid == me.as_raw() || pgrp == group.as_raw())).then(|| Pid::from_raw(pid))
+            (state != 'Z').then_some((pid, ppid, pgrp))
         })
-        .collect()
+        .collect();
+    let mut found: HashSet<i32> = procs
+        .iter()
+        .filter(|(_, ppid, pgrp)| *ppid == me.as_raw() || *pgrp == group.as_raw())
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    // Descendants of what was found, generation by generation.
+    loop {
+        let more: Vec<i32> = procs
+            .iter()
+            .filter(|(pid, ppid, _)| found.contains(ppid) && !found.contains(pid))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        found.extend(more);
+    }
+    found.into_iter().map(Pid::from_raw).collect()
 }
 
 /// State, parent and process group from `/proc/<pid>/stat` (`pid (comm) S ppid pgrp ...`;
@@ -86,7 +121,7 @@ fn has_children() -> bool {
 }
 
 /// Collects every child that has ended.
-fn reap() {
+pub(crate) fn reap() {
     while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
         if status == WaitStatus::StillAlive {
             break;

@@ -13,6 +13,8 @@
 //! - `supervisor`: a shell run's first process, alone: its stop signal, how it starts a
 //!   command, one from another build.
 //! - `failure`: retries, lost runs, hand-over on SIGTERM.
+//! - `jobs_hostile`: a hostile job author and job processes: loader variables, privileged
+//!   groups, escapers that fork and `setsid`.
 //! - `input`: bad input refused with one line and nothing written.
 //! - `parameters`: `trigger --input`, checked, kept in the record, read by the job.
 //! - `wasm`: `cronrun deploy` and the Wasm host called directly.
@@ -37,6 +39,7 @@ mod failure;
 mod hostile;
 mod import;
 mod input;
+mod jobs_hostile;
 mod messages;
 mod notify;
 mod observe;

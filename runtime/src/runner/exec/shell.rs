@@ -2,6 +2,8 @@
 //! own under its supervisor process (see `supervisor`), so that a timeout or a kill
 //! reaches every process it started and the run dies with its runner.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -15,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
 use crate::output::{Line, Source, read_lines};
@@ -39,8 +41,8 @@ struct Prepared {
     /// None when released with its group.
     go: Option<ChildStdin>,
     max_line_bytes: usize,
-    /// The run's input file, which the supervisor removes once released.
-    input: Option<PathBuf>,
+    /// The run's environment and input files, which the supervisor removes once read.
+    leftovers: Vec<PathBuf>,
 }
 
 /// The variables of the agent's environment a job sees unless it sets `inherit_env`:
@@ -97,6 +99,12 @@ fn spawn(
         (None, Some(argv)) if !argv.is_empty() => ["exec"].into_iter().chain(argv.iter().map(String::as_str)).collect(),
         _ => return Err("shell spec has no command".into()),
     };
+    if let RunAs::Account(a) = &run_as
+        && !runner.allow_root
+        && let Some(refused) = privileged_group(a.gid, spec.group.as_deref())
+    {
+        return Err(refused);
+    }
     let mut cmd = Command::new(exe);
     cmd.args(mode);
     if let Some((path, within)) = run.alive {
@@ -105,30 +113,37 @@ fn spawn(
     if let RunAs::Account(a) = &run_as {
         cmd.arg(supervisor::AS_ARG).arg(format!("{}:{}", a.uid, a.gid));
     }
+    // The job's environment goes to the job's exec alone, through a private file: the
+    // supervisor, root when the job runs as another user, starts with a fixed one.
+    let env_file = write_job_env(&job_env(spec, run, &run_as), run.alive.map(|(path, _)| path))?;
+    cmd.arg(supervisor::ENV_ARG).arg(&env_file);
+    let removed = |input: &Option<PathBuf>| {
+        let _ = std::fs::remove_file(&env_file);
+        if let Some(path) = input {
+            let _ = std::fs::remove_file(path);
+        }
+    };
     let input_file = match &run.input {
         Some(input) => {
             // Beside the keepalive file, in the runner's private directory: the supervisor
             // opens it as the runner's user, makes it the job's stdin and removes it.
-            let Some((alive, _)) = run.alive else { return Err("this runner has no directory for run inputs".into()) };
+            let Some((alive, _)) = run.alive else {
+                removed(&None);
+                return Err("this runner has no directory for run inputs".into());
+            };
             let path = PathBuf::from(format!("{}.input", alive.display()));
-            crate::auth::write_private(&path, input).map_err(|e| format!("could not hand the run its input: {e}"))?;
+            if let Err(e) = crate::auth::write_private(&path, input) {
+                removed(&None);
+                return Err(format!("could not hand the run its input: {e}"));
+            }
             cmd.arg(supervisor::INPUT_ARG).arg(&path);
             Some(path)
         }
         None => None,
     };
-    cmd.args(job_args);
-    if !spec.inherit_env {
-        cmd.env_clear().envs(clean_env());
-    }
-    if let RunAs::Account(a) = &run_as {
-        cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name);
-    }
-    cmd.envs(&spec.env)
-        .env("CRONRUN_JOB", run.job)
-        .env("CRONRUN_RUN_ID", run.run_id)
-        .env("CRONRUN_ATTEMPT", run.attempt.to_string())
-        .env("CRONRUN_SCHEDULED_AT", run.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true))
+    cmd.args(job_args)
+        .env_clear()
+        .envs(SUPERVISOR_ENV)
         .stdin(stdin.map(Stdio::from).unwrap_or_else(Stdio::piped))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -145,14 +160,99 @@ fn spawn(
         (None, RunAs::Runner) => {}
     }
     let mut child = cmd.spawn().map_err(|e| {
-        if let Some(path) = &input_file {
-            let _ = std::fs::remove_file(path);
-        }
+        removed(&input_file);
         format!("could not start: {e}")
     })?;
     let go = child.stdin.take();
     let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
-    Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes, input: input_file })
+    let leftovers = input_file.into_iter().chain([env_file]).collect();
+    Ok(Prepared { process: ShellProcess { child, pgid }, go, max_line_bytes: runner.max_line_bytes, leftovers })
+}
+
+/// The whole environment of a run's supervisor, which runs as root when the job runs as
+/// another user: fixed, so that nothing a job author sets (`LD_PRELOAD`, `LD_AUDIT`,
+/// `GCONV_PATH`, `MALLOC_*`...) reaches a root process. The job's own goes to the job's
+/// exec (see `job_env`).
+const SUPERVISOR_ENV: [(&str, &str); 1] = [("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")];
+
+/// The job's environment: the agent's (`inherit_env`) or the clean one, the account's
+/// `HOME`, `USER` and `LOGNAME`, the spec's `env`, and the run's `CRONRUN_*`, each
+/// overriding the ones before.
+fn job_env(spec: &ShellSpec, run: &RunInfo<'_>, run_as: &RunAs) -> BTreeMap<OsString, OsString> {
+    let mut env: BTreeMap<OsString, OsString> = match spec.inherit_env {
+        true => std::env::vars_os().collect(),
+        false => clean_env().into_iter().map(|(n, v)| (n.into(), v.into())).collect(),
+    };
+    let mut set = |name: &str, value: OsString| {
+        env.insert(name.into(), value);
+    };
+    if let RunAs::Account(a) = run_as {
+        set("HOME", a.home.clone().into());
+        set("USER", a.name.clone().into());
+        set("LOGNAME", a.name.clone().into());
+    }
+    for (name, value) in &spec.env {
+        set(name, value.into());
+    }
+    set("CRONRUN_JOB", run.job.into());
+    set("CRONRUN_RUN_ID", run.run_id.into());
+    set("CRONRUN_ATTEMPT", run.attempt.to_string().into());
+    set("CRONRUN_SCHEDULED_AT", run.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true).into());
+    env
+}
+
+/// Writes the job's environment for its supervisor (`--env`), into the runner's private
+/// keepalive directory beside `alive` (a memory file system), else a private file in the
+/// temporary directory. The supervisor removes it once read.
+fn write_job_env(env: &BTreeMap<OsString, OsString>, alive: Option<&Path>) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let failed = |e: std::io::Error| format!("could not hand the run its environment: {e}");
+    let text = supervisor::encode_env(env.iter().map(|(n, v)| (n.as_os_str(), v.as_os_str()))).map_err(failed)?;
+    let (mut file, path) = match alive {
+        Some(alive) => {
+            let path = PathBuf::from(format!("{}.env", alive.display()));
+            let _ = std::fs::remove_file(&path);
+            let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path);
+            (file.map_err(failed)?, path)
+        }
+        None => {
+            let file = tempfile::Builder::new().prefix("cronrun-env-").tempfile().map_err(failed)?;
+            file.keep().map_err(|e| failed(e.error))?
+        }
+    };
+    file.write_all(&text).map_err(|e| {
+        let _ = std::fs::remove_file(&path);
+        failed(e)
+    })?;
+    Ok(path)
+}
+
+/// Groups that give their members root's power or its secrets, by name where the host
+/// has them; gid 0 always. A job runs in one (its `group`, or its user's primary group)
+/// only on a runner with `[runner] allow_root = true`.
+const PRIVILEGED_GROUPS: [&str; 10] =
+    ["root", "sudo", "wheel", "admin", "shadow", "disk", "kmem", "docker", "lxd", "libvirt"];
+
+/// Why a job may not run with gid `gid` without `allow_root`, if it may not.
+fn privileged_group(gid: u32, named: Option<&str>) -> Option<String> {
+    static GIDS: std::sync::OnceLock<Vec<(u32, &'static str)>> = std::sync::OnceLock::new();
+    let gids = GIDS.get_or_init(|| {
+        let by_name = PRIVILEGED_GROUPS.iter().filter_map(|&name| {
+            let group = nix::unistd::Group::from_name(name).ok().flatten()?;
+            Some((group.gid.as_raw(), name))
+        });
+        [(0, "root")].into_iter().chain(by_name).collect()
+    });
+    let (_, name) = gids.iter().find(|(privileged, _)| *privileged == gid)?;
+    let what = match named {
+        Some(group) => format!("its group {group:?} (gid {gid}, {name})"),
+        None => format!("its user's primary group (gid {gid}, {name})"),
+    };
+    Some(format!(
+        "the job would run in {what}, which gives root's rights: set another shell.group, \
+         or allow it with [runner] allow_root = true"
+    ))
 }
 
 /// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
@@ -165,11 +265,41 @@ pub(super) async fn supervisor_command() -> Result<(&'static Path, Option<&'stat
             let exe = std::env::current_exe().ok()?;
             let small = exe.with_file_name(supervisor::BINARY);
             let speaks = small.is_file() && speaks_our_protocol(&small, PROTOCOL_ANSWER_MAX).await;
-            Some(if speaks { (small, true) } else { (exe, false) })
+            let found = if speaks { (small, true) } else { (exe, false) };
+            say_containment(&found.0, (!found.1).then_some(supervisor::ARG)).await;
+            Some(found)
         })
         .await;
     let Some((path, small)) = found else { return Err("could not start: this binary's path is unknown".into()) };
     Ok((path.as_path(), (!small).then_some(supervisor::ARG)))
+}
+
+/// Says in one log line what keeps shell runs' processes from outliving them here (see
+/// `supervisor::Containment`), as the supervisor finds it.
+async fn say_containment(binary: &Path, mode: Option<&str>) {
+    let mut ask = Command::new(binary);
+    ask.args(mode).arg(supervisor::CONTAINMENT_ARG).env_clear().envs(SUPERVISOR_ENV);
+    ask.stdin(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
+    match tokio::time::timeout(PROTOCOL_ANSWER_MAX, ask.output()).await {
+        Ok(Ok(out)) if out.status.success() => {
+            let said = String::from_utf8_lossy(&out.stdout);
+            match said.starts_with("pid-namespace") {
+                true => info!("shell run containment: {}", said.trim()),
+                false => warn!("shell run containment: {}", said.trim()),
+            }
+        }
+        _ => warn!(
+            "shell run containment: unknown ({} {} did not answer)",
+            binary.display(),
+            supervisor::CONTAINMENT_ARG
+        ),
+    }
+}
+
+/// Finds the supervisor and says which containment is in force, once, at the runner's
+/// start.
+pub(crate) async fn announce() {
+    let _ = supervisor_command().await;
 }
 
 /// How long `cronrun-supervise --protocol` may take to answer: it prints a line and exits.
@@ -224,8 +354,10 @@ impl Ready for Prepared {
 
     async fn discard(mut self: Box<Self>) {
         self.process.signal(Signal::SIGKILL);
-        self.process.reaped_within(REAP_MAX).await;
-        if let Some(path) = &self.input {
+        if self.process.reaped_within(REAP_MAX).await.is_some() {
+            self.process.end_left_cgroup();
+        }
+        for path in &self.leftovers {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -247,6 +379,9 @@ impl Running for Started {
         let status = self.process.child.wait().await.ok();
         // The run ends with its main process; what it left in its group goes with it.
         self.process.signal(Signal::SIGKILL);
+        if status.is_some_and(|s| s.code().is_none()) {
+            self.process.end_left_cgroup();
+        }
         match status {
             Some(s) if s.success() => Exit { code: Some(0), outcome: Outcome::Succeeded(None) },
             Some(s) => {
@@ -266,6 +401,9 @@ impl Running for Started {
             }
         };
         self.process.signal(Signal::SIGKILL);
+        if status.as_ref().is_some_and(|s| s.code().is_none()) {
+            self.process.end_left_cgroup();
+        }
         Exit { code: status.as_ref().map(exit_code), outcome: Outcome::Stopped }
     }
 }
@@ -279,6 +417,20 @@ impl Drop for Started {
 }
 
 impl ShellProcess {
+    /// After its supervisor was KILLed (it removes its run's cgroup when it exits by
+    /// itself): what is left of the run's cgroup is killed and removed, in the background.
+    fn end_left_cgroup(&self) {
+        static OURS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+        let (Some(parent), Ok(pid)) = (OURS.get_or_init(supervisor::own_cgroup), u32::try_from(self.pgid.as_raw()))
+        else {
+            return;
+        };
+        let dir = supervisor::run_cgroup(parent, pid);
+        if dir.exists() {
+            tokio::task::spawn_blocking(move || supervisor::end_left_cgroup(&dir, Duration::from_secs(5)));
+        }
+    }
+
     /// Sends `signal` to the whole group. A group already gone is not an error.
     fn signal(&self, signal: Signal) {
         if self.pgid.as_raw() > 0 {
@@ -344,6 +496,19 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn privileged_groups_are_named_in_one_line() {
+        for (gid, named) in [(0, Some("0")), (0, Some("root")), (0, None)] {
+            let refused = privileged_group(gid, named).unwrap();
+            assert!(
+                refused.contains("gid 0") && refused.contains("allow_root") && !refused.contains('\n'),
+                "{refused}"
+            );
+        }
+        assert_eq!(privileged_group(4242, Some("4242")), None);
+        assert_eq!(privileged_group(65534, None), None);
+    }
 
     #[test]
     fn signals_parse() {
