@@ -71,7 +71,8 @@ pub async fn dispatch_with_input(
         }
         Err(e) => return Err(e),
     };
-    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }).await?;
+    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
+    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }, &msg_id).await?;
     publish_event(store, &Event::new(&msg.job, &msg.run_id, EventKind::Dispatched, msg.attempt, now)).await;
     Ok(Outcome::Dispatched)
 }
@@ -156,8 +157,23 @@ fn next_attempt(record: &mut RunRecord, now: DateTime<Utc>) {
 /// or a run whose message was lost) to start at `start_at`; deduplicated per attempt by
 /// `Nats-Msg-Id`.
 pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
+    let msg = queued_msg(queued, start_at);
+    publish(store, pool, &msg, &format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt)).await
+}
+
+/// `publish_queued` for an attempt dispatched before whose runner let it go unstarted
+/// (see `scheduler::expiry`): under its own `Nats-Msg-Id` (the record's revision in it),
+/// which the first dispatch's does not deduplicate. A runner still holding the first
+/// message finds the record moved on and leaves it to this one.
+pub async fn publish_again(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
+    let revision = queued.revision;
+    let msg = queued_msg(queued, start_at);
+    publish(store, pool, &msg, &format!("{}.{}.{}.r{revision}", msg.job, msg.run_id, msg.attempt)).await
+}
+
+fn queued_msg(queued: Queued, start_at: DateTime<Utc>) -> DispatchMsg {
     let record = &queued.record;
-    let msg = DispatchMsg {
+    DispatchMsg {
         job: record.job.clone(),
         run_id: record.run_id.clone(),
         attempt: record.attempt,
@@ -165,14 +181,12 @@ pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at:
         scheduled_at: start_at,
         spec_revision: record.spec_revision,
         queued: Some(queued.clone()),
-    };
-    publish(store, pool, &msg).await
+    }
 }
 
-async fn publish(store: &Store, pool: &str, msg: &DispatchMsg) -> Result<(), Error> {
+async fn publish(store: &Store, pool: &str, msg: &DispatchMsg, msg_id: &str) -> Result<(), Error> {
     let mut headers = async_nats::HeaderMap::new();
-    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
-    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    headers.insert("Nats-Msg-Id", msg_id);
     let body = serde_json::to_vec(msg).unwrap_or_default();
     store
         .js

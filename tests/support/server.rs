@@ -153,6 +153,8 @@ fn secure_options(dir: &Path, port: u16) -> ServerOptions {
 pub struct Cluster {
     pub nodes: Vec<Option<EmbeddedNats>>,
     pub dir: tempfile::TempDir,
+    /// How each node was started, to start it again on its store.
+    options: Vec<ServerOptions>,
 }
 
 impl Cluster {
@@ -180,23 +182,41 @@ impl Cluster {
         let routes: Vec<String> = route_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let route_auth = cronrun::auth::route_authorization(&cronrun::auth::route_password(), &routes);
         let (authorization, test_seed) = secure(dir.path());
-        let starts = (0..size).map(|i| {
-            let opts = ServerOptions {
-                port: 0,
+        let options: Vec<ServerOptions> = (0..size)
+            .map(|i| ServerOptions {
+                port: free_port(),
                 server_name: Some(format!("n{i}")),
                 extra_config: format!(
                     "{authorization}\ncluster {{\nname: cronrun-test\nlisten: 127.0.0.1:{}\n{route_auth}}}\n",
                     route_ports[i]
                 ),
                 probe_creds: Some(test_seed.clone()),
-            };
+            })
+            .collect();
+        let starts = options.iter().enumerate().map(|(i, opts)| {
             let path = dir.path().join(format!("n{i}"));
-            async move { EmbeddedNats::start(&path, &opts).await }
+            async move { EmbeddedNats::start(&path, opts).await }
         });
         // Nodes started are killed on drop when another failed.
         let started: Result<Vec<_>, _> = futures::future::join_all(starts).await.into_iter().collect();
         let nodes = started.map_err(|e| e.to_string())?.into_iter().map(Some).collect();
-        Ok(Cluster { nodes, dir })
+        Ok(Cluster { nodes, dir, options })
+    }
+
+    /// Starts node `i` again (killed before) on its store, ports and routes: it rejoins.
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].is_none(), "node n{i} is running");
+        let path = self.dir.path().join(format!("n{i}"));
+        self.nodes[i] = Some(EmbeddedNats::start(&path, &self.options[i]).await.unwrap());
+    }
+
+    /// Stops node `i` (SIGSTOP) for `pause`, then lets it go on (SIGCONT): a node frozen.
+    pub async fn freeze(&self, i: usize, pause: Duration) {
+        use nix::sys::signal::{Signal, kill};
+        let pid = nix::unistd::Pid::from_raw(self.nodes[i].as_ref().unwrap().pid().unwrap() as i32);
+        kill(pid, Signal::SIGSTOP).unwrap();
+        tokio::time::sleep(pause).await;
+        kill(pid, Signal::SIGCONT).unwrap();
     }
 
     /// Every live node's URL, comma-separated, as `--nats` takes them.

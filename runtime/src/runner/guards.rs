@@ -10,12 +10,15 @@
 //! - `replace`: the run in progress is asked to stop (TERM), and the new one starts when
 //!   it has.
 //!
-//! A policy judges a run only against a run that was already going at its fire instant.
-//! A run that took `active.<job>` after this run's fire was due (a backlog released late,
-//! after a takeover or while NATS failed over) did not overlap it: this run waits for it
-//! instead, and starts when it ends, until its starting deadline (the job's, else
-//! [`BACKLOG_DEADLINE`]) has passed; then it is skipped, saying so. So a backlog of a job
-//! whose runs are shorter than its period runs every fire (docs/failure-model.md).
+//! A policy judges a run only against a run that was already going at its fire instant (a
+//! run checked just before its instant waits for the instant before it judges): one whose
+//! record says it started before the fire. A holder of `active.<job>` that started later,
+//! or has not started (a backlog released late, after a takeover or while NATS failed
+//! over, whose runs take the lease before their start is recorded), did not overlap this
+//! fire: this run waits for it instead, and starts when it ends, until its starting
+//! deadline (the job's, else [`BACKLOG_DEADLINE`]) has passed; then it is skipped, saying
+//! so. So a backlog of a job whose runs are shorter than its period runs every fire
+//! (docs/failure-model.md).
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
@@ -62,17 +65,29 @@ enum OnActive {
     Skip(String),
 }
 
-/// The holder of `active.<job>` as this run sees it: its run key and when it took the lease.
+/// The holder of `active.<job>` as this run sees it: its run key and, if its code has
+/// started, when (its record's `started_at`, by its runner's clock as corrected to the
+/// server's, see `server_time`).
 struct Active<'a> {
     run_key: &'a str,
-    since: DateTime<Utc>,
+    started: Option<DateTime<Utc>>,
+}
+
+/// When the run `run_key` started its code, if its record says it runs. A holder whose
+/// start is not recorded (a backlog's run taken, its start write waiting for NATS) or
+/// whose record cannot be read is taken as not started: waited for, never skipped behind.
+async fn started_at(ctx: &RunnerCtx, run_key: &str) -> Option<DateTime<Utc>> {
+    let (job, run_id) = crate::record::parse_run_key(run_key).ok()?;
+    let record = ctx.store.get_run(job, run_id).await.ok()?.record;
+    (record.status == crate::record::Status::Running).then_some(record.started_at).flatten()
 }
 
 /// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
 fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<Utc>) -> OnActive {
+    let running_at_fire = current.started.is_some_and(|started| started < fire);
     match overlap {
         _ if current.run_key == run_key => OnActive::Wait,
-        Overlap::Skip | Overlap::Allow | Overlap::Queue if current.since >= fire => OnActive::WaitLate,
+        Overlap::Skip | Overlap::Allow | Overlap::Queue if !running_at_fire => OnActive::WaitLate,
         Overlap::Skip | Overlap::Allow => {
             OnActive::Skip(format!("run {} is still running (overlap skip)", current.run_key))
         }
@@ -108,13 +123,24 @@ pub(super) async fn acquire(
     let mut waited = false;
     if spec.overlap != Overlap::Allow {
         let key = lease_keys::active(&spec.name);
-        match Lease::try_acquire(leases, &key, run_key, ttl).await? {
+        let take = || Lease::try_acquire(leases, &key, run_key, ttl);
+        let mut taken = take().await?;
+        // Checked just before the instant: a run going now may end before it (the last
+        // run of a backlog, started late). The policy judges the run going at the instant.
+        while taken.is_none() && ctx.clock.now() < fire {
+            let left = (fire - ctx.clock.now()).to_std().unwrap_or_default();
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(Decision::ShutDown),
+                _ = tokio::time::sleep(left.min(POLL)) => {}
+            }
+            taken = take().await?;
+        }
+        match taken {
             Some(lease) => held.push(lease),
             None => {
                 // Gone since: taken in the first round of the wait below.
-                let (current, since) =
-                    holder(leases, &key).await?.map_or(("?".to_string(), fire), |h| (h.holder, h.acquired_at));
-                let active = Active { run_key: &current, since };
+                let current = holder(leases, &key).await?.map_or_else(|| "?".to_string(), |h| h.holder);
+                let active = Active { run_key: &current, started: started_at(ctx, &current).await };
                 let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
                 let mut give_up = None;
                 let waiter = match on_active(spec.overlap, &active, run_key, fire) {
@@ -151,7 +177,7 @@ pub(super) async fn acquire(
                         }
                         _ = tokio::time::sleep(POLL) => {}
                     }
-                    if let Some(lease) = Lease::try_acquire(leases, &key, run_key, ttl).await? {
+                    if let Some(lease) = take().await? {
                         held.push(lease);
                         break;
                     }
@@ -232,28 +258,34 @@ mod tests {
     fn a_held_active_lease_is_waited_for_queued_behind_replaced_or_skips_as_the_policy_says() {
         let (me, other) = ("nightly/r-2", "nightly/r-1");
         let fire = DateTime::parse_from_rfc3339("2026-12-06T01:00:10Z").unwrap().to_utc();
-        let (before, at, after) = (fire - chrono::Duration::milliseconds(1), fire, fire + chrono::Duration::seconds(5));
+        let (before, at, after) =
+            (Some(fire - chrono::Duration::milliseconds(1)), Some(fire), Some(fire + chrono::Duration::seconds(5)));
         let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
         let cases = [
-            // Running at this fire's instant: the policy decides.
+            // Started before this fire's instant: the policy decides.
             (Overlap::Skip, other, before, skip),
             (Overlap::Queue, other, before, OnActive::Queue),
             (Overlap::Replace, other, before, OnActive::Replace),
-            // Started at or after this fire was due (a backlog released late): no overlap
-            // with this fire, waited for, whatever the order of their fires.
+            // Started at or after this fire was due, or not started (a backlog released
+            // late): no overlap with this fire, waited for, whatever the order of fires.
             (Overlap::Skip, other, at, OnActive::WaitLate),
             (Overlap::Skip, other, after, OnActive::WaitLate),
+            (Overlap::Skip, other, None, OnActive::WaitLate),
             (Overlap::Queue, other, after, OnActive::WaitLate),
             // Replace stops the run in progress, late or not: the newest fire wins.
             (Overlap::Replace, other, after, OnActive::Replace),
             // Our own earlier attempt (its runner died): waited for whatever the policy.
             (Overlap::Skip, me, before, OnActive::Wait),
             (Overlap::Queue, me, after, OnActive::Wait),
-            (Overlap::Replace, me, before, OnActive::Wait),
+            (Overlap::Replace, me, None, OnActive::Wait),
         ];
-        for (overlap, current, since, expected) in cases {
-            let active = Active { run_key: current, since };
-            assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?}, held by {current} since {since}");
+        for (overlap, current, started, expected) in cases {
+            let active = Active { run_key: current, started };
+            assert_eq!(
+                on_active(overlap, &active, me, fire),
+                expected,
+                "{overlap:?}, held by {current} started {started:?}"
+            );
         }
     }
 }

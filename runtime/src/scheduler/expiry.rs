@@ -1,9 +1,14 @@
 //! What the expiry of a run's lease means, for the reaper (as it happens) and the sweep
 //! (when the expiry was missed). The record decides ([`on_expiry`]):
 //!
-//! - still claimed (`running`, or `queued` with a host): the runner died or stalled. The
-//!   run is marked `lost` by compare-and-set (so the stalled runner, should it wake, finds
-//!   its writes refused) and another attempt is queued if the job's retry policy allows.
+//! - `running`: the runner died or stalled. The run is marked `lost` by compare-and-set
+//!   (so the stalled runner, should it wake, finds its writes refused) and another attempt
+//!   is queued if the job's retry policy allows.
+//! - `queued` with a host: claimed, and let go unstarted (the runner died before the
+//!   instant, or could not record the start while NATS failed over). None of its code ran:
+//!   a run starts only after its `running` write lands. Within its starting deadline it is
+//!   dispatched again, the same attempt, its claim cleared by compare-and-set (which
+//!   fences the runner that let it go); past it, it is `lost` as above.
 //! - `queued` for a retry, with no host: the runner recorded a failed attempt and left the
 //!   lease to expire after the backoff (see `runner::finish`). The next attempt is
 //!   dispatched now.
@@ -31,6 +36,8 @@ use crate::store::Store;
 pub(super) enum Expiry {
     /// Its runner stopped renewing: the run is lost (and retried per policy).
     Lost,
+    /// Claimed, never started: dispatched again within its deadline.
+    Unstarted,
     /// The backoff of a failed attempt is over: its next attempt is due.
     RetryDue,
     /// Over, or never claimed: nothing to do.
@@ -39,7 +46,8 @@ pub(super) enum Expiry {
 
 pub(super) fn on_expiry(record: &RunRecord) -> Expiry {
     match (record.status, record.host.is_some(), record.trigger) {
-        (Status::Running, _, _) | (Status::Queued, true, _) => Expiry::Lost,
+        (Status::Running, _, _) => Expiry::Lost,
+        (Status::Queued, true, _) => Expiry::Unstarted,
         (Status::Queued, false, Trigger::Retry) => Expiry::RetryDue,
         _ => Expiry::Nothing,
     }
@@ -88,7 +96,7 @@ async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: D
 pub(super) async fn run_lease_expired(
     store: &Store,
     catalog: &Catalog,
-    key: &str,
+    (key, default_deadline): (&str, std::time::Duration),
     now: DateTime<Utc>,
 ) -> Result<(), Error> {
     let Some((job, run_id)) = key.strip_prefix("run.").and_then(|k| parse_run_key(k).ok()) else {
@@ -118,6 +126,13 @@ pub(super) async fn run_lease_expired(
         return dispatch_retry(store, catalog, queued, now).await;
     }
     let refused = spec.as_ref().and_then(|spec| refused_by_spec(&record, spec, 0));
+    if expiry == Expiry::Unstarted && refused.is_none() {
+        let deadline = spec.as_ref().and_then(|s| s.starting_deadline).unwrap_or(default_deadline);
+        let fire = record.scheduled_at.unwrap_or(now);
+        if now <= fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX) {
+            return dispatch_unstarted(store, catalog, record, stored.revision, now).await;
+        }
+    }
     let host = record.host.clone().unwrap_or_default();
     warn!(job, run = run_id, attempt = record.attempt, %host, "run lost: its runner stopped renewing the run's lease");
     record.status = Status::Lost;
@@ -159,6 +174,28 @@ pub(super) async fn run_lease_expired(
         }
     }
     Ok(())
+}
+
+/// Dispatches again a run claimed and let go before it started (see the module's docs).
+async fn dispatch_unstarted(
+    store: &Store,
+    catalog: &Catalog,
+    mut record: RunRecord,
+    revision: u64,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let host = record.host.take().unwrap_or_default();
+    info!(job = record.job, run = record.run_id, %host, "the run's runner let it go before it started: dispatching it again");
+    let Some(pool) = catalog.get(&record.job).await?.and_then(|j| j.summary.as_ref().ok().map(|s| s.pool.clone()))
+    else {
+        record.status = Status::Cancelled;
+        record.error = Some("job was removed before its run started".into());
+        record.finished_at = Some(now);
+        store.update_run(&record, revision).await?;
+        return Ok(());
+    };
+    let revision = store.update_run(&record, revision).await?;
+    crate::dispatch::publish_again(store, &pool, Queued { revision, record }, now).await
 }
 
 /// Records `failed` a run whose record asked for what its job does not allow.
@@ -224,12 +261,12 @@ mod tests {
     }
 
     #[test]
-    fn an_expiry_loses_claimed_runs_and_dispatches_due_retries_only() {
+    fn an_expiry_loses_started_runs_dispatches_unstarted_ones_again_and_due_retries() {
         let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
         let cases = [
             (Status::Running, Some("h1"), Trigger::Schedule, Expiry::Lost),
-            (Status::Queued, Some("h1"), Trigger::Schedule, Expiry::Lost),
-            (Status::Queued, Some("h1"), Trigger::Retry, Expiry::Lost),
+            (Status::Queued, Some("h1"), Trigger::Schedule, Expiry::Unstarted),
+            (Status::Queued, Some("h1"), Trigger::Retry, Expiry::Unstarted),
             (Status::Queued, None, Trigger::Retry, Expiry::RetryDue),
             (Status::Queued, None, Trigger::Schedule, Expiry::Nothing),
             (Status::Succeeded, Some("h1"), Trigger::Schedule, Expiry::Nothing),

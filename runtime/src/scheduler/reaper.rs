@@ -166,10 +166,11 @@ impl Reaper {
     /// minute when NATS fails (then the sweep settles the run).
     fn reap(&self, key: String) {
         let (store, catalog, now) = (self.store.clone(), self.catalog.clone(), self.clock.now());
+        let deadline = self.default_deadline;
         tokio::spawn(async move {
             let mut wait = Duration::from_secs(1);
             loop {
-                match run_lease_expired(&store, &catalog, &key, now).await {
+                match run_lease_expired(&store, &catalog, (&key, deadline), now).await {
                     Ok(()) => return,
                     Err(e) if wait <= REAP_RETRY_MAX => {
                         warn!(lease = %key, "handling an expired run lease: {e}; trying again in {wait:?}")

@@ -132,7 +132,7 @@ async fn settle_one(
         Settle::Leave => Ok(false),
         Settle::Expired => {
             info!(job, run = run_id, "run without its lease and no expiry seen: handling it as lost");
-            super::expiry::run_lease_expired(store, catalog, &lease, now).await?;
+            super::expiry::run_lease_expired(store, catalog, (&lease, default_deadline), now).await?;
             Ok(true)
         }
         Settle::Redispatch => {
