@@ -6,7 +6,8 @@
 # example job, plugins/js, whose build installs componentize-js pinned by its
 # package-lock.json), the wasm32-wasip2 target, the x86_64-unknown-linux-musl target (the
 # static shell-run supervisor, deploy/static-supervisor.sh), and Debian's chromium +
-# chromium-driver (the dashboard's browser tests). Idempotent.
+# chromium-driver (the dashboard's browser tests), and Debian's faketime (libfaketime: an
+# agent's clock stepped in the chaos tests). Idempotent.
 set -euo pipefail
 
 NATS_SERVER_VERSION=2.14.6
@@ -23,11 +24,11 @@ for t in wasm32-wasip2 x86_64-unknown-linux-musl; do
   rustup target add "$t" >/dev/null 2>&1 || rustup target add "$t"
 done
 
-if ! command -v chromedriver >/dev/null 2>&1; then
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver faketime >/dev/null
 fi
 
 if ! nats-server --version >/dev/null 2>&1; then

@@ -193,6 +193,8 @@ async fn run_roles(
 ) -> Result<(), Error> {
     let names = Names::new(&config.namespace)?;
     let schedules = config.roles.contains(&Role::Scheduler);
+    let server_time = crate::server_time::ServerTime::new(config.scheduler.max_clock_offset);
+    let _ = health.server_time.set(server_time.clone());
     // The scheduler's store: on a connection of its own when it has an identity of its
     // own (see `SchedulerConfig::creds`); it creates the layout, which the agent's
     // connection, a runner's then, may not.
@@ -248,6 +250,7 @@ async fn run_roles(
             holder: instance.clone(),
             shards,
             next_fires: health.next_fires.clone(),
+            server_time: server_time.clone(),
         };
         let scheduler = Scheduler { ctx, notify: config.notify.clone() };
         health.role_started();
@@ -259,7 +262,7 @@ async fn run_roles(
             catalog.clone(),
             config.runner.clone(),
             config.wasm.clone(),
-            clock.clone(),
+            (clock.clone(), server_time.clone()),
             config.name.clone(),
         );
         let _ = health.slots.set(runner.slots());

@@ -151,6 +151,7 @@ impl AgentConfig {
             ("scheduler.lead", s.lead, D::ZERO, D::from_secs(60)),
             ("scheduler.default_deadline", s.default_deadline, D::from_secs(1), D::from_secs(30 * 86_400)),
             ("scheduler.reconcile_every", s.reconcile_every, D::from_secs(1), D::from_secs(86_400)),
+            ("scheduler.max_clock_offset", s.max_clock_offset, D::from_millis(100), D::from_secs(3600)),
             ("runner.heartbeat", r.heartbeat, D::from_millis(100), D::from_secs(300)),
             ("runner.kill_grace", r.kill_grace, D::ZERO, D::from_secs(3600)),
             ("runner.drain_timeout", r.drain_timeout, D::ZERO, D::from_secs(86_400)),

@@ -36,6 +36,8 @@ pub struct Health {
     /// The agent's catalog, which knows the jobs removed while it ran: their series are
     /// not shown.
     pub catalog: std::sync::OnceLock<crate::catalog::Catalog>,
+    /// The agent's clock against the server's.
+    pub server_time: std::sync::OnceLock<crate::server_time::ServerTime>,
 }
 
 impl Health {
@@ -49,6 +51,7 @@ impl Health {
             slots: std::sync::OnceLock::new(),
             next_fires: crate::metrics::NextFires::default(),
             catalog: std::sync::OnceLock::new(),
+            server_time: std::sync::OnceLock::new(),
         }
     }
 
@@ -66,16 +69,27 @@ impl Health {
     }
 
     /// None when ready, else why not.
-    fn not_ready(&self) -> Option<&'static str> {
+    fn not_ready(&self) -> Option<String> {
         if !self.nats_connected() {
-            Some("NATS is not connected")
+            Some("NATS is not connected".into())
         } else if !self.layout.load(Ordering::SeqCst) {
-            Some("waiting for the cronrun layout in NATS")
+            Some("waiting for the cronrun layout in NATS".into())
         } else if self.roles_started.load(Ordering::SeqCst) < self.roles_expected {
-            Some("roles starting")
+            Some("roles starting".into())
         } else {
-            None
+            self.clock_off()
         }
+    }
+
+    /// Why the agent's clock keeps it from leading shards, if it does.
+    fn clock_off(&self) -> Option<String> {
+        let server_time = self.server_time.get()?;
+        let state = server_time.state();
+        let offset = state.offset.filter(|_| state.off)?;
+        Some(format!(
+            "this agent's clock is {offset:+.1} s off the NATS server's (max_clock_offset {}): it leads no shards; fix its time (NTP)",
+            humantime::format_duration(server_time.max())
+        ))
     }
 }
 

@@ -28,7 +28,8 @@
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
 //!   `retry`: start-up steps tried again through NATS trouble; `silence`: a bound on the
 //!   quiet between a long stream's items.
-//! - `clock`: time behind a trait for tests; `memory`: memory freed by a load given back.
+//! - `clock`: time behind a trait for tests; `server_time`: the agent's clock against the
+//!   NATS server's; `memory`: memory freed by a load given back.
 pub mod actions;
 pub mod agent;
 pub mod auth;
@@ -53,6 +54,7 @@ pub mod output;
 pub mod retry;
 pub mod runner;
 pub mod scheduler;
+pub mod server_time;
 pub mod shutdown;
 pub mod silence;
 pub mod status;

@@ -13,7 +13,7 @@ use crate::store::lease::LeaseValue;
 
 pub struct StatusReport {
     pub runners: Vec<RunnerPresence>,
-    pub schedulers: Vec<LeaseValue>,
+    pub schedulers: Vec<crate::scheduler::SchedulerPresence>,
     /// Shard leases by shard number.
     pub shards: Vec<(u32, LeaseValue)>,
     /// How many shards the deployment has; 0 before the first scheduler starts.
@@ -62,8 +62,8 @@ impl StatusReport {
             .schedulers
             .iter()
             .map(|s| {
-                let mine = self.led_by(&s.holder);
-                json!({ "holder": s.holder, "count": mine.len(), "shards": crate::scheduler::ranges(mine) })
+                let mine = self.led_by(&s.lease.holder);
+                json!({ "holder": s.lease.holder, "count": mine.len(), "shards": crate::scheduler::ranges(mine) })
             })
             .collect();
         json!({

@@ -10,6 +10,7 @@
 //! - `schedulers.rs`: the shard owner is killed twenty times; ten agents start at once.
 //! - `runners.rs`: a runner stopped past its lease; a runner killed with runs prepared.
 //! - `soak.rs`: many runs and restarts; state in NATS and the agent stay flat.
+//! - `clock.rs`: an agent's wall clock stepped back and forward (libfaketime).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 #[path = "../support/mod.rs"]
@@ -18,6 +19,7 @@ mod support;
 #[path = "../procs.rs"]
 mod procs;
 
+mod clock;
 mod nats;
 mod runners;
 mod schedulers;

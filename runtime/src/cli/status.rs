@@ -29,11 +29,26 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
             .schedulers
             .iter()
             .map(|m| {
-                let mine = report.led_by(&m.holder);
+                let mine = report.led_by(&m.lease.holder);
                 let which = crate::scheduler::ranges(mine.iter().copied());
-                vec![m.holder.clone(), mine.len().to_string(), which, fmt_time(&m.acquired_at)]
+                let clock = match (m.clock_offset_ms, m.clock_off) {
+                    (Some(ms), off) => format!("{:+.1} s{}", ms as f64 / 1000.0, if off { " OFF" } else { "" }),
+                    (None, _) => "-".to_string(),
+                };
+                vec![m.lease.holder.clone(), mine.len().to_string(), which, clock, fmt_time(&m.lease.acquired_at)]
             })
             .collect();
+        let clocks_off = report
+            .schedulers
+            .iter()
+            .filter(|m| m.clock_off)
+            .map(|m| {
+                format!(
+                    "\nscheduler {}'s clock is off the NATS server's (CLOCK: the server's less its own): it leads no shards until its time is fixed",
+                    m.lease.holder
+                )
+            })
+            .collect::<String>();
         let note = match (report.shard_count, report.unled().len()) {
             (0, _) => "\n(no scheduler has started yet: no fires are dispatched)".to_string(),
             (_, 0) => String::new(),
@@ -47,9 +62,9 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
             })
             .collect::<String>();
         format!(
-            "{}\n\n{}{note}{unserved}",
+            "{}\n\n{}{note}{clocks_off}{unserved}",
             table(&["RUNNER", "POOLS", "RUNNING", "HEARTBEAT", "VERSION"], &rows),
-            table(&["SCHEDULER", "SHARDS", "WHICH", "SINCE"], &members)
+            table(&["SCHEDULER", "SHARDS", "WHICH", "CLOCK", "SINCE"], &members)
         )
     })
 }

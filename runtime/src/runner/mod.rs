@@ -143,7 +143,11 @@ pub(crate) struct RunnerCtx {
     pub store: Store,
     pub catalog: Catalog,
     pub config: RunnerConfig,
+    /// The wall clock, moved to the server's time while it is off (`server_time`).
     pub clock: SharedClock,
+    /// The wall clock itself, which presence writes measure.
+    raw_clock: SharedClock,
+    server_time: crate::server_time::ServerTime,
     pub host: String,
     pub starter: starter::Starter,
     /// The Wasm host, or why this runner has none.
@@ -276,7 +280,7 @@ impl Runner {
         catalog: Catalog,
         mut config: RunnerConfig,
         wasm: crate::wasm::WasmConfig,
-        clock: SharedClock,
+        (clock, server_time): (SharedClock, crate::server_time::ServerTime),
         host: String,
     ) -> Self {
         if !config.pools.contains(&host) {
@@ -292,13 +296,18 @@ impl Runner {
             warn!("wasm jobs will fail on this runner: {e}");
             e.to_string()
         });
+        // Runs start on the server's time while this clock is off (see `server_time`); the
+        // presence writes measure the clock itself.
+        let corrected = server_time.corrected(clock.clone());
         let ctx = RunnerCtx {
             wasm,
             store,
             catalog,
             config,
-            starter: starter::Starter::new(clock.clone()),
-            clock,
+            starter: starter::Starter::new(corrected.clone()),
+            clock: corrected,
+            raw_clock: clock,
+            server_time,
             host,
             running: Arc::new(AtomicUsize::new(0)),
             alive_dir: alive_dir::AliveDir::make()
@@ -323,6 +332,8 @@ impl Runner {
             _ = cancel.cancelled() => return Ok(()),
             _ = ctx.catalog.wait_loaded() => {}
         }
+        // Which containment shell runs get, said once at start (see `supervisor`).
+        exec::shell::announce().await;
         let slots = Arc::new(Semaphore::new(ctx.config.slots.max(1)));
         let tracker = TaskTracker::new();
         let stops = Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };

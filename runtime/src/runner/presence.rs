@@ -43,7 +43,8 @@ pub(super) async fn publish(ctx: Arc<RunnerCtx>, cancel: CancellationToken) {
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
         let body = serde_json::to_vec(&presence).unwrap_or_default().into();
-        if let Err(e) = ctx.store.leases.put(&key, body, Some(ttl)).await {
+        let write = (key.as_str(), body, Some(ttl));
+        if let Err(e) = ctx.server_time.write_and_measure(&ctx.store.leases, write, &ctx.raw_clock).await {
             warn!("runner presence not written: {e}");
         }
     }

@@ -28,6 +28,7 @@ mod index;
 mod leader;
 pub mod loader;
 mod members;
+pub use members::Presence as SchedulerPresence;
 mod plan;
 mod queue;
 mod reaper;
@@ -97,6 +98,10 @@ pub struct SchedulerConfig {
     /// cache it then prunes; a scheduler reading millions of jobs at a start does not need
     /// that, nor the runner's rights.
     pub creds: Option<String>,
+    /// How far this agent's clock may be from the NATS server's before its scheduler
+    /// leaves the shards to schedulers within it (see `server_time`). Default 2s.
+    #[serde(with = "crate::spec::codec::duration")]
+    pub max_clock_offset: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -110,6 +115,7 @@ impl Default for SchedulerConfig {
             reconcile_every: Duration::from_secs(300),
             snapshots_from: 100_000,
             creds: None,
+            max_clock_offset: Duration::from_secs(2),
         }
     }
 }
@@ -131,6 +137,8 @@ pub struct SchedulerCtx {
     pub shards: u32,
     /// Each led shard's next fires, for `/metrics`.
     pub next_fires: crate::metrics::NextFires,
+    /// This agent's clock against the server's: off, it leads no shards.
+    pub server_time: crate::server_time::ServerTime,
 }
 
 pub struct Scheduler {
@@ -177,13 +185,9 @@ impl Scheduler {
             warn!("writing the shards' first watermarks: {e}; shards never led start when first led");
         }
         let presence_stop = CancellationToken::new();
-        let mut presence = tokio::spawn(members::publish(
-            self.ctx.store.clone(),
-            self.ctx.holder.clone(),
-            self.ctx.config.lease_ttl,
-            presence_stop.clone(),
-        ));
-        let (members_tx, mut members) = watch::channel(Vec::new());
+        let mut presence = tokio::spawn(members::publish(self.ctx.clone(), presence_stop.clone()));
+        let mut clock_state = self.ctx.server_time.subscribe();
+        let (members_tx, mut members) = watch::channel(members::Members::default());
         let mut tasks = Watched::default();
         tasks.spawn("the member list", members::follow(self.ctx.store.clone(), members_tx, cancel.clone()));
         // The reaper has a task of its own, so that the shards' work does not interrupt its
@@ -219,11 +223,24 @@ impl Scheduler {
                     });
                     break;
                 }
+                // Our clock off (or back within): we leave the list (or join it again).
+                Ok(()) = clock_state.changed() => {
+                    let off = clock_state.borrow_and_update().off;
+                    let list = members::with_self(members.borrow().clone(), &self.ctx.holder, &seen, off);
+                    if list != seen {
+                        let now = settle.changed(&seen, &list, tokio::time::Instant::now());
+                        seen = list;
+                        if now {
+                            self.rebalance(&seen, &mut running, &mut stopping, &state_tx);
+                        }
+                    }
+                }
                 changed = members.changed() => {
                     if changed.is_err() {
                         continue; // the member list task ended: `tasks.ended` says why
                     }
-                    let list = members::with_self(members.borrow_and_update().clone(), &self.ctx.holder, &seen);
+                    let off = self.ctx.server_time.state().off;
+                    let list = members::with_self(members.borrow_and_update().clone(), &self.ctx.holder, &seen, off);
                     let now = settle.changed(&seen, &list, tokio::time::Instant::now());
                     seen = list;
                     if now {

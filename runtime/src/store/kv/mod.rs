@@ -174,6 +174,17 @@ impl Bucket {
         }))
     }
 
+    /// The revision of `key` and when the server stored it, by the server's clock (see
+    /// `server_time`); None if absent, deleted or expired.
+    pub async fn stamp(&self, key: &str) -> Result<Option<(u64, chrono::DateTime<chrono::Utc>)>, Error> {
+        let entry =
+            self.kv.entry(key).await.map_err(|e| Error::nats(&format!("reading {key} from {}", self.name()), e))?;
+        Ok(entry.filter(|e| e.operation == Operation::Put).and_then(|e| {
+            let at = chrono::DateTime::from_timestamp(e.created.unix_timestamp(), e.created.nanosecond())?;
+            Some((e.revision, at))
+        }))
+    }
+
     /// Writes `value` only if `key` is still at `revision` (0: absent). A lost race is
     /// `ErrorKind::Conflict`. With `ttl` the key expires unless written again.
     pub async fn update(&self, key: &str, value: Bytes, revision: u64, ttl: Option<Duration>) -> Result<u64, Error> {
