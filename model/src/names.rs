@@ -260,6 +260,12 @@ pub mod lease_keys {
         format!("chained.{job}.{run_id}")
     }
 
+    /// The newest signing time (`wasm.signed_at`) a runner with trusted keys has seen for
+    /// `job`: written by runners only, never moved back, never expiring (see `docs/security.md`).
+    pub fn signed(job: &str) -> String {
+        format!("signed.{job}")
+    }
+
     /// Written when the run `run_id` of `job` was dispatched for a message, so that the
     /// message seen again after its run's record was pruned starts nothing.
     pub fn message(job: &str, run_id: &str) -> String {

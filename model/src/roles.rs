@@ -273,6 +273,9 @@ impl Names {
                     lease_keys::queued(">"),
                     lease_keys::lock(">"),
                     lease_keys::runner(">"),
+                    // The replay guard of signed Wasm jobs: no admin, scheduler or viewer
+                    // may move it.
+                    lease_keys::signed(">"),
                 ] {
                     api.add(kv_write(self.leases_bucket(), &key));
                 }
@@ -395,6 +398,10 @@ mod tests {
             (Runner, "$KV.cronrun_leases.shard.3", false),
             (Runner, "$KV.cronrun_leases.shards", false),
             (Runner, "$KV.cronrun_leases.run.j.r", true),
+            (Runner, "$KV.cronrun_leases.signed.j", true),
+            (Admin, "$KV.cronrun_leases.signed.j", false),
+            (Scheduler, "$KV.cronrun_leases.signed.j", false),
+            (Viewer, "$KV.cronrun_leases.signed.j", false),
             (Runner, "$KV.cronrun_runs.j.r", true),
             (Runner, "$JS.API.STREAM.CREATE.KV_cronrun_jobs", false),
             (Runner, "$JS.API.STREAM.PURGE.OBJ_cronrun_plugins", false),

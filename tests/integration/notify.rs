@@ -10,9 +10,10 @@ use crate::support::*;
 
 const SECRET: &str = "s3cret-for-tests";
 
-/// `[notify]` of the agents: the signing secret of the tests.
+/// `[notify]` of the agents: the signing secret of the tests, and the receiver's address
+/// (127.0.0.1, internal: refused unless allowed).
 fn notify_tables() -> String {
-    format!("[notify]\ntimeout = \"2s\"\n[notify.secrets]\nops = \"{SECRET}\"\n")
+    format!("[notify]\ntimeout = \"2s\"\nallow_hosts = [\"127.0.0.1\"]\n[notify.secrets]\nops = \"{SECRET}\"\n")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -295,4 +296,103 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
     assert_eq!(about_it.len(), 1, "{about_it:#?}");
     assert!(receiver.received().iter().all(|r| r.path == "/slow"), "quick was told late");
     assert!(!events(&store, "slow", "notified").await.is_empty());
+}
+
+/// Without `allow_hosts`, a webhook leading to loopback (by address, IPv6, IPv4-mapped,
+/// `0.0.0.0` or the name `localhost`) or to the cloud metadata address is refused: the
+/// live receiver gets nothing, and each notice is recorded failed once, naming the address
+/// and the setting, and not tried again.
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_to_internal_addresses_are_refused_once_naming_the_address_without_allow_hosts() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let agent = nats.agent_with_tables("a", "[notify]\ntimeout = \"2s\"\n");
+    ready(&agent).await;
+    let port = receiver.port;
+    let targets = [
+        ("v4", format!("http://127.0.0.1:{port}/x"), "refused: 127.0.0.1, a loopback address"),
+        ("v6", format!("http://[::1]:{port}/x"), "refused: ::1, a loopback address"),
+        ("mapped", format!("http://[::ffff:127.0.0.1]:{port}/x"), "refused: ::ffff:127.0.0.1, a loopback address"),
+        ("metadata", "http://169.254.169.254/latest/meta-data/".to_string(), "refused: 169.254.169.254, a link-local"),
+        ("any", format!("http://0.0.0.0:{port}/x"), "refused: 0.0.0.0, an unspecified address"),
+        ("name", format!("http://localhost:{port}/x"), "refused: localhost resolves to "),
+    ];
+    let jobs: String = targets
+        .iter()
+        .map(|(name, url, _)| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"@yearly\"\nshell = \"exit 1\"\n\
+                 notify = [{{ on = [\"failed\"], webhook = \"{url}\" }}]\n"
+            )
+        })
+        .collect();
+    apply(&nats, &jobs);
+    for (name, _, _) in &targets {
+        nats.trigger(name);
+    }
+    let store = nats.store().await;
+    for (name, url, needle) in &targets {
+        let failed = eventually(Duration::from_secs(20), "the refused notice recorded", || async {
+            events(&store, name, "notify_failed").await.into_iter().next()
+        })
+        .await;
+        let detail = failed["detail"].as_str().unwrap();
+        assert!(detail.starts_with(&format!("failed: POST {url}: {needle}")), "{name}: {detail}");
+        assert!(detail.contains("[notify] allow_hosts") && detail.ends_with("(not retried)"), "{name}: {detail}");
+    }
+    // Retries would come 1 s and then 2 s later: none comes.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for (name, _, _) in &targets {
+        assert_eq!(events(&store, name, "notify_failed").await.len(), 1, "{name} was tried again");
+        assert!(events(&store, name, "notified").await.is_empty(), "{name}");
+    }
+    assert!(receiver.received().is_empty(), "{:#?}", receiver.received());
+}
+
+/// A webhook on an allowed address that redirects to one not allowed: the redirect is not
+/// followed (the receiver behind it gets nothing) and the notice is recorded refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_to_an_address_not_allowed_is_not_followed() {
+    let nats = Nats::start().await;
+    let receiver = Receiver::start(0, 0).await;
+    let stolen = receiver.url("/stolen");
+    // The allowed webhook: 127.0.0.2 (loopback too, but named in allow_hosts), answering
+    // every request with a redirect to the receiver on 127.0.0.1.
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let location = stolen.clone();
+    let redirect = move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let location = location.clone();
+        async move { (axum::http::StatusCode::TEMPORARY_REDIRECT, [(axum::http::header::LOCATION, location)]) }
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.2", 0)).await.unwrap();
+    let hook = format!("http://127.0.0.2:{}/hook", listener.local_addr().unwrap().port());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, axum::Router::new().fallback(redirect)).await;
+    });
+    let agent = nats.agent_with_tables("a", "[notify]\ntimeout = \"2s\"\nallow_hosts = [\"127.0.0.2\"]\n");
+    ready(&agent).await;
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"hops\"\nschedule = \"@yearly\"\nshell = \"exit 1\"\n\
+             notify = [{{ on = [\"failed\"], webhook = \"{hook}\" }}]\n"
+        ),
+    );
+    nats.trigger("hops");
+    let store = nats.store().await;
+    let failed = eventually(Duration::from_secs(20), "the refused notice recorded", || async {
+        events(&store, "hops", "notify_failed").await.into_iter().next()
+    })
+    .await;
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("redirected to {stolen}: refused: 127.0.0.1, a loopback address"))
+            && detail.ends_with("(not retried)"),
+        "{detail}"
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1, "the allowed webhook was called once");
+    assert!(receiver.received().is_empty(), "the redirect was followed: {:#?}", receiver.received());
+    server.abort();
 }

@@ -31,6 +31,11 @@ const CASES: &[(Op, &str, &[&str])] = &[
     (Op::Publish("$KV.cronrun_runs.job.run1"), "write a run record", &["admin", "scheduler", "runner", "agent"]),
     (Op::Publish("$KV.cronrun_leases.run.job.run1"), "write a run lease", &["runner", "agent"]),
     (
+        Op::Publish("$KV.cronrun_leases.signed.job"),
+        "move the newest signing time seen of a signed Wasm job (the replay guard)",
+        &["runner", "agent"],
+    ),
+    (
         Op::Publish("$JS.API.DIRECT.GET.KV_cronrun_runs"),
         "read a job's run records in one request",
         &["admin", "viewer", "scheduler", "runner", "agent"],

@@ -167,7 +167,7 @@ impl Host {
             })
             .unwrap();
         self.store.put_plugin(&std::fs::read(name).unwrap()).await.unwrap();
-        let prepared = self.rt.prepare(spec).await.unwrap();
+        let prepared = self.rt.prepare(job, "default", spec).await.unwrap();
         let (tx, mut rx) = mpsc::channel(1000);
         let ctx = JobContext {
             job: job.into(),
@@ -326,6 +326,31 @@ async fn health_check_reaches_granted_hosts_only_and_kv_needs_its_grant() {
             "{allow_http:?} -> {target}: {outcome:?}"
         );
     }
+}
+
+/// `[wasm] http_max_requests` counts per run: with 1, each run of `health_check` (one
+/// request) reaches the server; with 0, the request fails in the guest with
+/// `ConnectionLimitReached` and never leaves (the plugin reports the URL unreachable).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_beyond_http_max_requests_gets_connection_limit_reached_and_the_count_is_per_run() {
+    let nats = Nats::start().await;
+    let port = http_server().await;
+    let url = format!("http://127.0.0.1:{port}/health");
+    let timeout = Some(Duration::from_secs(20));
+    let one = host(&nats, WasmConfig { http_max_requests: 1, ..WasmConfig::default() }).await;
+    let mut s = spec(&one, "health_check");
+    s.config = BTreeMap::from([("url".to_string(), url.clone())]);
+    s.allow_http = vec![format!("http://127.0.0.1:{port}")];
+    s.allow_kv = true;
+    let first = one.run("limit1", &s, timeout).await.0;
+    assert_eq!(first, WasmOutcome::Succeeded(Some(format!("{url}: status 204 (first check)"))));
+    // A second run has its own count: the request goes out again (status unchanged).
+    assert_eq!(one.run("limit1", &s, timeout).await.0, WasmOutcome::Succeeded(None));
+
+    let none = host(&nats, WasmConfig { http_max_requests: 0, ..WasmConfig::default() }).await;
+    let (outcome, lines) = none.run("limit0", &s, timeout).await;
+    assert_eq!(outcome, WasmOutcome::Succeeded(Some(format!("{url}: status unreachable (first check)"))));
+    assert!(lines.iter().any(|l| l.text.contains("ConnectionLimitReached")), "{:?}", texts(&lines));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -499,14 +524,14 @@ async fn bench_instantiate_and_call_hello() {
     let s = spec(&h, "hello");
     h.store.put_plugin(&std::fs::read(plugin("hello")).unwrap()).await.unwrap();
     let started = Instant::now();
-    h.rt.prepare(&s).await.unwrap();
+    h.rt.prepare("hello", "default", &s).await.unwrap();
     println!("first prepare (fetch + compile + link): {:?}", started.elapsed());
     let (warmup, n) = (200, 2000);
     let mut prepare = Vec::with_capacity(n);
     let mut run = Vec::with_capacity(n);
     for i in 0..warmup + n {
         let t = Instant::now();
-        let p = h.rt.prepare(&s).await.unwrap();
+        let p = h.rt.prepare("hello", "default", &s).await.unwrap();
         let prepared = t.elapsed();
         let (tx, mut rx) = mpsc::channel(100);
         let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });

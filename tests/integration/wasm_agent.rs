@@ -200,14 +200,27 @@ async fn a_runner_with_trusted_keys_runs_only_plugins_signed_by_them() {
         serde_json::from_str::<serde_json::Value>(&nats.ok(&["get", "lifted", "--output", "json"])).unwrap()["spec"]
             .clone();
     lifted["wasm"]["signature"] = signature.into();
+    lifted["wasm"]["signed_at"] = signed["spec"]["wasm"]["signed_at"].clone();
     store.jobs.kv.put("lifted", serde_json::to_vec(&lifted).unwrap().into()).await.unwrap();
+    // A signature as cronrun before signed_at wrote it: the digest alone.
+    let mut old = signed["spec"].clone();
+    let seed = std::fs::read_to_string(&ours).unwrap();
+    let pair = nkeys::KeyPair::from_seed(seed.trim()).unwrap();
+    let digest_only = pair.sign(old["wasm"]["plugin"].as_str().unwrap().as_bytes()).unwrap();
+    use base64::Engine;
+    let digest_only = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest_only);
+    old["name"] = "old".into();
+    old["wasm"]["signature"] = format!("{our_key}:{digest_only}").into();
+    old["wasm"].as_object_mut().unwrap().remove("signed_at");
+    store.jobs.kv.put("old", serde_json::to_vec(&old).unwrap().into()).await.unwrap();
     nats.ok(&["add", "shell", "--schedule", "@yearly", "--", "echo hi"]);
 
     for (job, status, needle) in [
         ("signed", "succeeded", "hello, world"),
-        ("unsigned", "failed", "is not signed, and this runner runs only plugins signed by its [wasm] trusted_keys"),
+        ("unsigned", "failed", "is not signed, and this runner runs only Wasm jobs signed by its [wasm] trusted_keys"),
         ("stranger", "failed", "which is not among this runner's [wasm] trusted_keys"),
-        ("lifted", "failed", "does not match it"),
+        ("lifted", "failed", "does not cover this spec"),
+        ("old", "failed", "sign it again with this version"),
         ("shell", "failed", "this runner runs no shell jobs ([runner] allow_shell = false)"),
     ] {
         let out = nats.cli(&["trigger", job, "--wait", "--output", "json"]);
@@ -223,6 +236,145 @@ async fn a_runner_with_trusted_keys_runs_only_plugins_signed_by_them() {
     let err = nats.fails(&["deploy", &hello, "--name", "careless", "--sign", open.to_str().unwrap()]);
     assert!(err.contains("--sign") && err.contains("chmod 600"), "{err}");
     assert!(nats.fails(&["get", "careless"]).contains("not found"));
+}
+
+/// A signing key made by `cronrun auth keygen` in the test's directory: (its file, its
+/// public key).
+fn keygen(nats: &Nats, name: &str) -> (String, String) {
+    let path = nats.dir.path().join(name).display().to_string();
+    let out: serde_json::Value =
+        serde_json::from_str(&nats.ok(&["auth", "keygen", &path, "--output", "json"])).unwrap();
+    (path, out["public_key"].as_str().unwrap().to_string())
+}
+
+/// The stored spec of `job`, as JSON.
+fn stored_spec(nats: &Nats, job: &str) -> serde_json::Value {
+    serde_json::from_str::<serde_json::Value>(&nats.ok(&["get", job, "--output", "json"])).unwrap()["spec"].clone()
+}
+
+/// `trigger JOB --wait`: the run's status and error (empty when none). A refusal's error
+/// is one line.
+fn run_of(nats: &Nats, job: &str) -> (String, String) {
+    let out = nats.cli(&["trigger", job, "--wait", "--output", "json"]);
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{job}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let error = record["error"].as_str().unwrap_or_default().to_string();
+    assert!(!error.contains('\n'), "{job}: one line expected: {error}");
+    (record["status"].as_str().unwrap().to_string(), error)
+}
+
+/// A runner with trusted keys runs a signed deploy, and refuses the same signed spec once
+/// an admin's direct write of the job spec changed its grants, its config or its pool:
+/// the run fails with one line saying the signature does not cover the spec.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signature_covers_the_grants_config_and_pool_an_admin_cannot_change() {
+    let nats = Nats::start().await;
+    let (key_file, public) = keygen(&nats, "signing.nk");
+    let store = nats.store().await;
+    let trusting = format!("pools = [\"default\", \"gpu\"]\n[wasm]\ntrusted_keys = [\"{public}\"]");
+    let agent = nats.runner_with("a", &trusting);
+    ready(&agent).await;
+    let hello = plugin("hello");
+    for job in ["signed", "grants", "config", "pool"] {
+        nats.ok(&[
+            "deploy",
+            &hello,
+            "--name",
+            job,
+            "--schedule",
+            "@yearly",
+            "--config",
+            "greeting=hej",
+            "--sign",
+            &key_file,
+        ]);
+    }
+    let spec = stored_spec(&nats, "signed");
+    assert!(spec["wasm"]["signature"].as_str().unwrap().starts_with(&format!("{public}:")), "{spec}");
+    assert!(spec["wasm"]["signed_at"].as_str().is_some(), "{spec}");
+    assert_eq!(run_of(&nats, "signed"), ("succeeded".to_string(), String::new()), "a signed deploy runs");
+
+    // Each job's signed spec rewritten by an identity that may write job specs (the test's
+    // unrestricted client, as an admin's `nats kv put` would), its signature kept.
+    type Tamper = fn(&mut serde_json::Value);
+    let tamper: [(&str, Tamper); 3] = [
+        ("grants", |s| s["wasm"]["allow_http"] = serde_json::json!(["http://169.254.169.254"])),
+        ("config", |s| s["wasm"]["config"]["greeting"] = "pwned".into()),
+        ("pool", |s| s["pool"] = "gpu".into()),
+    ];
+    for (job, change) in tamper {
+        let mut spec = stored_spec(&nats, job);
+        change(&mut spec);
+        store.jobs.kv.put(job, serde_json::to_vec(&spec).unwrap().into()).await.unwrap();
+        let (status, error) = run_of(&nats, job);
+        assert_eq!(status, "failed", "{job} changed after signing: {error}");
+        assert!(
+            error.contains(&format!("the signature of job {job} by {public} does not cover this spec")),
+            "{job}: {error}"
+        );
+    }
+}
+
+/// A runner with trusted keys refuses a signed spec older than the newest it has seen for
+/// the job (v1 signed, v2 signed and run, v1's spec written back): a replay, one line. The
+/// newest signing time seen is kept in `signed.<job>` of the leases bucket, which the
+/// admin identity may not write; deleting and re-creating the job does not reset it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_signed_spec_written_back_is_refused_as_a_replay() {
+    let nats = Nats::start().await;
+    let (key_file, public) = keygen(&nats, "signing.nk");
+    let store = nats.store().await;
+    let agent = nats.runner_with("a", &format!("[wasm]\ntrusted_keys = [\"{public}\"]"));
+    ready(&agent).await;
+    let hello = plugin("hello");
+    let deploy = |greeting: &str| {
+        let greeting = format!("greeting={greeting}");
+        nats.ok(&[
+            "deploy",
+            &hello,
+            "--name",
+            "app",
+            "--schedule",
+            "@yearly",
+            "--config",
+            &greeting,
+            "--sign",
+            &key_file,
+        ]);
+        stored_spec(&nats, "app")
+    };
+    let v1 = deploy("v1");
+    assert_eq!(run_of(&nats, "app").0, "succeeded");
+    let v2 = deploy("v2");
+    assert!(v2["wasm"]["signed_at"].as_str() > v1["wasm"]["signed_at"].as_str(), "{v1} {v2}");
+    assert_eq!(run_of(&nats, "app").0, "succeeded", "the newer signed build runs");
+    let seen = store.leases.get("signed.app").await.unwrap().expect("signed.app written by the runner");
+    assert_eq!(serde_json::from_slice::<String>(&seen.value).unwrap(), v2["wasm"]["signed_at"].as_str().unwrap());
+
+    store.jobs.kv.put("app", serde_json::to_vec(&v1).unwrap().into()).await.unwrap();
+    let (status, error) = run_of(&nats, "app");
+    assert_eq!(status, "failed", "v1 written back: {error}");
+    let v1_at = v1["wasm"]["signed_at"].as_str().unwrap();
+    assert!(error.contains(&format!("job app was signed at {v1_at}, older than")), "{error}");
+    assert!(error.contains("refused as a replay"), "{error}");
+
+    // Removed and written back: still refused (the time seen outlives the job).
+    nats.ok(&["rm", "app"]);
+    store.jobs.kv.put("app", serde_json::to_vec(&v1).unwrap().into()).await.unwrap();
+    let (status, error) = run_of(&nats, "app");
+    assert_eq!((status.as_str(), error.contains("refused as a replay")), ("failed", true), "{error}");
+    // The admin identity cannot move the time seen back.
+    let admin = cronrun::connect::connect(&nats.url, Some(&nats.identity("admin")), "t").await.unwrap();
+    let js = async_nats::jetstream::new(admin);
+    let put = js.publish("$KV.cronrun_leases.signed.app", serde_json::to_vec(v1_at).unwrap().into()).await;
+    let refused = match put {
+        Err(_) => true,
+        Ok(ack) => ack.await.is_err(),
+    };
+    assert!(refused, "the admin identity wrote signed.app");
+    // A fresh signing of the same code runs again.
+    deploy("v3");
+    assert_eq!(run_of(&nats, "app").0, "succeeded");
 }
 
 /// Runs of `job` so far that pass `check`, once there is one.

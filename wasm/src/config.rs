@@ -57,6 +57,12 @@ pub struct WasmConfig {
     /// only plugins signed by one of them (`cronrun deploy --sign`). Default: none, and
     /// signatures are not required.
     pub trusted_keys: Vec<String>,
+    /// Outgoing HTTP requests (`allow_http`) one run may have in flight at once; one more
+    /// fails with `connection-limit-reached`. Default 16.
+    pub http_max_concurrent: usize,
+    /// Outgoing HTTP requests one run may make in all; one more fails with
+    /// `connection-limit-reached`. 0: none, whatever the grants. Default 1,000.
+    pub http_max_requests: u32,
 }
 
 impl Default for WasmConfig {
@@ -75,6 +81,8 @@ impl Default for WasmConfig {
             kv_max_keys: 1_000,
             kv_max_value_bytes: 64 << 10,
             trusted_keys: Vec::new(),
+            http_max_concurrent: 16,
+            http_max_requests: 1_000,
         }
     }
 }
@@ -107,6 +115,12 @@ impl WasmConfig {
         }
         if !(1..=1 << 20).contains(&self.kv_max_value_bytes) {
             return invalid("kv_max_value_bytes", "must be between 1 and 1MiB (NATS's default max payload)");
+        }
+        if !(1..=1024).contains(&self.http_max_concurrent) {
+            return invalid("http_max_concurrent", "must be between 1 and 1024");
+        }
+        if self.http_max_requests > 1_000_000 {
+            return invalid("http_max_requests", "must be between 0 and 1000000");
         }
         if let Err(e) = super::signing::check_trusted(&self.trusted_keys) {
             return invalid("trusted_keys", &e);
@@ -193,5 +207,15 @@ mod tests {
         assert!(toml::from_str::<WasmConfig>("memory = 1").is_err());
         let bad: WasmConfig = toml::from_str("memory_limit = 10").unwrap();
         assert!(bad.validate().unwrap_err().to_string().contains("wasm.memory_limit"));
+        assert_eq!((c.http_max_concurrent, c.http_max_requests), (16, 1_000));
+        let off: WasmConfig = toml::from_str("http_max_requests = 0").unwrap();
+        off.validate().unwrap();
+        for (text, field) in [
+            ("http_max_concurrent = 0", "wasm.http_max_concurrent"),
+            ("http_max_requests = 2000000", "wasm.http_max_requests"),
+        ] {
+            let bad: WasmConfig = toml::from_str(text).unwrap();
+            assert!(bad.validate().unwrap_err().to_string().contains(field), "{text}");
+        }
     }
 }

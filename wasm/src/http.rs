@@ -3,12 +3,16 @@
 //! the host's addresses are public unless the entry names the address itself
 //! (docs/security.md). Anything else fails with `HttpRequestDenied` (the guest sees an
 //! error code, not a trap). Redirects are not followed here: a guest that follows one
-//! sends a new request, checked again. Time and size are bounded whatever the guest asks.
+//! sends a new request, checked again. Time and size are bounded whatever the guest asks,
+//! and so are its requests: at most `[wasm] http_max_concurrent` at once and
+//! `http_max_requests` per run; one beyond fails with `ConnectionLimitReached`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
+use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::grants::Grants;
@@ -22,9 +26,21 @@ pub const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_REQUEST_BYTES: usize = 16 << 20;
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
-/// The HTTP hooks of one run: its grants.
+/// The HTTP hooks of one run: its grants, and what it has sent so far.
 pub struct HttpGrants {
-    pub grants: Grants,
+    grants: Grants,
+    /// Requests this run may still start.
+    left: u32,
+    /// One permit per request in flight: held from the send until its connection closes
+    /// (the response read, dropped, or the run over).
+    in_flight: Arc<Semaphore>,
+}
+
+impl HttpGrants {
+    /// A run's hooks: `max_concurrent` requests at once, `max_requests` in all.
+    pub fn new(grants: Grants, max_concurrent: usize, max_requests: u32) -> HttpGrants {
+        HttpGrants { grants, left: max_requests, in_flight: Arc::new(Semaphore::new(max_concurrent)) }
+    }
 }
 
 type Pending = Box<dyn Future<Output = Result<(), Error>> + Send>;
@@ -49,6 +65,15 @@ impl WasiHttpHooks for HttpGrants {
             return Box::new(async { Err(Error::HttpRequestDenied) });
         };
         let check_addresses = !grant.names_address();
+        if self.left == 0 {
+            tracing::debug!("wasm job: HTTP request to {uri} refused: the run made [wasm] http_max_requests requests");
+            return Box::new(async { Err(Error::ConnectionLimitReached) });
+        }
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            tracing::debug!("wasm job: HTTP request to {uri} refused: [wasm] http_max_concurrent requests in flight");
+            return Box::new(async { Err(Error::ConnectionLimitReached) });
+        };
+        self.left -= 1;
         Box::new(async move {
             if check_addresses {
                 check_public(&host, port).await?;
@@ -64,6 +89,10 @@ impl WasiHttpHooks for HttpGrants {
                     .map_err(|e| unlimited(e, Error::HttpResponseBodySize(None)))
                     .boxed_unsync()
             });
+            let io = async move {
+                let _permit = permit;
+                io.await
+            };
             Ok((response, Box::new(io) as Pending))
         })
     }

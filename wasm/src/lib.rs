@@ -146,12 +146,20 @@ impl WasmRuntime {
 
     /// Fetches the component by digest (object store, cached in memory and compiled on
     /// disk), links it and returns it ready to instantiate: done ahead of the fire instant.
-    pub async fn prepare(&self, spec: &WasmSpec) -> Result<PreparedWasm, Error> {
+    /// With `[wasm] trusted_keys`, only a spec signed by one of them for job `job` in pool
+    /// `pool` (see `signing`) is fetched: anything else is refused first.
+    pub async fn prepare(&self, job: &str, pool: &str, spec: &WasmSpec) -> Result<PreparedWasm, Error> {
         let digest = spec.plugin.clone();
-        signing::verify(&digest, spec.signature.as_deref(), &self.inner.config.trusted_keys)
-            .map_err(|e| Error::invalid("wasm.signature", e))?;
+        self.verify(job, pool, spec)?;
         let pre = self.linked(&digest).await?;
         Ok(PreparedWasm { inner: self.inner.clone(), pre, spec: spec.clone() })
+    }
+
+    /// Ok when this runner needs no signatures, or `spec` is signed by one of its trusted
+    /// keys for job `job` in pool `pool`; else the refusal, in one line.
+    pub fn verify(&self, job: &str, pool: &str, spec: &WasmSpec) -> Result<(), Error> {
+        signing::verify(job, pool, spec, &self.inner.config.trusted_keys)
+            .map_err(|e| Error::invalid("wasm.signature", e))
     }
 
     /// The component of `digest`, linked: from memory, else loaded and linked once.

@@ -138,7 +138,7 @@ impl PreparedWasm {
         let state = HostState {
             wasi,
             http: WasiHttpCtx::new(),
-            hooks: HttpGrants { grants: grants.clone() },
+            hooks: HttpGrants::new(grants.clone(), config.http_max_concurrent, config.http_max_requests),
             table: wasmtime::component::ResourceTable::new(),
             limits: Limits {
                 memory_bytes: usize::try_from(config.memory_limit).unwrap_or(usize::MAX),

@@ -1,44 +1,114 @@
-//! Signed plugins. `cronrun deploy --sign KEY` signs the plugin's digest with an nkey
-//! (ed25519; `cronrun auth keygen` makes one) and writes `<public key>:<signature>` into the
-//! spec's `wasm.signature`. A runner whose `[wasm] trusted_keys` lists keys runs only
-//! plugins whose signature is by one of them and over that very digest: whoever can write
-//! job specs and the plugin store, an admin identity misused, still cannot make such a
-//! runner execute code the key holders did not sign. The digest binds the signature to the
-//! bytes: the runner checks a fetched plugin against its digest before compiling it.
-//! Checked before anything is fetched or compiled; a refusal fails the run with one line.
+//! Signed Wasm jobs. `cronrun deploy --sign KEY` signs, with an nkey (ed25519; `cronrun
+//! auth keygen` makes one), the Wasm part of the spec a runner runs: the job's name, its
+//! pool, the plugin's digest, its config, every grant and the signing time. It writes
+//! `<public key>:<signature>` into `wasm.signature` and the time into `wasm.signed_at`.
+//! A runner whose `[wasm] trusted_keys` lists keys runs only jobs whose signature is by one
+//! of them over exactly what it is about to run: whoever can write job specs and the plugin
+//! store, an admin identity misused, can neither make such a runner execute code the key
+//! holders did not sign nor widen a signed job's grants, change its config or move it to
+//! another pool. The digest binds the signature to the bytes: the runner checks a fetched
+//! plugin against its digest before compiling it. Checked before anything is fetched or
+//! compiled; a refusal fails the run with one line. Replays of an older signed spec are
+//! refused by the runner from the signing time (see `runtime/src/runner/exec/wasm.rs`).
+//!
+//! The signed bytes ([`signed_bytes`]) are compact JSON of one object with these members
+//! in this order, strings escaped as serde_json does, nothing else (no spaces, no newline):
+//!
+//! ```text
+//! {"format":"cronrun-wasm-signature/2","job":NAME,"pool":POOL,"plugin":"sha256-…",
+//!  "config":{KEY:VALUE,…},"allow_publish":[…],"allow_http":[…],"allow_kv":BOOL,
+//!  "signed_at":RFC3339}
+//! ```
+//!
+//! `config` keys are sorted (byte order), so the order a file or the CLI gave them in does
+//! not matter; the grant lists are signed in the order the spec holds them. Signatures of
+//! cronrun before this format covered the digest alone; they have no `signed_at` and are
+//! refused by runners with trusted keys, asking for the job to be signed again.
+
+use std::collections::BTreeMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use cronrun_model::spec::WasmSpec;
+use serde::Serialize;
 
-/// The `wasm.signature` of `digest` by the nkey `seed`.
-pub fn sign(seed: &str, digest: &str) -> Result<String, String> {
+/// Names the layout of the signed bytes; a change to it is a new format.
+pub const FORMAT: &str = "cronrun-wasm-signature/2";
+
+/// What is signed, in the order it is encoded.
+#[derive(Serialize)]
+struct Signed<'a> {
+    format: &'static str,
+    job: &'a str,
+    pool: &'a str,
+    plugin: &'a str,
+    config: &'a BTreeMap<String, String>,
+    allow_publish: &'a [String],
+    allow_http: &'a [String],
+    allow_kv: bool,
+    signed_at: &'a str,
+}
+
+/// The bytes a signature of job `job` in pool `pool` with Wasm part `wasm`, signed at
+/// `signed_at`, covers (see the module's documentation).
+pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Vec<u8> {
+    let signed = Signed {
+        format: FORMAT,
+        job,
+        pool,
+        plugin: &wasm.plugin,
+        config: &wasm.config,
+        allow_publish: &wasm.allow_publish,
+        allow_http: &wasm.allow_http,
+        allow_kv: wasm.allow_kv,
+        signed_at,
+    };
+    // Strings, a map of strings, lists of strings and a bool: always encodable.
+    serde_json::to_vec(&signed).unwrap_or_default()
+}
+
+/// The `wasm.signature` by the nkey `seed` of job `job` in pool `pool` with Wasm part
+/// `wasm`, signed at `signed_at` (which goes into `wasm.signed_at`).
+pub fn sign(seed: &str, job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<String, String> {
     let key = nkeys::KeyPair::from_seed(seed).map_err(|e| format!("not an nkey seed: {e}"))?;
-    let signature = key.sign(digest.as_bytes()).map_err(|e| format!("signing {digest}: {e}"))?;
+    let bytes = signed_bytes(job, pool, wasm, signed_at);
+    let signature = key.sign(&bytes).map_err(|e| format!("signing job {job}: {e}"))?;
     Ok(format!("{}:{}", key.public_key(), URL_SAFE_NO_PAD.encode(signature)))
 }
 
-/// Ok when `trusted` is empty (signatures not required), or `signature` is by one of the
-/// `trusted` public keys over `digest`.
-pub fn verify(digest: &str, signature: Option<&str>, trusted: &[String]) -> Result<(), String> {
+/// Ok when `trusted` is empty (signatures not required), or the spec's signature is by one
+/// of the `trusted` public keys over exactly this job, pool and Wasm part. The error is one
+/// line saying what is wrong.
+pub fn verify(job: &str, pool: &str, wasm: &WasmSpec, trusted: &[String]) -> Result<(), String> {
     if trusted.is_empty() {
         return Ok(());
     }
-    let Some(signature) = signature else {
+    let Some(signature) = wasm.signature.as_deref() else {
         return Err(format!(
-            "plugin {digest} is not signed, and this runner runs only plugins signed by its [wasm] trusted_keys: \
+            "job {job} is not signed, and this runner runs only Wasm jobs signed by its [wasm] trusted_keys: \
              deploy it with `cronrun deploy --sign KEY`"
         ));
     };
     let (key, sig) = signature.split_once(':').unwrap_or((signature, ""));
     if !trusted.iter().any(|t| t == key) {
-        return Err(format!(
-            "plugin {digest} is signed by {key}, which is not among this runner's [wasm] trusted_keys"
-        ));
+        return Err(format!("job {job} is signed by {key}, which is not among this runner's [wasm] trusted_keys"));
     }
-    let bytes = URL_SAFE_NO_PAD.decode(sig).map_err(|_| format!("the signature of plugin {digest} is malformed"))?;
+    let Some(signed_at) = wasm.signed_at.as_deref() else {
+        return Err(format!(
+            "job {job} has a signature without a signing time (an older cronrun's, over its plugin's digest \
+             alone), which does not cover its grants, config and pool: sign it again with this version \
+             (`cronrun deploy --sign KEY`)"
+        ));
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(sig).map_err(|_| format!("the signature of job {job} is malformed"))?;
     nkeys::KeyPair::from_public_key(key)
-        .and_then(|k| k.verify(digest.as_bytes(), &bytes))
-        .map_err(|_| format!("the signature of plugin {digest} by {key} does not match it: sign it again"))
+        .and_then(|k| k.verify(&signed_bytes(job, pool, wasm, signed_at), &bytes))
+        .map_err(|_| {
+            format!(
+                "the signature of job {job} by {key} does not cover this spec: its plugin, grants, config, pool or \
+                 signing time differ from what was signed; sign it again with `cronrun deploy --sign KEY`"
+            )
+        })
 }
 
 /// Err naming the first entry of `[wasm] trusted_keys` that is not an nkey public key.
@@ -53,33 +123,151 @@ pub fn check_trusted(trusted: &[String]) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    const AT: &str = "2026-12-06T01:00:00.000Z";
+
+    fn key() -> (String, String) {
+        let pair = nkeys::KeyPair::new_account();
+        (pair.seed().unwrap(), pair.public_key())
+    }
+
+    fn base() -> WasmSpec {
+        WasmSpec {
+            plugin: format!("sha256-{}", "a".repeat(64)),
+            config: BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())]),
+            allow_publish: vec!["orders.>".into()],
+            allow_http: vec!["https://api.example.com".into()],
+            allow_kv: false,
+            signature: None,
+            signed_at: None,
+        }
+    }
+
     #[test]
-    fn only_a_trusted_keys_signature_of_this_digest_passes() {
-        let key = || {
-            let pair = nkeys::KeyPair::new_account();
-            (pair.seed().unwrap(), pair.public_key())
+    fn the_signed_bytes_are_the_documented_json() {
+        let bytes = String::from_utf8(signed_bytes("j", "default", &base(), AT)).unwrap();
+        let want = format!(
+            r#"{{"format":"cronrun-wasm-signature/2","job":"j","pool":"default","plugin":"sha256-{}","config":{{"a":"1","b":"2"}},"allow_publish":["orders.>"],"allow_http":["https://api.example.com"],"allow_kv":false,"signed_at":"{AT}"}}"#,
+            "a".repeat(64)
+        );
+        assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn any_signed_field_changed_changes_the_bytes_and_config_order_does_not() {
+        let before = signed_bytes("j", "default", &base(), AT);
+        // (what changed, job, pool, wasm, signed_at)
+        type Case = (&'static str, &'static str, &'static str, WasmSpec, &'static str);
+        let with = |f: fn(&mut WasmSpec)| {
+            let mut w = base();
+            f(&mut w);
+            w
         };
-        let ((ours, our_key), (theirs, _)) = (key(), key());
-        let (digest, other) = (format!("sha256-{}", "a".repeat(64)), format!("sha256-{}", "b".repeat(64)));
-        let signed = sign(&ours, &digest).unwrap();
-        let trusted = vec![our_key.clone()];
-        let forged = format!("{our_key}:{}", sign(&theirs, &digest).unwrap().split_once(':').unwrap().1);
-        // (signature, trusted keys, digest) -> passes, or a word of the refusal
-        type Case<'a> = (Option<&'a str>, &'a [String], &'a str, Result<(), &'a str>);
-        let cases: [Case; 7] = [
-            (Some(&signed), &trusted, &digest, Ok(())),
-            (None, &[], &digest, Ok(())),
-            (None, &trusted, &digest, Err("is not signed")),
-            (Some(&sign(&theirs, &digest).unwrap()), &trusted, &digest, Err("not among this runner's")),
-            (Some(&signed), &trusted, &other, Err("does not match")),
-            (Some(&forged), &trusted, &digest, Err("does not match")),
-            (Some(&format!("{our_key}:not base64!")), &trusted, &digest, Err("malformed")),
+        let changed: Vec<Case> = vec![
+            ("job", "k", "default", base(), AT),
+            ("pool", "j", "gpu", base(), AT),
+            ("signed_at", "j", "default", base(), "2026-12-06T01:00:00.001Z"),
+            ("plugin", "j", "default", with(|w| w.plugin = format!("sha256-{}", "b".repeat(64))), AT),
+            ("config value", "j", "default", with(|w| drop(w.config.insert("a".into(), "9".into()))), AT),
+            ("config key added", "j", "default", with(|w| drop(w.config.insert("c".into(), "3".into()))), AT),
+            ("config key removed", "j", "default", with(|w| drop(w.config.remove("b"))), AT),
+            ("allow_publish", "j", "default", with(|w| w.allow_publish.push("x.>".into())), AT),
+            ("allow_publish emptied", "j", "default", with(|w| w.allow_publish.clear()), AT),
+            ("allow_http", "j", "default", with(|w| w.allow_http = vec!["http://169.254.169.254".into()]), AT),
+            ("allow_kv", "j", "default", with(|w| w.allow_kv = true), AT),
+            // A value moved between fields is not the same bytes either.
+            ("grant moved", "j", "default", with(|w| w.allow_http = std::mem::take(&mut w.allow_publish)), AT),
         ];
-        for (signature, trusted, digest, want) in cases {
-            match (verify(digest, signature, trusted), want) {
+        for (what, job, pool, wasm, at) in changed {
+            assert_ne!(signed_bytes(job, pool, &wasm, at), before, "{what} changed, the signed bytes did not");
+        }
+        // Same config given in another order (a map built from reversed entries), and the
+        // signature fields themselves (not signed): the same bytes.
+        let reordered = WasmSpec { config: base().config.into_iter().rev().collect(), ..base() };
+        assert_eq!(signed_bytes("j", "default", &reordered, AT), before);
+        let from_json: WasmSpec = serde_json::from_str(&format!(
+            r#"{{"plugin":"sha256-{}","config":{{"b":"2","a":"1"}},"allow_publish":["orders.>"],"allow_http":["https://api.example.com"]}}"#,
+            "a".repeat(64)
+        ))
+        .unwrap();
+        assert_eq!(signed_bytes("j", "default", &from_json, AT), before, "config keys given b, a");
+        let stamped = WasmSpec { signature: Some("K:S".into()), signed_at: Some(AT.into()), ..base() };
+        assert_eq!(signed_bytes("j", "default", &stamped, AT), before);
+    }
+
+    #[test]
+    fn only_a_trusted_keys_signature_of_this_very_spec_passes() {
+        let ((ours, our_key), (theirs, _)) = (key(), key());
+        let trusted = vec![our_key.clone()];
+        let signed = |seed: &str, job: &str, pool: &str, wasm: WasmSpec| WasmSpec {
+            signature: Some(sign(seed, job, pool, &wasm, AT).unwrap()),
+            signed_at: Some(AT.into()),
+            ..wasm
+        };
+        let good = signed(&ours, "j", "default", base());
+        let forged = WasmSpec {
+            signature: Some(format!(
+                "{our_key}:{}",
+                signed(&theirs, "j", "default", base()).signature.unwrap().split_once(':').unwrap().1
+            )),
+            ..good.clone()
+        };
+        let digest_only = {
+            let pair = nkeys::KeyPair::from_seed(&ours).unwrap();
+            let sig = URL_SAFE_NO_PAD.encode(pair.sign(base().plugin.as_bytes()).unwrap());
+            WasmSpec { signature: Some(format!("{our_key}:{sig}")), ..base() }
+        };
+        // (case, job, pool, spec, trusted keys) -> passes, or a part of the refusal
+        type Case<'a> = (&'a str, &'a str, &'a str, WasmSpec, &'a [String], Result<(), &'a str>);
+        let cases: Vec<Case> = vec![
+            ("signed by a trusted key", "j", "default", good.clone(), &trusted, Ok(())),
+            ("no keys trusted", "j", "default", base(), &[], Ok(())),
+            ("unsigned", "j", "default", base(), &trusted, Err("is not signed")),
+            ("other key", "j", "default", signed(&theirs, "j", "default", base()), &trusted, Err("not among")),
+            ("another job's", "k", "default", good.clone(), &trusted, Err("does not cover this spec")),
+            ("another pool", "j", "gpu", good.clone(), &trusted, Err("does not cover this spec")),
+            (
+                "a grant added",
+                "j",
+                "default",
+                WasmSpec { allow_http: vec!["http://169.254.169.254".into()], ..good.clone() },
+                &trusted,
+                Err("does not cover this spec"),
+            ),
+            (
+                "config changed",
+                "j",
+                "default",
+                WasmSpec { config: BTreeMap::from([("a".into(), "evil".into())]), ..good.clone() },
+                &trusted,
+                Err("does not cover this spec"),
+            ),
+            (
+                "signed_at moved",
+                "j",
+                "default",
+                WasmSpec { signed_at: Some("2027-01-01T00:00:00.000Z".into()), ..good.clone() },
+                &trusted,
+                Err("does not cover this spec"),
+            ),
+            ("signature by another key under ours", "j", "default", forged, &trusted, Err("does not cover")),
+            ("digest-only signature", "j", "default", digest_only, &trusted, Err("sign it again with this version")),
+            (
+                "malformed",
+                "j",
+                "default",
+                WasmSpec { signature: Some(format!("{our_key}:not base64!")), ..good.clone() },
+                &trusted,
+                Err("malformed"),
+            ),
+        ];
+        for (what, job, pool, wasm, trusted, want) in cases {
+            match (verify(job, pool, &wasm, trusted), want) {
                 (Ok(()), Ok(())) => {}
-                (Err(e), Err(needle)) => assert!(e.contains(needle), "{signature:?}: {e}"),
-                (got, _) => panic!("{signature:?} over {digest}: {got:?}, want {want:?}"),
+                (Err(e), Err(needle)) => {
+                    assert!(e.contains(needle), "{what}: {e}");
+                    assert!(!e.contains('\n'), "{what}: one line: {e}");
+                }
+                (got, _) => panic!("{what}: {got:?}, want {want:?}"),
             }
         }
         assert!(check_trusted(&trusted).is_ok());

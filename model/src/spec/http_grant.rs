@@ -103,31 +103,56 @@ fn split_port(s: &str) -> Option<(&str, Option<u16>)> {
 }
 
 /// Whether `ip` is loopback, link-local (cloud metadata lives there), private, shared
-/// (carrier-grade NAT), unspecified or multicast: addresses a wildcard or a public name
-/// must not lead a guest to.
+/// (carrier-grade NAT), unspecified, multicast or another range not reachable on the
+/// public internet: addresses a wildcard or a public name must not lead a guest (or a
+/// webhook) to. `internal_kind` says which.
 pub fn is_internal(ip: IpAddr) -> bool {
+    internal_kind(ip).is_some()
+}
+
+/// What kind of non-public address `ip` is (`"loopback"`, `"link-local"`, `"private"`,
+/// ...), or None for a public one. IPv4 inside IPv6 (mapped `::ffff:a.b.c.d`, NAT64
+/// `64:ff9b::a.b.c.d`, 6to4 `2002:aabb:ccdd::`) is judged by the IPv4 address it carries.
+pub fn internal_kind(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || (a == 100 && (64..128).contains(&b))
-                || a == 0
+            let [a, b, c, _] = v4.octets();
+            let kind = match () {
+                _ if v4.is_loopback() => "loopback",
+                _ if v4.is_private() => "private",
+                _ if v4.is_link_local() => "link-local",
+                _ if v4.is_unspecified() || a == 0 => "unspecified",
+                _ if v4.is_multicast() => "multicast",
+                _ if a == 100 && (64..128).contains(&b) => "shared (carrier-grade NAT)",
+                _ if a >= 240 => "reserved",
+                _ if (a, b, c) == (192, 0, 0) || (a == 198 && (b & 0xfe) == 18) => "reserved",
+                _ if matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113)) => "documentation",
+                _ => return None,
+            };
+            Some(kind)
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
+                return internal_kind(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
+            let s = v6.segments();
+            let o = v6.octets();
+            let embedded = |i: usize| IpAddr::from([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            let kind = match s[0] {
+                _ if v6.is_loopback() => "loopback",
+                _ if v6.is_unspecified() => "unspecified",
+                _ if v6.is_multicast() => "multicast",
+                first if (first & 0xfe00) == 0xfc00 => "private (unique local)",
+                first if (first & 0xffc0) == 0xfe80 => "link-local",
+                first if (first & 0xffc0) == 0xfec0 => "site-local",
+                0x64 if s[1] == 0xff9b => return internal_kind(embedded(12)),
+                0x2002 => return internal_kind(embedded(2)),
+                0x2001 if s[1] == 0xdb8 => "documentation",
+                0 if s[1..6] == [0; 5] => "IPv4-compatible",
+                0x100 if s[1..4] == [0; 3] => "discard",
+                _ => return None,
+            };
+            Some(kind)
         }
     }
 }
@@ -195,10 +220,22 @@ mod tests {
             "fd00:ec2::254",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
+            "::ffff:0.0.0.0",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::",
+            "240.0.0.1",
+            "255.255.255.255",
+            "fec0::1",
+            "ff02::1",
+            "224.0.0.1",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "172.32.0.1"] {
+        assert_eq!(internal_kind("::ffff:127.0.0.1".parse().unwrap()), Some("loopback"));
+        assert_eq!(internal_kind("169.254.169.254".parse().unwrap()), Some("link-local"));
+        for ip in
+            ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "172.32.0.1", "64:ff9b::101:101", "2002:101:101::"]
+        {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
         assert!(HttpGrant::parse("http://127.0.0.1:80").unwrap().names_address());

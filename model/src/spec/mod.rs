@@ -153,11 +153,17 @@ pub struct WasmSpec {
     /// Whether the job may use its own KV store.
     #[serde(default, skip_serializing_if = "defaults::stored_default")]
     pub allow_kv: bool,
-    /// `<public key>:<signature>`: an nkey's ed25519 signature of `plugin`, written by
-    /// `cronrun deploy --sign`. Runners that list trusted keys run only plugins signed by
-    /// one of them.
+    /// `<public key>:<signature>`: an nkey's ed25519 signature of this Wasm part of the
+    /// spec as the runner runs it (job name, pool, plugin, config, grants, `signed_at`; see
+    /// `cronrun_wasm::signing`), written by `cronrun deploy --sign`. Runners that list
+    /// trusted keys run only jobs signed by one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// When `signature` was made (RFC 3339 UTC, milliseconds), covered by it: a runner with
+    /// trusted keys refuses a job signed before the newest signing it has seen for the job.
+    /// Absent from signatures of cronrun before it (which covered the digest only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -89,8 +89,8 @@ fn shell_max(shell: &ShellSpec) -> usize {
 }
 
 fn wasm_max(wasm: &WasmSpec) -> usize {
-    let WasmSpec { plugin, config, allow_publish, allow_http, allow_kv: _, signature } = wasm;
-    let singles = std::iter::once(plugin).chain(signature);
+    let WasmSpec { plugin, config, allow_publish, allow_http, allow_kv: _, signature, signed_at } = wasm;
+    let singles = std::iter::once(plugin).chain(signature).chain(signed_at);
     strings_max(singles.chain(config.iter().flat_map(|(k, v)| [k, v])).chain(allow_publish).chain(allow_http))
 }
 
@@ -141,6 +141,7 @@ mod tests {
                 allow_http: vec![String::new(); 3],
                 allow_kv: true,
                 signature: Some(worst(2)),
+                signed_at: Some(worst(1)),
             });
             [shell, argv, wasm]
         };

@@ -147,6 +147,17 @@ impl JobSpec {
                         ));
                     }
                 }
+                if let Some(at) = &wasm.signed_at
+                    && chrono::DateTime::parse_from_rfc3339(at).is_err()
+                {
+                    return Err(invalid(
+                        "wasm.signed_at",
+                        format!("{at:?} must be an RFC 3339 instant as `cronrun deploy --sign` writes it"),
+                    ));
+                }
+                if wasm.signed_at.is_some() && wasm.signature.is_none() {
+                    return Err(invalid("wasm.signed_at", "signed_at goes with a signature (`cronrun deploy --sign`)"));
+                }
                 for entry in &wasm.allow_http {
                     super::http_grant::HttpGrant::parse(entry).map_err(|e| invalid("wasm.allow_http", e))?;
                 }

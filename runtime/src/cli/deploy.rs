@@ -50,8 +50,9 @@ pub struct DeployArgs {
     /// they are kept, as `apply` set them
     #[arg(long)]
     pub drop_triggers: bool,
-    /// Sign the plugin with this nkey seed file (`cronrun auth keygen`), for runners that
-    /// run only plugins signed by their [wasm] trusted_keys
+    /// Sign the job as it will run (name, pool, plugin digest, config, grants, and the
+    /// signing time) with this nkey seed file (`cronrun auth keygen`), for runners that run
+    /// only jobs signed by their [wasm] trusted_keys
     #[arg(long, value_name = "KEY_FILE")]
     pub sign: Option<PathBuf>,
 }
@@ -59,15 +60,29 @@ pub struct DeployArgs {
 /// Spec fields a manifest may not set: they belong to the deployment, not the plugin.
 const NOT_FROM_MANIFEST: &[&str] = &["name", "shell", "wasm", "paused", "labels", "history", "output_lines"];
 
+/// The seed of `--sign`, read (and its file's mode checked) before anything else.
+fn signing_seed(a: &DeployArgs) -> Result<Option<String>> {
+    match &a.sign {
+        Some(key) => Ok(Some(crate::auth::read_seed(key).map_err(|e| anyhow::anyhow!("--sign: {e}"))?)),
+        None => Ok(None),
+    }
+}
+
+/// Signs what a runner will run of `spec` (see `cronrun_wasm::signing`): its name, pool,
+/// plugin, config and grants, at `signed_at`, the moment of this deploy.
+fn sign(a: &DeployArgs, seed: &str, spec: &mut JobSpec, signed_at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    let key = a.sign.as_ref().map(|k| k.display().to_string()).unwrap_or_default();
+    let at = signed_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let Some(wasm) = spec.wasm.as_mut() else { bail!("--sign {key}: job {} has no wasm part", spec.name) };
+    wasm.signature = None;
+    wasm.signed_at = None;
+    let signature = crate::wasm::signing::sign(seed, &spec.name, &spec.pool, wasm, &at);
+    wasm.signature = Some(signature.map_err(|e| anyhow::anyhow!("--sign {key}: {e}"))?);
+    wasm.signed_at = Some(at);
+    Ok(())
+}
+
 fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &str) -> Result<JobSpec> {
-    let signature = match &a.sign {
-        Some(key) => {
-            let seed = crate::auth::read_seed(key).map_err(|e| anyhow::anyhow!("--sign: {e}"))?;
-            let signed = crate::wasm::signing::sign(&seed, digest);
-            Some(signed.map_err(|e| anyhow::anyhow!("--sign {}: {e}", key.display()))?)
-        }
-        None => None,
-    };
     if let Some(key) = manifest.keys().find(|k| NOT_FROM_MANIFEST.contains(&k.as_str())) {
         bail!("{file}: its manifest sets {key:?}, which only the job spec may set");
     }
@@ -103,7 +118,6 @@ fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &
             "allow_publish": a.allow_publish,
             "allow_http": a.allow_http,
             "allow_kv": a.allow_kv,
-            "signature": signature,
         }),
     );
     JobSpec::from_json(&serde_json::to_vec(&spec)?).with_context(|| format!("{file}: the job spec is refused"))
@@ -121,6 +135,7 @@ pub(super) fn read_plugin(path: &std::path::Path) -> Result<Vec<u8>> {
 
 pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
     let file = a.plugin.display().to_string();
+    let seed = signing_seed(&a)?;
     let bytes = read_plugin(&a.plugin)?;
     // A component without a manifest (built without the Rust SDK) takes its schedule from
     // --schedule.
@@ -165,6 +180,11 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
             }
             Err(_) => {}
         }
+    }
+    // Signed last, over the spec as it is written (the pool it keeps included).
+    if let Some(seed) = &seed {
+        sign(&a, seed, &mut spec, chrono::Utc::now())?;
+        spec.validate().with_context(|| format!("{file}: the job spec is refused"))?;
     }
     // As `apply` does: grants, chains without cycles, the messages stream capturing `on`.
     crate::input::check_schema(&spec).with_context(|| file.clone())?;

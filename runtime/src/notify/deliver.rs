@@ -7,6 +7,7 @@ use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
+use super::outbound::{AllowHosts, refusal};
 use crate::model::event::Event;
 use crate::record::RunRecord;
 use crate::spec::notify::{Notice, Notify, NotifyFormat};
@@ -116,34 +117,55 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
+/// Why a notice was not delivered, in one line.
+#[derive(Debug)]
+pub enum Failure {
+    /// It may go through on another try.
+    Failed(String),
+    /// The webhook leads to an address `[notify] allow_hosts` does not allow: not tried again.
+    Refused(String),
+}
+
+/// Where notices go: the webhook client (with the addresses it may reach) and NATS.
+pub struct Target<'a> {
+    pub http: &'a reqwest::Client,
+    pub allow: &'a AllowHosts,
+    pub store: &'a Store,
+}
+
 /// Sends `body` where `rule` says, signed with `secret` if given.
 pub async fn send(
-    http: &reqwest::Client,
-    store: &Store,
+    target: Target<'_>,
     rule: &Notify,
     body: Vec<u8>,
     secret: Option<&[u8]>,
     delivery: &str,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, Failure> {
+    let Target { http, allow, store } = target;
     let signature = secret.map(|s| signature(s, &body));
     if let Some(url) = &rule.webhook {
+        let parsed = reqwest::Url::parse(url).map_err(|e| Failure::Refused(format!("POST {url}: {e}")))?;
+        allow.check_url(&parsed).map_err(|refused| Failure::Refused(format!("POST {url}: {refused}")))?;
         let mut request = http
-            .post(url)
+            .post(parsed)
             .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(DELIVERY_HEADER, delivery);
         if let Some(signature) = &signature {
             request = request.header(SIGNATURE_HEADER, signature);
         }
-        let response = request.body(body).send().await.map_err(|e| format!("POST {url}: {}", one_line(&e)))?;
+        let response = request.body(body).send().await.map_err(|e| match refusal(&e) {
+            Some(refused) => Failure::Refused(format!("POST {url}: {refused}")),
+            None => Failure::Failed(format!("POST {url}: {}", one_line(&e))),
+        })?;
         let status = response.status();
         return match status.is_success() {
             true => Ok(format!("POST {url}: {status}")),
-            false => Err(format!("POST {url}: the receiver answered {status}")),
+            false => Err(Failure::Failed(format!("POST {url}: the receiver answered {status}"))),
         };
     }
-    let Some(subject) = &rule.subject else { return Err("the rule has no target".into()) };
+    let Some(subject) = &rule.subject else { return Err(Failure::Failed("the rule has no target".into())) };
     let subject = store.names.notify_subject(subject);
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(DELIVERY_HEADER, delivery);
@@ -151,12 +173,12 @@ pub async fn send(
         headers.insert(SIGNATURE_HEADER, signature.as_str());
     }
     let published = store.client.publish_with_headers(subject.clone(), headers, body.into()).await;
-    published.map_err(|e| format!("publish on {subject}: {e}"))?;
+    published.map_err(|e| Failure::Failed(format!("publish on {subject}: {e}")))?;
     let flushed = tokio::time::timeout(timeout, store.client.flush()).await;
     match flushed {
         Ok(Ok(())) => Ok(format!("published on {subject}")),
-        Ok(Err(e)) => Err(format!("publish on {subject}: {e}")),
-        Err(_) => Err(format!("publish on {subject}: NATS did not answer within {timeout:?}")),
+        Ok(Err(e)) => Err(Failure::Failed(format!("publish on {subject}: {e}"))),
+        Err(_) => Err(Failure::Failed(format!("publish on {subject}: NATS did not answer within {timeout:?}"))),
     }
 }
 

@@ -6,7 +6,9 @@
 //! (`decide.rs`); each notice is delivered (`deliver.rs`), and the event acked once all
 //! are. A failed delivery is tried again with backoff (1 s doubling to 5 min) up to
 //! `[notify] attempts` times; every outcome is published as a `notified` or
-//! `notify_failed` event of the job (`cronrun notifications` lists them).
+//! `notify_failed` event of the job (`cronrun notifications` lists them). A webhook that
+//! leads to an internal address `[notify] allow_hosts` does not name is refused, once and
+//! for good (`outbound.rs`).
 //!
 //! `late`: a fire's `dispatched` event, for a job with a `late` rule, is handed back with a
 //! delay until the fire's deadline (a nak with that delay: no timer of ours to lose), then
@@ -21,6 +23,7 @@
 
 mod decide;
 mod deliver;
+pub mod outbound;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,6 +67,11 @@ pub struct NotifyConfig {
     pub attempts: u32,
     /// Notices delivered at once. Default 16.
     pub concurrency: usize,
+    /// Internal addresses webhooks may reach: addresses (`127.0.0.1`), networks
+    /// (`10.0.0.0/8`) and host names (`hooks.internal`, `*.svc.local`, any address they
+    /// resolve to). Default: none, and a webhook leading to a loopback, link-local,
+    /// private or other non-public address is refused (`outbound`).
+    pub allow_hosts: Vec<String>,
 }
 
 impl Default for NotifyConfig {
@@ -75,12 +83,14 @@ impl Default for NotifyConfig {
             timeout: Duration::from_secs(10),
             attempts: 8,
             concurrency: 16,
+            allow_hosts: Vec::new(),
         }
     }
 }
 
 impl NotifyConfig {
     pub fn validate(&self) -> Result<(), Error> {
+        outbound::AllowHosts::parse(&self.allow_hosts)?;
         for (i, rule) in self.default.iter().enumerate() {
             rule.validate(&format!("notify.default[{i}]"))?;
         }
@@ -109,6 +119,8 @@ struct Notifier {
     config: NotifyConfig,
     clock: SharedClock,
     http: reqwest::Client,
+    /// `[notify] allow_hosts`, for URLs naming an address (the client's resolver checks names).
+    allow: Arc<outbound::AllowHosts>,
     /// Events whose job has a rule that may apply, being worked on (runs read, notices
     /// delivered): at most `config.concurrency`.
     working: Semaphore,
@@ -126,7 +138,7 @@ const WAITING_PROGRESS: Duration = Duration::from_secs(10);
 
 /// Delivers notices until `cancel`.
 pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: SharedClock, cancel: CancellationToken) {
-    let http = match reqwest::Client::builder().user_agent(concat!("cronrun/", env!("CARGO_PKG_VERSION"))).build() {
+    let http = match client(&config) {
         Ok(http) => http,
         Err(e) => {
             // The agent goes on without them: a restart would not build one either.
@@ -136,7 +148,8 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
     };
     let working = Semaphore::new(config.concurrency);
     let in_hand = EVENTS_IN_HAND.max(config.concurrency);
-    let notifier = Arc::new(Notifier { store, catalog, config, clock, http, working });
+    let (http, allow) = http;
+    let notifier = Arc::new(Notifier { store, catalog, config, clock, http, allow, working });
     notifier.catalog.wait_loaded().await;
     let slots = Arc::new(Semaphore::new(in_hand));
     loop {
@@ -153,6 +166,19 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
+}
+
+/// The webhook client: its resolver and redirects keep to public addresses and those
+/// `allow_hosts` names (`outbound`).
+fn client(config: &NotifyConfig) -> Result<(reqwest::Client, Arc<outbound::AllowHosts>), String> {
+    let allow = Arc::new(outbound::AllowHosts::parse(&config.allow_hosts).map_err(|e| e.to_string())?);
+    let http = reqwest::Client::builder()
+        .user_agent(concat!("cronrun/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(Arc::new(outbound::Guard(allow.clone())))
+        .redirect(outbound::redirect_policy(allow.clone()))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok((http, allow))
 }
 
 /// The shared consumer: created with new events only, its settings brought up to this
@@ -372,7 +398,17 @@ impl Notifier {
                 }
                 (EventKind::Notified, format!("{}: {how}", notice.as_str()), Ok(()))
             }
-            Err(why) => {
+            Err(deliver::Failure::Refused(why)) => {
+                // Where the webhook leads does not change by trying again: marked done, so
+                // that a redelivery for another rule does not try it.
+                warn!(job = %event.job, run = %event.run_id, "notice {} not delivered: {why} (not retried)", notice.as_str());
+                let day = Some(Duration::from_secs(86_400));
+                if let Err(e) = self.store.leases.create(&key, bytes::Bytes::from_static(b"1"), day).await {
+                    debug!("notifications: marking {key}: {e}");
+                }
+                (EventKind::NotifyFailed, format!("{}: {why} (not retried)", notice.as_str()), Ok(()))
+            }
+            Err(deliver::Failure::Failed(why)) => {
                 let next = match tries >= self.config.attempts {
                     true => "given up".to_string(),
                     false => format!("try {tries} of {}, next in {:?}", self.config.attempts, backoff(tries)),
@@ -387,16 +423,21 @@ impl Notifier {
     }
 
     /// Sends `message` where `rule` says, signed with the rule's secret.
-    async fn deliver(&self, rule: &Notify, message: &deliver::Message<'_>) -> Result<String, String> {
+    async fn deliver(&self, rule: &Notify, message: &deliver::Message<'_>) -> Result<String, deliver::Failure> {
         let secret = match rule.secret.as_deref() {
             Some(name) => match self.config.secrets.get(name) {
                 Some(secret) => Some(secret.as_bytes()),
-                None => return Err(format!("no secret {name:?} in [notify.secrets] of this agent")),
+                None => {
+                    return Err(deliver::Failure::Failed(format!(
+                        "no secret {name:?} in [notify.secrets] of this agent"
+                    )));
+                }
             },
             None => None,
         };
         let body = message.body(rule.format);
-        deliver::send(&self.http, &self.store, rule, body, secret, message.delivery, self.config.timeout).await
+        let target = deliver::Target { http: &self.http, allow: &self.allow, store: &self.store };
+        deliver::send(target, rule, body, secret, message.delivery, self.config.timeout).await
     }
 }
 

@@ -29,7 +29,16 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) 
         (Err(why), _) => return Err(format!("this runner cannot run wasm jobs: {why}")),
         (_, None) => return Err("job has no wasm section".into()),
     };
-    let prepared = runtime.prepare(wasm).await.map_err(|e| format!("could not load plugin {}: {e}", wasm.plugin))?;
+    // Signed by a trusted key for this very job and pool, and not older than the newest
+    // signing seen for the job: before anything is fetched or compiled.
+    runtime.verify(&spec.name, &spec.pool, wasm).map_err(|e| e.to_string())?;
+    if !runtime.config().trusted_keys.is_empty() {
+        replay_guard(ctx, &spec.name, wasm.signed_at.as_deref()).await?;
+    }
+    let prepared = runtime
+        .prepare(&spec.name, &spec.pool, wasm)
+        .await
+        .map_err(|e| format!("could not load plugin {}: {e}", wasm.plugin))?;
     let context = JobContext {
         job: run.job.to_string(),
         run_id: run.run_id.to_string(),
@@ -41,6 +50,58 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) 
     // The spec's timeout, else `[wasm] default_timeout`: no guest runs unbounded.
     let timeout = spec.timeout.unwrap_or(runtime.config().default_timeout);
     Ok(Box::new(Prepared { wasm: prepared, context, timeout }))
+}
+
+/// Tries of the compare-and-set on `signed.<job>` before the run fails (other runners of
+/// the job moving it meanwhile).
+const REPLAY_GUARD_TRIES: usize = 5;
+
+/// Refuses a spec signed before the newest signing time runners have seen for `job`, and
+/// moves that time forward to `signed_at` when it is newer: `signed.<job>` in the leases
+/// bucket, which runners alone may write (an admin identity cannot set it back), written
+/// by create or compare-and-set and never moved back. The first signed spec a deployment
+/// sees is trusted as the newest; deleting the job does not reset it. A run that cannot
+/// read or write the key fails rather than run unchecked.
+async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Result<(), String> {
+    let Some(signed_at) = signed_at else {
+        // `verify` refused it already; kept as a refusal should it ever not.
+        return Err(format!(
+            "job {job} has no signing time (wasm.signed_at): sign it again with `cronrun deploy --sign KEY`"
+        ));
+    };
+    let parse = |at: &str| chrono::DateTime::parse_from_rfc3339(at).map(|t| t.with_timezone(&chrono::Utc));
+    let ours =
+        parse(signed_at).map_err(|_| format!("job {job}'s wasm.signed_at {signed_at:?} is not an RFC 3339 instant"))?;
+    let key = crate::names::lease_keys::signed(job);
+    let leases = &ctx.store.leases;
+    let value = || bytes::Bytes::from(serde_json::to_vec(signed_at).unwrap_or_default());
+    let failed = |e: crate::error::Error| format!("job {job}: cannot check the signing time against {key}: {e}");
+    for _ in 0..REPLAY_GUARD_TRIES {
+        let written = match leases.get(&key).await.map_err(failed)? {
+            None => leases.create(&key, value(), None).await,
+            Some(seen) => {
+                let newest = serde_json::from_slice::<String>(&seen.value).ok().and_then(|at| parse(&at).ok());
+                match newest {
+                    Some(newest) if ours < newest => {
+                        return Err(format!(
+                            "job {job} was signed at {signed_at}, older than the signing of {} already seen for it: \
+                             refused as a replay of an older build (deploy it again with `cronrun deploy --sign KEY`)",
+                            newest.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                        ));
+                    }
+                    Some(newest) if ours == newest => return Ok(()),
+                    // Newer (or an unreadable value, which only a runner could have written).
+                    _ => leases.update(&key, value(), seen.revision, None).await,
+                }
+            }
+        };
+        match written {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() || matches!(e.kind(), crate::ErrorKind::AlreadyExists) => continue,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    Err(format!("job {job}: {key} kept changing while its signing time was checked; the run is refused, try again"))
 }
 
 #[async_trait]
