@@ -160,25 +160,29 @@ fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-        let var = |name: &str| {
-            environ.split(|b| *b == 0).find_map(|kv| {
-                kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned())
-            })
-        };
-        let mut args = cmdline.split(|b| *b == 0);
-        let (program, first) = (args.next().unwrap_or_default(), args.next());
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let (program, first) = (args.first().copied().unwrap_or_default(), args.get(1).copied());
         let is_supervisor = program.ends_with(b"cronrun-supervise") || first == Some(b"__supervise".as_slice());
         if !is_supervisor || !alive(pid) {
             continue;
         }
-        let Some(at) = var("CRONRUN_SCHEDULED_AT").and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok()) else {
+        // Its instant, from its keepalive file `<job>.<run-id>.<attempt>` (a scheduled
+        // run's id is its fire instant): the job's environment is no longer the
+        // supervisor's own, which starts with PATH alone.
+        let Some(at) = args
+            .iter()
+            .position(|a| *a == b"--alive")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|path| String::from_utf8_lossy(path).rsplit('/').next().map(str::to_string))
+            .and_then(|file| file.split('.').nth(1).map(str::to_string))
+            .and_then(|run_id| chrono::NaiveDateTime::parse_from_str(&run_id, "%Y%m%dT%H%M%SZ").ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         let ppid: i32 = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().parse().unwrap();
         if ppid == parent {
-            out.push((pid, at.to_utc()));
+            out.push((pid, at.and_utc()));
         }
     }
     out

@@ -6,29 +6,8 @@
 use std::time::Duration;
 
 use crate::support::*;
-use cronrun::auth::Credentials;
 use cronrun::record::Status;
 use futures::{StreamExt, TryStreamExt};
-
-/// A client holding `id`, and the errors the server sends it (permission refusals).
-async fn hostile(nats: &Nats, id: &str) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let Credentials::Nkey { seed, public_key } = Credentials::load(&nats.identity(id)).unwrap() else { unreachable!() };
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let client = async_nats::ConnectOptions::with_nkey(seed)
-        .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
-        .event_callback(move |event| {
-            let tx = tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = event {
-                    let _ = tx.send(e.to_string());
-                }
-            }
-        })
-        .connect(&nats.url)
-        .await
-        .unwrap();
-    (client, rx)
-}
 
 /// Waits (bounded) for the server to refuse a publish to `subject`.
 async fn refused(errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>, subject: &str) -> bool {
@@ -56,7 +35,7 @@ async fn a_runner_cannot_write_a_job_or_delete_a_stream_through_a_reply_subject(
     let relays = [("$KV.cronrun_jobs.pwned", spec), ("$JS.API.STREAM.DELETE.KV_cronrun_jobs", "")];
     for id in ["runner", "agent"] {
         for (target, body) in relays {
-            let (client, mut errors) = hostile(&nats, id).await;
+            let (client, mut errors) = nats.client_as(id).await;
             let mut requests = client.subscribe("cronrun.ctl.relay").await.unwrap();
             client.publish_with_reply("cronrun.ctl.relay", target, "".into()).await.unwrap();
             let request = tokio::time::timeout(Duration::from_secs(5), requests.next()).await.unwrap().unwrap();
@@ -83,7 +62,7 @@ async fn a_viewer_cannot_delete_or_take_the_schedulers_durable_consumers() {
         events.clone().consumer_info("notify").await.ok().map(|_| ())
     })
     .await;
-    let (viewer, _) = hostile(&nats, "viewer").await;
+    let (viewer, _) = nats.client_as("viewer").await;
     let js = async_nats::jetstream::new(viewer);
     let viewed = js.get_stream("CRONRUN_EVENTS").await.expect("a viewer reads the events stream");
     assert!(viewed.delete_consumer("notify").await.is_err(), "a viewer deleted the notify consumer");
@@ -121,7 +100,7 @@ async fn a_kill_is_taken_only_from_a_kill_request_not_from_a_consumer_delivering
     })
     .await;
     let kill_subject = store.names.kill_subject("victim", &run_id);
-    let (viewer, _) = hostile(&nats, "viewer").await;
+    let (viewer, _) = nats.client_as("viewer").await;
     let js = async_nats::jetstream::new(viewer);
     let logs = js.get_stream("CRONRUN_LOGS").await.unwrap();
     let _delivering = logs
@@ -132,7 +111,7 @@ async fn a_kill_is_taken_only_from_a_kill_request_not_from_a_consumer_delivering
         })
         .await
         .expect("the server lets a viewer point a push consumer anywhere");
-    let (runner, _) = hostile(&nats, "runner").await;
+    let (runner, _) = nats.client_as("runner").await;
     runner.publish(kill_subject.clone(), "KILL".into()).await.unwrap();
     runner.flush().await.unwrap();
     eventually(Duration::from_secs(10), "the runner to ignore what is no kill request", || async {
@@ -171,7 +150,7 @@ async fn forged_retry_records_start_nothing_their_jobs_do_not_allow() {
              input_schema = {{ type = \"object\", required = [\"n\"] }}\nshell = \"touch {dir}/ran-schema\"\n"
         ),
     );
-    let (runner, _) = hostile(&nats, "runner").await;
+    let (runner, _) = nats.client_as("runner").await;
     let forger = cronrun::store::Store::open_existing(runner, Names::new("cronrun").unwrap()).await.unwrap();
     let run_id = "20270101T000000Z";
     let forged = [("no-retries", None), ("schema", Some(serde_json::json!({ "cmd": "rm -rf /" })))];

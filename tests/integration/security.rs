@@ -93,21 +93,7 @@ const CASES: &[(Op, &str, &[&str])] = &[
 /// Whether `id` may do `op`: the server answers a refused publish or subscription with
 /// `-ERR 'Permissions Violation for …'` before the `PONG` of the flush that follows it.
 async fn allowed(nats: &Nats, id: &str, op: Op) -> bool {
-    let Credentials::Nkey { seed, public_key } = Credentials::load(&nats.identity(id)).unwrap() else { unreachable!() };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let client = async_nats::ConnectOptions::with_nkey(seed)
-        .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
-        .event_callback(move |event| {
-            let tx = tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = event {
-                    let _ = tx.send(e.to_string());
-                }
-            }
-        })
-        .connect(&nats.url)
-        .await
-        .unwrap();
+    let (client, mut rx) = nats.client_as(id).await;
     let (kind, subject) = match op {
         Op::Publish(subject) => {
             client.publish(subject, "{}".into()).await.unwrap();

@@ -69,6 +69,31 @@ impl Nats {
         identity(self.dir.path(), name)
     }
 
+    /// A plain client holding identity `id` (as a hostile program would hold it), and the
+    /// errors the server sends it: its permission refusals.
+    pub async fn client_as(&self, id: &str) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let cronrun::auth::Credentials::Nkey { seed, public_key } =
+            cronrun::auth::Credentials::load(&self.identity(id)).unwrap()
+        else {
+            unreachable!("the identities of auth init are nkeys")
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = async_nats::ConnectOptions::with_nkey(seed)
+            .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
+            .event_callback(move |event| {
+                let tx = tx.clone();
+                async move {
+                    if let async_nats::Event::ServerError(e) = event {
+                        let _ = tx.send(e.to_string());
+                    }
+                }
+            })
+            .connect(&self.url)
+            .await
+            .unwrap();
+        (client, rx)
+    }
+
     /// A plain async-nats client with unrestricted rights.
     pub async fn client(&self) -> async_nats::Client {
         cronrun::connect::connect(&self.url, Some(&self.identity("test")), "test").await.unwrap()

@@ -73,13 +73,16 @@ struct Active<'a> {
     started: Option<DateTime<Utc>>,
 }
 
-/// When the run `run_key` started its code, if its record says it runs. A holder whose
-/// start is not recorded (a backlog's run taken, its start write waiting for NATS) or
-/// whose record cannot be read is taken as not started: waited for, never skipped behind.
+/// When the run `run_key` started its code, if its record says it runs: its `started_at`,
+/// and no earlier than its dispatch (a scheduler's clock: a run dispatched late, after a
+/// takeover, started late whatever its runner stamped). A holder whose start is not
+/// recorded (a backlog's run taken, its start write waiting for NATS) or whose record
+/// cannot be read is taken as not started: waited for, never skipped behind.
 async fn started_at(ctx: &RunnerCtx, run_key: &str) -> Option<DateTime<Utc>> {
     let (job, run_id) = crate::record::parse_run_key(run_key).ok()?;
     let record = ctx.store.get_run(job, run_id).await.ok()?.record;
-    (record.status == crate::record::Status::Running).then_some(record.started_at).flatten()
+    let started = record.started_at.filter(|_| record.status == crate::record::Status::Running)?;
+    Some(record.dispatched_at.map_or(started, |dispatched| started.max(dispatched)))
 }
 
 /// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
@@ -138,65 +141,92 @@ pub(super) async fn acquire(
         match taken {
             Some(lease) => held.push(lease),
             None => {
-                // Gone since: taken in the first round of the wait below.
-                let current = holder(leases, &key).await?.map_or_else(|| "?".to_string(), |h| h.holder);
-                let active = Active { run_key: &current, started: started_at(ctx, &current).await };
                 let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
-                let mut give_up = None;
-                let waiter = match on_active(spec.overlap, &active, run_key, fire) {
-                    OnActive::Wait => None,
-                    OnActive::WaitLate => {
-                        give_up = Some(fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX));
-                        None
-                    }
-                    OnActive::Skip(why) => return Ok(Decision::Skip(why)),
-                    OnActive::Queue => {
-                        match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
-                            Some(waiter) => Some(waiter),
-                            None => {
-                                return Ok(Decision::Skip(format!(
-                                    "run {current} is running and another waits (overlap queue)"
-                                )));
+                // Judged again when the holder changed while it was judged (see `holder_alive`).
+                let (current, give_up, died, waiter) = loop {
+                    // Gone since: taken in the first round of the wait below.
+                    let current = holder(leases, &key).await?.map_or_else(|| "?".to_string(), |h| h.holder);
+                    let active = Active { run_key: &current, started: started_at(ctx, &current).await };
+                    let (mut give_up, mut died) = (None, None);
+                    let waiter = match on_active(spec.overlap, &active, run_key, fire) {
+                        OnActive::Wait => None,
+                        OnActive::WaitLate => {
+                            give_up =
+                                Some(fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX));
+                            None
+                        }
+                        OnActive::Skip(why) => {
+                            match holder_alive(
+                                ctx,
+                                (&key, &current),
+                                (run_key, ttl),
+                                run_lease.as_deref_mut(),
+                                shutdown,
+                            )
+                            .await?
+                            {
+                                Holder::Alive => return Ok(Decision::Skip(why)),
+                                Holder::ShutDown => return Ok(Decision::ShutDown),
+                                Holder::Changed => continue,
+                                Holder::Died(lease) => {
+                                    info!(%current, "the run in progress died with its runner: this one runs");
+                                    died = Some(*lease);
+                                    None
+                                }
                             }
                         }
-                    }
-                    OnActive::Replace => {
-                        replace(ctx, &current).await;
-                        None
-                    }
+                        OnActive::Queue => {
+                            match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
+                                Some(waiter) => Some(waiter),
+                                None => {
+                                    return Ok(Decision::Skip(format!(
+                                        "run {current} is running and another waits (overlap queue)"
+                                    )));
+                                }
+                            }
+                        }
+                        OnActive::Replace => {
+                            replace(ctx, &current).await;
+                            None
+                        }
+                    };
+                    break (current, give_up, died, waiter);
                 };
-                info!(%current, "waiting for the run in progress to end");
                 let mut waiter = waiter;
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => {
-                            if let Some(w) = waiter {
-                                let _ = w.release().await;
+                if died.is_none() {
+                    info!(%current, "waiting for the run in progress to end");
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {
+                                if let Some(w) = waiter {
+                                    let _ = w.release().await;
+                                }
+                                return Ok(Decision::ShutDown);
                             }
-                            return Ok(Decision::ShutDown);
+                            _ = tokio::time::sleep(POLL) => {}
                         }
-                        _ = tokio::time::sleep(POLL) => {}
-                    }
-                    if let Some(lease) = take().await? {
-                        held.push(lease);
-                        break;
-                    }
-                    if give_up.is_some_and(|at| ctx.clock.now() > at) {
-                        return Ok(Decision::Skip(format!(
-                            "run {current} was still running at this fire's starting deadline, {} after it",
-                            humantime::format_duration(deadline)
-                        )));
-                    }
-                    if let Some(lease) = run_lease.as_deref_mut() {
-                        lease.renew().await?;
-                    }
-                    if let Some(w) = waiter.as_mut() {
-                        w.renew().await?;
+                        if let Some(lease) = take().await? {
+                            held.push(lease);
+                            break;
+                        }
+                        if give_up.is_some_and(|at| ctx.clock.now() > at) {
+                            return Ok(Decision::Skip(format!(
+                                "run {current} was still running at this fire's starting deadline, {} after it",
+                                humantime::format_duration(deadline)
+                            )));
+                        }
+                        if let Some(lease) = run_lease.as_deref_mut() {
+                            lease.renew().await?;
+                        }
+                        if let Some(w) = waiter.as_mut() {
+                            w.renew().await?;
+                        }
                     }
                 }
                 if let Some(w) = waiter {
                     let _ = w.release().await;
                 }
+                held.extend(died);
                 waited = true;
             }
         }
@@ -227,6 +257,63 @@ pub(super) async fn acquire(
         }
     }
     Ok(if waited { Decision::Waited(held) } else { Decision::Go(held) })
+}
+
+/// What became of a run that started before this fire and holds the job's overlap lease.
+enum Holder {
+    /// It renews its lease, or released it having run past this fire's instant: skip.
+    Alive,
+    /// Its lease ran out unreleased, its run not over: it died with its runner, and this
+    /// run took the lease.
+    Died(Box<Lease>),
+    /// Another run holds the lease now: to be judged afresh.
+    Changed,
+    ShutDown,
+}
+
+/// Waits at most the lease's TTL (and a second) for the holder `current` of lease `key` to
+/// show whether it lives: a runner that dies holds its run's overlap lease until the TTL,
+/// and the fires meanwhile must not be skipped behind a run that no longer runs.
+async fn holder_alive(
+    ctx: &RunnerCtx,
+    (key, current): (&str, &str),
+    (run_key, ttl): (&str, Duration),
+    mut run_lease: Option<&mut Lease>,
+    shutdown: &CancellationToken,
+) -> Result<Holder, Error> {
+    let leases = &ctx.store.leases;
+    let until = tokio::time::Instant::now() + ttl + Duration::from_secs(1);
+    while tokio::time::Instant::now() < until {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(Holder::ShutDown),
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        if let Some(lease) = Lease::try_acquire(leases, key, run_key, ttl).await? {
+            if ended(ctx, current).await {
+                let _ = lease.release().await;
+                return Ok(Holder::Alive);
+            }
+            return Ok(Holder::Died(Box::new(lease)));
+        }
+        if holder(leases, key).await?.is_some_and(|h| h.holder != current) {
+            return Ok(Holder::Changed);
+        }
+        if let Some(lease) = run_lease.as_deref_mut() {
+            lease.renew().await?;
+        }
+    }
+    Ok(Holder::Alive)
+}
+
+/// Whether the run `run_key` ended as runs end (not `lost`, not still `running` with its
+/// lease gone): its release of the overlap lease was an end, not a death.
+async fn ended(ctx: &RunnerCtx, run_key: &str) -> bool {
+    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return true };
+    match ctx.store.get_run(job, run_id).await {
+        Ok(stored) => stored.record.status.is_final() && stored.record.status != crate::record::Status::Lost,
+        // Unreadable: taken as ended, so that a doubt skips rather than runs beside it.
+        Err(_) => true,
+    }
 }
 
 /// Asks the runner of `run_key` to stop it (overlap `replace`).

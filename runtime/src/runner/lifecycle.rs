@@ -187,7 +187,8 @@ async fn run_claimed(
     };
 
     // 3. Arm.
-    let planned = if in_group { d.scheduled_at } else { ctx.clock.now() };
+    // Released with its group at its instant, unless that has passed (a late run).
+    let planned = if in_group { d.scheduled_at.max(ctx.clock.now()) } else { ctx.clock.now() };
     if let Err(e) = mark_running(ctx, msg, held, (revision, planned), &stops.shutdown).await {
         Made { revision, ready: Ok(ready), ticket }.discard().await;
         return Err(e);
