@@ -35,8 +35,8 @@ async fn a_chain_of_three_jobs_runs_in_order_once_per_upstream_run_through_an_ag
     ready(&b).await;
     let log = nats.dir.path().join("chain.log");
     let jobs = [
-        // Exits with its input, if given one.
-        logging_job("extract", &log, "schedule = \"@yearly\"", "${in:-0}"),
+        // Exits with its input, if given one. Triggered twice at once below: both run.
+        logging_job("extract", &log, "schedule = \"@yearly\"\noverlap = \"allow\"", "${in:-0}"),
         // Chained runs obey `overlap` as fires do: the two chains started at once run side by side.
         logging_job("transform", &log, "after = [{ job = \"extract\" }]\noverlap = \"allow\"", "0"),
         logging_job("load", &log, "after = [{ job = \"transform\", on = \"succeeded\" }]\noverlap = \"allow\"", "0"),

@@ -288,15 +288,18 @@ async fn holder_alive(
             _ = shutdown.cancelled() => return Ok(Holder::ShutDown),
             _ = tokio::time::sleep(POLL) => {}
         }
-        if let Some(lease) = Lease::try_acquire(leases, key, run_key, ttl).await? {
-            if ended(ctx, current).await {
-                let _ = lease.release().await;
-                return Ok(Holder::Alive);
+        // Watched, not taken: a lease taken only to look would look like a new holder to
+        // the other fires waiting on it.
+        match holder(leases, key).await? {
+            Some(h) if h.holder == current => {}
+            Some(_) => return Ok(Holder::Changed),
+            None if ended(ctx, current).await => return Ok(Holder::Alive),
+            None => {
+                return Ok(match Lease::try_acquire(leases, key, run_key, ttl).await? {
+                    Some(lease) => Holder::Died(Box::new(lease)),
+                    None => Holder::Changed,
+                });
             }
-            return Ok(Holder::Died(Box::new(lease)));
-        }
-        if holder(leases, key).await?.is_some_and(|h| h.holder != current) {
-            return Ok(Holder::Changed);
         }
         if let Some(lease) = run_lease.as_deref_mut() {
             lease.renew().await?;
