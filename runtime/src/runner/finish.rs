@@ -55,6 +55,9 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
         publish_event(&ctx.store, &retrying).await;
         return Ok(());
     }
+    // The fires behind this run learn at once that it no longer runs, while its final
+    // write may wait for NATS (see `guards`).
+    held.mark_guards_ended(finished).await;
     write_final(ctx, held).await?;
     publish_end(ctx, &job, &run_id, status).await;
     publish_event(&ctx.store, &event).await;

@@ -51,7 +51,7 @@ pub(super) enum Decision {
 }
 
 /// What a run does when `active.<job>` is held by `current` (a run key).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum OnActive {
     /// Wait for it to end (our own earlier attempt, or `replace` asked it to stop).
     Wait,
@@ -65,29 +65,49 @@ enum OnActive {
     Skip(String),
 }
 
-/// The holder of `active.<job>` as this run sees it: its run key and, if its code has
-/// started, when (its record's `started_at`, by its runner's clock as corrected to the
-/// server's, see `server_time`).
+/// The holder of `active.<job>` as this run sees it: its run key and its span as its
+/// record tells it (see [`Span`]).
 struct Active<'a> {
     run_key: &'a str,
-    started: Option<DateTime<Utc>>,
+    span: Option<Span>,
 }
 
-/// When the run `run_key` started its code, if its record says it runs: its `started_at`,
-/// and no earlier than its dispatch (a scheduler's clock: a run dispatched late, after a
-/// takeover, started late whatever its runner stamped). A holder whose start is not
-/// recorded (a backlog's run taken, its start write waiting for NATS) or whose record
-/// cannot be read is taken as not started: waited for, never skipped behind.
-async fn started_at(ctx: &RunnerCtx, run_key: &str) -> Option<DateTime<Utc>> {
+/// When a run's code started and, if its end is recorded, ended: its record's
+/// `started_at` and `finished_at`, by its runner's clock as corrected to the server's (see
+/// `server_time`), the start no earlier than its dispatch (a scheduler's clock: a run
+/// dispatched late, after a takeover, started late whatever its runner stamped).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    started: DateTime<Utc>,
+    finished: Option<DateTime<Utc>>,
+}
+
+impl Span {
+    /// Whether the run was going at `fire`: started before it and not ended by then.
+    fn covers(&self, fire: DateTime<Utc>) -> bool {
+        self.started < fire && self.finished.is_none_or(|finished| finished > fire)
+    }
+}
+
+/// The span of the run `run_key`, if its record says it started and did not end `lost`,
+/// ended by `ended_at` if its lease says so (its final write still waiting for NATS). A
+/// holder whose start is not recorded (a backlog's run taken, its start write waiting for
+/// NATS) or whose record cannot be read is taken as not started: waited for, never
+/// skipped behind.
+async fn span(ctx: &RunnerCtx, run_key: &str, ended_at: Option<DateTime<Utc>>) -> Option<Span> {
+    use crate::record::Status;
     let (job, run_id) = crate::record::parse_run_key(run_key).ok()?;
     let record = ctx.store.get_run(job, run_id).await.ok()?.record;
-    let started = record.started_at.filter(|_| record.status == crate::record::Status::Running)?;
-    Some(record.dispatched_at.map_or(started, |dispatched| started.max(dispatched)))
+    let ended = record.status.is_final();
+    let started =
+        record.started_at.filter(|_| record.status == Status::Running || ended && record.status != Status::Lost)?;
+    let finished = ended.then(|| record.finished_at.unwrap_or(started)).or(ended_at);
+    Some(Span { started: record.dispatched_at.map_or(started, |dispatched| started.max(dispatched)), finished })
 }
 
 /// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
 fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<Utc>) -> OnActive {
-    let running_at_fire = current.started.is_some_and(|started| started < fire);
+    let running_at_fire = current.span.is_some_and(|span| span.covers(fire));
     match overlap {
         _ if current.run_key == run_key => OnActive::Wait,
         Overlap::Skip | Overlap::Allow | Overlap::Queue if !running_at_fire => OnActive::WaitLate,
@@ -145,8 +165,10 @@ pub(super) async fn acquire(
                 // Judged again when the holder changed while it was judged (see `holder_alive`).
                 let (current, give_up, died, waiter) = loop {
                     // Gone since: taken in the first round of the wait below.
-                    let current = holder(leases, &key).await?.map_or_else(|| "?".to_string(), |h| h.holder);
-                    let active = Active { run_key: &current, started: started_at(ctx, &current).await };
+                    let value = holder(leases, &key).await?;
+                    let current = value.as_ref().map_or_else(|| "?".to_string(), |h| h.holder.clone());
+                    let ended_at = value.and_then(|h| h.ended_at);
+                    let active = Active { run_key: &current, span: span(ctx, &current, ended_at).await };
                     let (mut give_up, mut died) = (None, None);
                     let waiter = match on_active(spec.overlap, &active, run_key, fire) {
                         OnActive::Wait => None,
@@ -159,7 +181,7 @@ pub(super) async fn acquire(
                             match holder_alive(
                                 ctx,
                                 (&key, &current),
-                                (run_key, ttl),
+                                (run_key, ttl, fire),
                                 run_lease.as_deref_mut(),
                                 shutdown,
                             )
@@ -168,8 +190,7 @@ pub(super) async fn acquire(
                                 Holder::Alive => return Ok(Decision::Skip(why)),
                                 Holder::ShutDown => return Ok(Decision::ShutDown),
                                 Holder::Changed => continue,
-                                Holder::Died(lease) => {
-                                    info!(%current, "the run in progress died with its runner: this one runs");
+                                Holder::Gone(lease) => {
                                     died = Some(*lease);
                                     None
                                 }
@@ -263,10 +284,12 @@ pub(super) async fn acquire(
 enum Holder {
     /// It renews its lease, or released it having run past this fire's instant: skip.
     Alive,
-    /// Its lease ran out unreleased, its run not over: it died with its runner, and this
-    /// run took the lease.
-    Died(Box<Lease>),
-    /// Another run holds the lease now: to be judged afresh.
+    /// It did not run past this fire's instant after all, and this run took the lease: its
+    /// lease ran out unreleased, its run not over (it died with its runner), or its end,
+    /// recorded late (its final write waited for NATS), came before this fire.
+    Gone(Box<Lease>),
+    /// Another run holds the lease now, or this one says it ended before this fire: to be
+    /// judged afresh.
     Changed,
     ShutDown,
 }
@@ -277,7 +300,7 @@ enum Holder {
 async fn holder_alive(
     ctx: &RunnerCtx,
     (key, current): (&str, &str),
-    (run_key, ttl): (&str, Duration),
+    (run_key, ttl, fire): (&str, Duration, DateTime<Utc>),
     mut run_lease: Option<&mut Lease>,
     shutdown: &CancellationToken,
 ) -> Result<Holder, Error> {
@@ -291,12 +314,25 @@ async fn holder_alive(
         // Watched, not taken: a lease taken only to look would look like a new holder to
         // the other fires waiting on it.
         match holder(leases, key).await? {
-            Some(h) if h.holder == current => {}
+            // Its code ended: before this fire, it is waited for (judged again); after it,
+            // it overlapped.
+            Some(h) if h.holder == current => match h.ended_at {
+                Some(at) if at <= fire => return Ok(Holder::Changed),
+                Some(_) => return Ok(Holder::Alive),
+                None => {}
+            },
             Some(_) => return Ok(Holder::Changed),
-            None if ended(ctx, current).await => return Ok(Holder::Alive),
             None => {
+                let why = match ended(ctx, current).await {
+                    Ended::At(at) if at <= fire => "the run in progress had ended before this fire",
+                    Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
+                    Ended::Not => "the run in progress died with its runner",
+                };
                 return Ok(match Lease::try_acquire(leases, key, run_key, ttl).await? {
-                    Some(lease) => Holder::Died(Box::new(lease)),
+                    Some(lease) => {
+                        info!(%current, "{why}: this one runs");
+                        Holder::Gone(Box::new(lease))
+                    }
                     None => Holder::Changed,
                 });
             }
@@ -308,14 +344,25 @@ async fn holder_alive(
     Ok(Holder::Alive)
 }
 
-/// Whether the run `run_key` ended as runs end (not `lost`, not still `running` with its
-/// lease gone): its release of the overlap lease was an end, not a death.
-async fn ended(ctx: &RunnerCtx, run_key: &str) -> bool {
-    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return true };
-    match ctx.store.get_run(job, run_id).await {
-        Ok(stored) => stored.record.status.is_final() && stored.record.status != crate::record::Status::Lost,
-        // Unreadable: taken as ended, so that a doubt skips rather than runs beside it.
-        Err(_) => true,
+/// How the run `run_key` ended, its overlap lease gone.
+enum Ended {
+    /// As runs end, at this instant (its record's `finished_at`).
+    At(DateTime<Utc>),
+    /// As runs end, at a time unknown (its record unreadable, or without `finished_at`):
+    /// taken as past the fire, so that a doubt skips rather than runs beside it.
+    Unknown,
+    /// Not: `lost`, or still `running` with its lease gone. It died with its runner.
+    Not,
+}
+
+async fn ended(ctx: &RunnerCtx, run_key: &str) -> Ended {
+    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return Ended::Unknown };
+    let Ok(stored) = ctx.store.get_run(job, run_id).await else { return Ended::Unknown };
+    let record = stored.record;
+    match record.finished_at {
+        _ if !record.status.is_final() || record.status == crate::record::Status::Lost => Ended::Not,
+        Some(at) => Ended::At(at),
+        None => Ended::Unknown,
     }
 }
 
@@ -348,34 +395,35 @@ mod tests {
     fn a_held_active_lease_is_waited_for_queued_behind_replaced_or_skips_as_the_policy_says() {
         let (me, other) = ("nightly/r-2", "nightly/r-1");
         let fire = DateTime::parse_from_rfc3339("2026-12-06T01:00:10Z").unwrap().to_utc();
-        let (before, at, after) =
-            (Some(fire - chrono::Duration::milliseconds(1)), Some(fire), Some(fire + chrono::Duration::seconds(5)));
+        let (before, after) = (fire - chrono::Duration::milliseconds(1), fire + chrono::Duration::seconds(5));
+        let running = |started| Some(Span { started, finished: None });
+        let ended = |started, finished| Some(Span { started, finished: Some(finished) });
         let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
         let cases = [
-            // Started before this fire's instant: the policy decides.
-            (Overlap::Skip, other, before, skip),
-            (Overlap::Queue, other, before, OnActive::Queue),
-            (Overlap::Replace, other, before, OnActive::Replace),
+            // Going at this fire's instant: the policy decides.
+            (Overlap::Skip, other, running(before), skip.clone()),
+            (Overlap::Queue, other, running(before), OnActive::Queue),
+            (Overlap::Replace, other, running(before), OnActive::Replace),
+            // Ended after the instant, its lease not yet released: it overlapped.
+            (Overlap::Skip, other, ended(before, after), skip),
             // Started at or after this fire was due, or not started (a backlog released
-            // late): no overlap with this fire, waited for, whatever the order of fires.
-            (Overlap::Skip, other, at, OnActive::WaitLate),
-            (Overlap::Skip, other, after, OnActive::WaitLate),
+            // late), or ended before it (its end recorded late, while NATS failed over): no
+            // overlap with this fire, waited for, whatever the order of fires.
+            (Overlap::Skip, other, running(fire), OnActive::WaitLate),
+            (Overlap::Skip, other, running(after), OnActive::WaitLate),
             (Overlap::Skip, other, None, OnActive::WaitLate),
-            (Overlap::Queue, other, after, OnActive::WaitLate),
+            (Overlap::Skip, other, ended(before - chrono::Duration::seconds(9), before), OnActive::WaitLate),
+            (Overlap::Queue, other, running(after), OnActive::WaitLate),
             // Replace stops the run in progress, late or not: the newest fire wins.
-            (Overlap::Replace, other, after, OnActive::Replace),
+            (Overlap::Replace, other, running(after), OnActive::Replace),
             // Our own earlier attempt (its runner died): waited for whatever the policy.
-            (Overlap::Skip, me, before, OnActive::Wait),
-            (Overlap::Queue, me, after, OnActive::Wait),
+            (Overlap::Skip, me, running(before), OnActive::Wait),
+            (Overlap::Queue, me, running(after), OnActive::Wait),
             (Overlap::Replace, me, None, OnActive::Wait),
         ];
-        for (overlap, current, started, expected) in cases {
-            let active = Active { run_key: current, started };
-            assert_eq!(
-                on_active(overlap, &active, me, fire),
-                expected,
-                "{overlap:?}, held by {current} started {started:?}"
-            );
+        for (overlap, current, span, expected) in cases {
+            let active = Active { run_key: current, span };
+            assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?}, held by {current} {span:?}");
         }
     }
 }

@@ -130,6 +130,16 @@ impl Held {
         }
     }
 
+    /// Says on the overlap and lock leases that the run's code ended `at`; they stay held
+    /// until its end is recorded. A write that fails leaves them as they were.
+    pub(super) async fn mark_guards_ended(&mut self, at: chrono::DateTime<chrono::Utc>) {
+        for guard in &mut self.guards {
+            if let Err(e) = guard.renew_ended(at).await {
+                debug!("{}: end not marked: {e}", guard.key());
+            }
+        }
+    }
+
     /// Releases the overlap and lock leases and the keepalive file; the run's lease stays.
     pub(super) async fn release_guards(&mut self) {
         if let Some(path) = self.alive.take() {

@@ -50,6 +50,7 @@ pub(super) async fn publish(ctx: SchedulerCtx, cancel: CancellationToken) {
                 acquired_at: started,
                 renewed_at: ctx.clock.now(),
                 ttl_ms: ttl.as_millis() as u64,
+                ended_at: None,
             },
             clock_off: clock.off,
             clock_offset_ms: clock.offset.map(|s| (s * 1000.0).round() as i64),

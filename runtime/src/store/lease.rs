@@ -11,15 +11,20 @@ use serde::{Deserialize, Serialize};
 use super::kv::{Bucket, Fenced};
 use crate::error::Error;
 
-/// What a lease key holds; readable with `nats kv get`. The times are for people reading
-/// the bucket, stamped from the wall clock: nothing decides by them (expiry is the
-/// server's TTL), so they are not taken from the injected clock.
+/// What a lease key holds; readable with `nats kv get`. The acquire and renew times are
+/// for people reading the bucket, stamped from the wall clock: nothing decides by them
+/// (expiry is the server's TTL), so they are not taken from the injected clock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseValue {
     pub holder: String,
     pub acquired_at: DateTime<Utc>,
     pub renewed_at: DateTime<Utc>,
     pub ttl_ms: u64,
+    /// When what the lease guards ended, if it has but the lease is still held (a run's
+    /// overlap lease, held until its final record is written): the fires behind it judge
+    /// by this whether it overlapped them (see `runner::guards`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug)]
@@ -51,6 +56,7 @@ impl Lease {
             acquired_at: now,
             renewed_at: now,
             ttl_ms: ttl.as_millis() as u64,
+            ended_at: None,
         };
         let bytes = serde_json::to_vec(&value).unwrap_or_default().into();
         match kv.create(key, bytes, Some(ttl)).await {
@@ -75,6 +81,13 @@ impl Lease {
         self.kv.update_fenced(&self.key, bytes, &mut self.fence, Some(self.ttl)).await?;
         self.held_until = held_until(asked, self.ttl);
         Ok(())
+    }
+
+    /// Says, with a renewal, that what the lease guards ended `at` (see
+    /// [`LeaseValue::ended_at`]).
+    pub async fn renew_ended(&mut self, at: DateTime<Utc>) -> Result<(), Error> {
+        self.value.ended_at = Some(at);
+        self.renew().await
     }
 
     /// Until when the lease is surely still ours (as of its last write).
