@@ -177,3 +177,90 @@ async fn forged_retry_records_start_nothing_their_jobs_do_not_allow() {
         assert!(!nats.dir.path().join(format!("ran-{job}")).exists(), "{job} ran");
     }
 }
+
+/// The JetStream cluster API and the system account: what moves leaders, removes peers,
+/// rewrites or deletes a replicated stream. No identity holds any of it.
+const CLUSTER_API: [&str; 9] = [
+    "$JS.API.META.LEADER.STEPDOWN",
+    "$JS.API.STREAM.LEADER.STEPDOWN.KV_cronrun_jobs",
+    "$JS.API.STREAM.PEER.REMOVE.KV_cronrun_runs",
+    "$JS.API.CONSUMER.LEADER.STEPDOWN.CRONRUN_EVENTS.notify",
+    "$JS.API.SERVER.REMOVE",
+    "$JS.API.STREAM.UPDATE.KV_cronrun_leases",
+    "$JS.API.STREAM.DELETE.KV_cronrun_jobs",
+    "$JS.API.STREAM.PURGE.KV_cronrun_runs",
+    "$SYS.REQ.SERVER.PING.JSZ",
+];
+
+/// On a 3-node cluster (R3 layout, routes authenticated as `auth init --routes` writes
+/// them): every identity, each on another node, is refused the cluster API (stepdowns, peer
+/// and server removal, stream updates, deletes and purges) and the system account, directly
+/// and relayed through a reply subject answered on another node than the request came in;
+/// a route without the route password is refused. The layout is whole after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_three_node_cluster_no_identity_moves_leaders_removes_peers_or_joins_as_a_route() {
+    let cluster = Cluster::start(3).await;
+    let store = cluster.store().await;
+    let identities = ["admin", "viewer", "scheduler", "runner", "agent"];
+    for (i, id) in identities.into_iter().enumerate() {
+        let (client, mut errors) = cluster.client_as(i % 3, id).await;
+        for subject in CLUSTER_API {
+            client.publish(subject, "{}".into()).await.unwrap();
+            client.flush().await.unwrap();
+            assert!(refused(&mut errors, subject).await, "{id} on n{}: {subject} was not refused", i % 3);
+        }
+    }
+    // The relay across nodes: the request comes in on n1, is answered from n0.
+    for id in ["runner", "agent"] {
+        let (answerer, mut errors) = cluster.client_as(0, id).await;
+        let (asker, _) = cluster.client_as(1, id).await;
+        let mut requests = answerer.subscribe("cronrun.ctl.relay").await.unwrap();
+        answerer.flush().await.unwrap();
+        for target in ["$KV.cronrun_jobs.pwned", "$JS.API.STREAM.PEER.REMOVE.KV_cronrun_jobs"] {
+            // Interest crosses the route shortly after the subscription: asked until it has.
+            let mut request = None;
+            for _ in 0..20 {
+                asker.publish_with_reply("cronrun.ctl.relay", target, "".into()).await.unwrap();
+                asker.flush().await.unwrap();
+                request = tokio::time::timeout(Duration::from_millis(500), requests.next()).await.ok().flatten();
+                if request.is_some() {
+                    break;
+                }
+            }
+            let request = request.expect("the request came across the route");
+            answerer.publish(request.reply.unwrap(), r#"{"peer":"n2"}"#.into()).await.unwrap();
+            answerer.flush().await.unwrap();
+            assert!(refused(&mut errors, target).await, "{id}: the answer to {target} across nodes was not refused");
+        }
+    }
+    for port in [cluster.route_port(0), cluster.route_port(2)] {
+        for credentials in ["", r#","user":"cronrun-route","pass":"guessed""#] {
+            let answer = route_connect(port, credentials).await;
+            assert!(answer.contains("Authorization Violation"), "a route{credentials} was answered {answer:?}");
+        }
+    }
+    assert!(store.jobs.get("pwned").await.unwrap().is_none(), "a job spec was written through a reply subject");
+    for stream in ["KV_cronrun_jobs", "KV_cronrun_runs", "KV_cronrun_leases", "CRONRUN_EVENTS"] {
+        let info = store.js.get_stream(stream).await.unwrap().info().await.unwrap().clone();
+        assert_eq!(info.config.num_replicas, 3, "{stream} kept its replicas");
+        assert_eq!(info.cluster.map(|c| c.replicas.len()), Some(2), "{stream} kept its peers");
+    }
+}
+
+/// Connects to a route port as a route would, with `credentials` (JSON fields, or none),
+/// and returns what the node answers.
+async fn route_connect(port: u16, credentials: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let info = lines.next_line().await.unwrap().unwrap_or_default();
+    assert!(info.starts_with("INFO"), "a route port opens with INFO: {info}");
+    let connect = format!(r#"CONNECT {{"verbose":false,"pedantic":false,"name":"intruder"{credentials}}}"#);
+    write.write_all(format!("{connect}\r\nPING\r\n").as_bytes()).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), lines.next_line()).await;
+    match answer {
+        Ok(Ok(Some(line))) => line,
+        other => format!("{other:?}"),
+    }
+}

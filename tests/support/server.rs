@@ -41,6 +41,35 @@ pub fn identity(dir: &Path, name: &str) -> String {
     dir.join(format!("ids/{name}.nk")).to_string_lossy().into_owned()
 }
 
+/// A plain client holding identity `id` of the identities under `dir`, connected to `url`,
+/// and the errors the server sends it: its permission refusals.
+pub async fn client_as(
+    dir: &Path,
+    url: &str,
+    id: &str,
+) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let cronrun::auth::Credentials::Nkey { seed, public_key } =
+        cronrun::auth::Credentials::load(&identity(dir, id)).unwrap()
+    else {
+        unreachable!("the identities of auth init are nkeys")
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_nkey(seed)
+        .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap();
+    (client, rx)
+}
+
 impl Nats {
     pub async fn start() -> Nats {
         let dir = test_dir();
@@ -72,26 +101,7 @@ impl Nats {
     /// A plain client holding identity `id` (as a hostile program would hold it), and the
     /// errors the server sends it: its permission refusals.
     pub async fn client_as(&self, id: &str) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
-        let cronrun::auth::Credentials::Nkey { seed, public_key } =
-            cronrun::auth::Credentials::load(&self.identity(id)).unwrap()
-        else {
-            unreachable!("the identities of auth init are nkeys")
-        };
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = async_nats::ConnectOptions::with_nkey(seed)
-            .custom_inbox_prefix(cronrun::model::roles::inbox_prefix(&public_key))
-            .event_callback(move |event| {
-                let tx = tx.clone();
-                async move {
-                    if let async_nats::Event::ServerError(e) = event {
-                        let _ = tx.send(e.to_string());
-                    }
-                }
-            })
-            .connect(&self.url)
-            .await
-            .unwrap();
-        (client, rx)
+        client_as(self.dir.path(), &self.url, id).await
     }
 
     /// A plain async-nats client with unrestricted rights.
@@ -180,6 +190,7 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     /// How each node was started, to start it again on its store.
     options: Vec<ServerOptions>,
+    route_ports: Vec<u16>,
 }
 
 impl Cluster {
@@ -225,7 +236,7 @@ impl Cluster {
         // Nodes started are killed on drop when another failed.
         let started: Result<Vec<_>, _> = futures::future::join_all(starts).await.into_iter().collect();
         let nodes = started.map_err(|e| e.to_string())?.into_iter().map(Some).collect();
-        Ok(Cluster { nodes, dir, options })
+        Ok(Cluster { nodes, dir, options, route_ports })
     }
 
     /// Starts node `i` again (killed before) on its store, ports and routes: it rejoins.
@@ -242,6 +253,26 @@ impl Cluster {
         kill(pid, Signal::SIGSTOP).unwrap();
         tokio::time::sleep(pause).await;
         kill(pid, Signal::SIGCONT).unwrap();
+    }
+
+    /// A plain client holding identity `id`, connected to node `i`, and the errors the
+    /// server sends it (see [`client_as`]).
+    pub async fn client_as(
+        &self,
+        i: usize,
+        id: &str,
+    ) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        client_as(self.dir.path(), &self.url(i), id).await
+    }
+
+    /// Node `i`'s client URL.
+    pub fn url(&self, i: usize) -> String {
+        self.nodes[i].as_ref().expect("a live node").url.clone()
+    }
+
+    /// Node `i`'s route (cluster) port.
+    pub fn route_port(&self, i: usize) -> u16 {
+        self.route_ports[i]
     }
 
     /// Every live node's URL, comma-separated, as `--nats` takes them.
