@@ -288,8 +288,8 @@ enum Holder {
     /// lease ran out unreleased, its run not over (it died with its runner), or its end,
     /// recorded late (its final write waited for NATS), came before this fire.
     Gone(Box<Lease>),
-    /// Another run holds the lease now, or this one says it ended before this fire: to be
-    /// judged afresh.
+    /// Another run holds the lease now, this one having died (or ended before this fire),
+    /// or this one says it ended before this fire: to be judged afresh.
     Changed,
     ShutDown,
 }
@@ -321,7 +321,14 @@ async fn holder_alive(
                 Some(_) => return Ok(Holder::Alive),
                 None => {}
             },
-            Some(_) => return Ok(Holder::Changed),
+            // Another run took the lease: this holder ended (past this fire: skip) or died.
+            Some(_) => {
+                return Ok(match ended(ctx, current).await {
+                    Ended::At(at) if at > fire => Holder::Alive,
+                    Ended::Unknown => Holder::Alive,
+                    Ended::At(_) | Ended::Not => Holder::Changed,
+                });
+            }
             None => {
                 let why = match ended(ctx, current).await {
                     Ended::At(at) if at <= fire => "the run in progress had ended before this fire",
