@@ -68,6 +68,12 @@ impl Names {
     pub fn job_kv_bucket(&self) -> String {
         format!("{}_jobkv", self.ns)
     }
+    /// Secrets by name (`cronrun secret set`), read by runners when a run starts and by
+    /// schedulers when they deliver a notice; written by admins; never readable by viewers
+    /// (docs/security.md). Not part of the layout: the first `secret set` creates it.
+    pub fn secrets_bucket(&self) -> String {
+        format!("{}_secrets", self.ns)
+    }
     pub fn plugins_store(&self) -> String {
         format!("{}_plugins", self.ns)
     }
@@ -236,6 +242,11 @@ pub mod lease_keys {
     pub fn queued(job: &str) -> String {
         format!("queued.{job}")
     }
+    /// The place in line of run `run_id` of `job` while it waits for `active.<job>`,
+    /// holding its fire instant: the waiting runs take the lease in fire order.
+    pub fn waiting(job: &str, run_id: &str) -> String {
+        format!("wait.{job}.{run_id}")
+    }
     /// A lock shared by jobs (`lock = "name"`).
     pub fn lock(name: &str) -> String {
         format!("lock.{name}")
@@ -317,6 +328,7 @@ mod tests {
     fn names_follow_namespace() {
         let n = Names::new("blue").unwrap();
         assert_eq!(n.jobs_bucket(), "blue_jobs");
+        assert_eq!(n.secrets_bucket(), "blue_secrets");
         assert_eq!(n.dispatch_stream(), "BLUE_DISPATCH");
         assert_eq!(n.logs_subject("j", "r"), "blue.logs.j.r");
         assert!(Names::new("a.b").is_err());

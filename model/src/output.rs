@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 pub const STREAM_HEADER: &str = "Cronrun-Stream";
 /// Header of the last message of a run's log, with the final status as value.
 pub const EOF_HEADER: &str = "Cronrun-Eof";
-/// What a cut line ends with.
-const CUT_MARK: &str = " [line cut]";
+/// What a cut line ends with (the runtime's secret masking looks for it).
+pub const CUT_MARK: &str = " [line cut]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {

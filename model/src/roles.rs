@@ -116,6 +116,17 @@ impl Api<'_> {
         // Flow control of push consumers is answered on `$JS.FC.<stream>.…`.
         self.add(format!("$JS.FC.{stream}.>"));
     }
+    /// Reading secrets one by one, by name: the bucket's stream info (which opening a
+    /// bucket asks for; with a subject filter it lists names, never values) and a direct
+    /// get of a key's last value. No consumer, no message get by sequence: nothing that
+    /// reads the bucket whole. Runners resolve a run's `env` and `config` with it, and
+    /// schedulers a webhook's URL and headers (docs/security.md says why they need it).
+    fn read_secrets_by_name(&mut self, names: &Names) {
+        let bucket = names.secrets_bucket();
+        let stream = kv_stream(&bucket);
+        self.add(format!("$JS.API.STREAM.INFO.{stream}"));
+        self.add(format!("$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.>"));
+    }
     /// Reading every stream of the layout but the work queue (a consumer there takes runs
     /// off it: runners only), and creating any that is missing (never updating or deleting).
     fn read_and_create_layout(&mut self, names: &Names) {
@@ -177,6 +188,14 @@ impl Names {
                     api.add(kv_write(bucket, ">"));
                 }
                 api.add(format!("$O.{}.>", self.plugins_store()));
+                // Secrets: `secret set` writes them (creating the bucket at the first),
+                // `secret ls` lists them with an ordered consumer, `apply` checks that the
+                // secrets a spec names exist. Not in the layout: no other role gets its
+                // stream info through it.
+                let secrets = kv_stream(&self.secrets_bucket());
+                api.read_stream(&secrets);
+                api.add(format!("$JS.API.STREAM.CREATE.{secrets}"));
+                api.add(kv_write(self.secrets_bucket(), ">"));
                 // The stream of jobs' trigger subjects, kept up to date by `apply`.
                 let messages = self.messages_stream();
                 for action in ["INFO", "CREATE", "UPDATE"] {
@@ -234,6 +253,8 @@ impl Names {
                 api.add(format!("$JS.API.CONSUMER.MSG.NEXT.{events}.{NOTIFY_CONSUMER}"));
                 api.add(format!("$JS.ACK.{events}.{NOTIFY_CONSUMER}.>"));
                 api.add(self.wildcard("notify"));
+                // A webhook's URL and headers may name secrets, resolved at delivery.
+                api.read_secrets_by_name(self);
                 // Chains: the one `chains` consumer of the runs bucket (created and
                 // deleted as any consumer of a layout stream), pulled from and acknowledged.
                 let runs = kv_stream(&self.runs_bucket());
@@ -257,6 +278,8 @@ impl Names {
                     api.read_stream(&kv_stream(&bucket));
                 }
                 api.read_stream(&obj_stream(&self.plugins_store()));
+                // A run's `env` and `config` may name secrets, resolved when it starts.
+                api.read_secrets_by_name(self);
                 let dispatch = self.dispatch_stream();
                 // The pool consumers: created once, then pulled from and acknowledged.
                 api.add(format!("$JS.API.CONSUMER.CREATE.{dispatch}.>"));
@@ -271,6 +294,7 @@ impl Names {
                     lease_keys::run("*", ">"),
                     lease_keys::active(">"),
                     lease_keys::queued(">"),
+                    lease_keys::waiting("*", ">"),
                     lease_keys::lock(">"),
                     lease_keys::runner(">"),
                     // The replay guard of signed Wasm jobs: no admin, scheduler or viewer
@@ -398,6 +422,7 @@ mod tests {
             (Runner, "$KV.cronrun_leases.shard.3", false),
             (Runner, "$KV.cronrun_leases.shards", false),
             (Runner, "$KV.cronrun_leases.run.j.r", true),
+            (Runner, "$KV.cronrun_leases.wait.j.r", true),
             (Runner, "$KV.cronrun_leases.signed.j", true),
             (Admin, "$KV.cronrun_leases.signed.j", false),
             (Scheduler, "$KV.cronrun_leases.signed.j", false),
@@ -415,6 +440,35 @@ mod tests {
             (Runner, "cronrun.dispatch.default", false),
             (Runner, "orders.new", true),
             (Runner, "payments.new", false),
+            // Secrets: admins write and read them; runners and schedulers read one by name
+            // (no consumer, no get by sequence); viewers have no route at all.
+            (Admin, "$KV.cronrun_secrets.tok", true),
+            (Admin, "$JS.API.STREAM.CREATE.KV_cronrun_secrets", true),
+            (Admin, "$JS.API.DIRECT.GET.KV_cronrun_secrets.$KV.cronrun_secrets.tok", true),
+            (Admin, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets.x.$KV.cronrun_secrets.>", true),
+            (Admin, "$JS.API.STREAM.UPDATE.KV_cronrun_secrets", false),
+            (Admin, "$JS.API.STREAM.DELETE.KV_cronrun_secrets", false),
+            (Admin, "$JS.API.STREAM.PURGE.KV_cronrun_secrets", false),
+            (Runner, "$JS.API.STREAM.INFO.KV_cronrun_secrets", true),
+            (Runner, "$JS.API.DIRECT.GET.KV_cronrun_secrets.$KV.cronrun_secrets.tok", true),
+            (Runner, "$JS.API.DIRECT.GET.KV_cronrun_secrets", false),
+            (Runner, "$JS.API.STREAM.MSG.GET.KV_cronrun_secrets", false),
+            (Runner, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets.x.$KV.cronrun_secrets.>", false),
+            (Runner, "$KV.cronrun_secrets.tok", false),
+            (Runner, "$JS.API.STREAM.CREATE.KV_cronrun_secrets", false),
+            (Scheduler, "$JS.API.STREAM.INFO.KV_cronrun_secrets", true),
+            (Scheduler, "$JS.API.DIRECT.GET.KV_cronrun_secrets.$KV.cronrun_secrets.tok", true),
+            (Scheduler, "$JS.API.STREAM.MSG.GET.KV_cronrun_secrets", false),
+            (Scheduler, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets.x.$KV.cronrun_secrets.>", false),
+            (Scheduler, "$KV.cronrun_secrets.tok", false),
+            (Scheduler, "$JS.API.STREAM.CREATE.KV_cronrun_secrets", false),
+            (Viewer, "$JS.API.STREAM.INFO.KV_cronrun_secrets", false),
+            (Viewer, "$JS.API.DIRECT.GET.KV_cronrun_secrets.$KV.cronrun_secrets.tok", false),
+            (Viewer, "$JS.API.DIRECT.GET.KV_cronrun_secrets", false),
+            (Viewer, "$JS.API.STREAM.MSG.GET.KV_cronrun_secrets", false),
+            (Viewer, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets", false),
+            (Viewer, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets.x.$KV.cronrun_secrets.>", false),
+            (Viewer, "$KV.cronrun_secrets.tok", false),
         ];
         for (role, subject, allowed) in cases {
             assert_eq!(perms(role).may_publish(subject), allowed, "{} publish {subject}", role.as_str());
@@ -462,6 +516,18 @@ mod tests {
         let agent = perms(Role::Scheduler).union(perms(Role::Runner));
         assert!(agent.may_publish("$JS.API.CONSUMER.CREATE.CRONRUN_EVENTS.notify"));
         assert!(agent.publish_deny.is_empty());
+    }
+
+    /// Not one subject of a viewer's lists names the secrets bucket: no stream info, no
+    /// get, no consumer, no flow control. Nobody subscribes to its keys' subjects.
+    #[test]
+    fn a_viewer_has_no_route_to_the_secrets_bucket() {
+        let viewer = perms(Role::Viewer);
+        let lists = viewer.publish.iter().chain(&viewer.subscribe);
+        assert!(lists.filter(|s| s.contains("secrets")).count() == 0, "{viewer:?}");
+        for role in Role::ALL {
+            assert!(!perms(role).may_subscribe("$KV.cronrun_secrets.tok"), "{role:?}");
+        }
     }
 
     #[test]

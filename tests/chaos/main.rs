@@ -28,7 +28,7 @@ mod soak;
 
 use procs::{group_members, pgrp_of};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,4 +71,99 @@ fn read_pid(path: &std::path::Path) -> Option<i32> {
 /// When an event (JSON with `at`) happened.
 fn event_at(event: &serde_json::Value) -> chrono::DateTime<Utc> {
     chrono::DateTime::parse_from_rfc3339(event["at"].as_str().unwrap()).unwrap().to_utc()
+}
+
+/// The fires of `[from, from + secs)` that a job of `names` (see `recording_job`) ran after
+/// a later fire of the window, as (job, fire, the later fire that ran before it), by the
+/// order of the lines of the job's own file: its runs cannot overlap (`overlap = "skip"`),
+/// so each line is written before the next run starts.
+fn fires_out_of_order(
+    names: &[String],
+    dir: &std::path::Path,
+    from: chrono::DateTime<Utc>,
+    secs: i64,
+) -> Vec<(String, chrono::DateTime<Utc>, chrono::DateTime<Utc>)> {
+    let to = from + chrono::Duration::seconds(secs);
+    let mut wrong = Vec::new();
+    for name in names {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.fires"))).unwrap_or_default();
+        let fires = text.lines().filter_map(|l| chrono::DateTime::parse_from_rfc3339(l).ok()).map(|t| t.to_utc());
+        let mut latest: Option<chrono::DateTime<Utc>> = None;
+        for fire in fires.filter(|f| *f >= from && *f < to) {
+            match latest {
+                Some(later) if later > fire => wrong.push((name.clone(), fire, later)),
+                _ => latest = Some(fire),
+            }
+        }
+    }
+    wrong
+}
+
+/// Asserts that the fires of `[from, from + secs)` of the jobs of `names` that waited for
+/// one another's overlap lease started in fire order: no fire started while an earlier
+/// fire of its job was waiting at its guards on the runner that ran it (as the agents'
+/// logs in `dir` say). The failure names the fires that came out of order; `what` says
+/// what befell them. A fire that reached its guards only after a later one started is
+/// not held to it: dispatched after it (the scheduler's retries while NATS failed over
+/// are not in fire order), or handed on from a runner that died or lost it (dispatched
+/// again once the run's lease ran out, or redelivered after the ack wait). Those are
+/// returned, to be shown.
+async fn assert_waiting_fires_in_order(
+    what: &str,
+    store: &cronrun::store::Store,
+    (names, dir): (&[String], &std::path::Path),
+    from: chrono::DateTime<Utc>,
+    secs: i64,
+) -> Vec<String> {
+    let waiting = waiting_since(dir);
+    let (mut wrong, mut late) = (Vec::new(), Vec::new());
+    for (name, fire, later) in fires_out_of_order(names, dir, from, secs) {
+        let later_id = cronrun::record::fire_run_id(later);
+        let later_started =
+            runs(store, name.as_str()).await.into_iter().find(|r| r.run_id == later_id).and_then(|r| r.started_at);
+        let since = waiting.get(&(name.clone(), cronrun::record::fire_run_id(fire))).copied();
+        match (since, later_started) {
+            (Some(since), Some(started)) if since < started => {
+                wrong.push(format!("{name}: {fire}, waiting since {since}, ran after {later}, started {started}"));
+            }
+            _ => late.push(format!("{name} {fire} (after {later})")),
+        }
+    }
+    assert!(wrong.is_empty(), "{what}: fires that ran after a later fire of the same job:\n{}", wrong.join("\n"));
+    late
+}
+
+/// Since when each run (job, run id) waited for its job's overlap lease (`runner::guards`)
+/// where it ran, from the agents' logs in `dir`: its first such line on the agent that ran
+/// it since that agent last handed it back (NATS trouble: it came back to its guards later).
+fn waiting_since(dir: &std::path::Path) -> HashMap<(String, String), chrono::DateTime<Utc>> {
+    let mut waiting = HashMap::new();
+    for path in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()) {
+        if path.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut here: HashMap<(String, String), chrono::DateTime<Utc>> = HashMap::new();
+        for line in log.lines() {
+            let Some((at, run, said)) = run_line(line) else { continue };
+            if said.starts_with("cronrun::runner::guards: waiting") {
+                here.entry(run).or_insert(at);
+            } else if said.contains("handing it back") || said.contains("handing the run back") {
+                here.remove(&run);
+            } else if said.starts_with("cronrun::runner::finish: run finished")
+                && let Some(since) = here.remove(&run)
+            {
+                waiting.insert(run, since);
+            }
+        }
+    }
+    waiting
+}
+
+/// A log line of a run: when, which run (job, run id), and what it says after the span.
+fn run_line(line: &str) -> Option<(chrono::DateTime<Utc>, (String, String), &str)> {
+    let at = chrono::DateTime::parse_from_rfc3339(line.split_whitespace().next()?).ok()?.to_utc();
+    let (span, said) = line.split_once("run{")?.1.split_once("}: ")?;
+    let field = |name: &str| span.split(' ').find_map(|f| f.strip_prefix(name)).map(str::to_string);
+    Some((at, (field("job=")?, field("run=")?), said))
 }

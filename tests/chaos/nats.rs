@@ -20,8 +20,9 @@ enum NodeFault {
 /// every-second load of jobs with the defaults users get (`overlap = "skip"`): killed
 /// while it leads, in turn, the jobs, runs and leases buckets and the dispatch stream, or
 /// any node; frozen for 10 s; killed and restarted. Counted by the jobs' own files, every
-/// fire runs once. (Once a third of the fires of ten seconds never ran: delayed while
-/// leaders moved, they were released together and skipped one another.)
+/// fire runs once, and the fires that waited for one another started in fire order. (Once
+/// a third of the fires of ten seconds never ran: delayed while leaders moved, they were
+/// released together and skipped one another.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_nats_node_failing_under_load_loses_and_doubles_no_fire() {
     let faults = [
@@ -112,6 +113,11 @@ async fn fail_a_node_under_load(fault: NodeFault) -> i64 {
             why.extend(agents.iter().map(|a| trouble_since(a, at, &run_id)));
         }
         panic!("{fault:?} of node n{victim}: (job, fire, times it ran) {wrong:?}\n{why}");
+    }
+    let what = format!("{fault:?} of node n{victim}");
+    let late = assert_waiting_fires_in_order(&what, &store, (&names, cluster.dir.path()), from, secs).await;
+    if !late.is_empty() {
+        println!("{fault:?}: fires that reached their guards after a later fire had started: {late:?}");
     }
     for agent in &agents {
         assert!(agent.log().contains("job catalog loaded"));

@@ -61,7 +61,8 @@ async fn killing_the_shard_owner_twenty_times_loses_and_doubles_no_fire() {
 /// skipped behind a later fire of the same job.) The one fire allowed not to run is one
 /// whose run had started on the killed agent when it died, recorded `lost` (the failure
 /// model); the fires after it wait for the dead run's overlap lease to run out rather than
-/// skip behind it, and a run the agent had only claimed is dispatched again.
+/// skip behind it, and a run the agent had only claimed is dispatched again. The fires that
+/// waited for one another started in fire order, whichever runner took each.
 #[tokio::test(flavor = "multi_thread")]
 async fn killing_the_leading_agent_ten_times_loses_no_fire_of_the_takeover_windows() {
     const TRIALS: usize = 10;
@@ -111,12 +112,15 @@ async fn killing_the_leading_agent_ten_times_loses_no_fire_of_the_takeover_windo
         died.push(format!("{name} {at}"));
     }
     assert!(died.len() <= TRIALS, "more started runs died than agents were killed: {died:?}");
+    let late = assert_waiting_fires_in_order("kills", &store, (&names, nats.dir.path()), from, secs).await;
     takeovers.sort_unstable();
     println!(
         "{TRIALS} kills of the leading agent over {secs} s, {} jobs: every fire ran once but {} whose run had \
-         started on the killed agent {died:?}; takeover min {} / median {} / max {} ms (lease TTL 2000 ms)",
+         started on the killed agent {died:?}, in fire order but {} that reached their guards after a later \
+         fire had started {late:?}; takeover min {} / median {} / max {} ms (lease TTL 2000 ms)",
         names.len(),
         died.len(),
+        late.len(),
         takeovers[0],
         takeovers[TRIALS / 2],
         takeovers[TRIALS - 1]

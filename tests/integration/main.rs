@@ -21,6 +21,8 @@
 //! - `wasm_agent`: deployed Wasm jobs run by a real agent.
 //! - `security`: each role refused what it must not do; bad credentials.
 //! - `hostile`: the routes around an allow-list (reply subjects, deliver subjects, durables).
+//! - `secrets`: `cronrun secret`, secrets in env, config and webhooks, masked output, and
+//!   every route to the secrets bucket tried by the identities that must not take it.
 //! - `observe`: the agent's /livez, /readyz and /metrics.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
 //! - `up`: `cronrun up` as a user runs it.
@@ -36,6 +38,7 @@ mod catchup;
 mod chains;
 mod dashboard;
 mod failure;
+mod gitops;
 mod hostile;
 mod import;
 mod input;
@@ -49,6 +52,7 @@ mod parameters;
 mod runner;
 mod scaffold;
 mod scheduling;
+mod secrets;
 mod security;
 mod sharding;
 mod supervisor;

@@ -64,7 +64,16 @@ async fn skip_allow_queue_and_replace() {
 
     let skipper = finished_runs(&nats, &["skipper"], 3).await;
     assert_never_overlapping(&skipper);
-    assert!(!skipped_with(&skipper, "is still running (overlap skip)").is_empty(), "no fire was skipped: {:#?}", skipper.iter().map(|r| (&r.run_id, r.status, r.scheduled_at, r.dispatched_at, r.started_at, r.finished_at, &r.error)).collect::<Vec<_>>());
+    assert!(
+        // Behind the run going at its instant, or (a run started late, on a loaded
+        // machine, makes a backlog) behind the backlog's runs for a period.
+        !skipped_with(&skipper, "still running").is_empty(),
+        "no fire was skipped: {:#?}",
+        skipper
+            .iter()
+            .map(|r| (&r.run_id, r.status, r.scheduled_at, r.dispatched_at, r.started_at, r.finished_at, &r.error))
+            .collect::<Vec<_>>()
+    );
 
     let allower = finished_runs(&nats, &["allower"], 3).await;
     let iv = intervals(&allower);

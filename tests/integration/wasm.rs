@@ -176,6 +176,8 @@ impl Host {
             attempt: 1,
             trigger: Trigger::Manual,
             input: None,
+            // Plain values: no secret to resolve.
+            config: spec.resolved_config(&Default::default()).unwrap(),
         };
         // On its own task, as the runner does: the run's future is Send + 'static.
         let run = tokio::spawn(prepared.run(ctx, timeout, tx, cancel));
@@ -199,7 +201,7 @@ async fn hello_logs_and_returns_its_message() {
     let nats = Nats::start().await;
     let h = host(&nats, WasmConfig::default()).await;
     let mut s = spec(&h, "hello");
-    s.config = BTreeMap::from([("greeting".to_string(), "hi".to_string())]);
+    s.config = BTreeMap::from([("greeting".to_string(), "hi".into())]);
     let (outcome, lines) = h.run("hello", &s, Some(Duration::from_secs(5))).await;
     assert_eq!(outcome, WasmOutcome::Succeeded(Some("hi, world".into())));
     let t = texts(&lines);
@@ -236,10 +238,8 @@ async fn emit_event_publishes_once_to_granted_subject_only() {
         .unwrap();
     let mut s = spec(&h, "emit_event");
     s.allow_publish = vec!["orders.*".into()];
-    s.config = BTreeMap::from([
-        ("subject".to_string(), "orders.tick".to_string()),
-        ("payload".to_string(), "{\"n\":1}".to_string()),
-    ]);
+    s.config =
+        BTreeMap::from([("subject".to_string(), "orders.tick".into()), ("payload".to_string(), "{\"n\":1}".into())]);
     // Two attempts of one fire: the stream keeps one message (Nats-Msg-Id dedup).
     for _ in 0..2 {
         let (outcome, _) = h.run("emit", &s, Some(Duration::from_secs(10))).await;
@@ -289,7 +289,7 @@ async fn health_check_reaches_granted_hosts_only_and_kv_needs_its_grant() {
     let port = http_server().await;
     let mut s = spec(&h, "health_check");
     let url = format!("http://127.0.0.1:{port}/health");
-    s.config = BTreeMap::from([("url".to_string(), url.clone())]);
+    s.config = BTreeMap::from([("url".to_string(), url.clone().into())]);
     // An IP literal names the address: the operator meant this internal one.
     s.allow_http = vec![format!("http://127.0.0.1:{port}")];
     s.allow_kv = true;
@@ -318,7 +318,7 @@ async fn health_check_reaches_granted_hosts_only_and_kv_needs_its_grant() {
     ];
     for (i, (allow_http, target)) in refused.into_iter().enumerate() {
         let mut denied = s.clone();
-        denied.config = BTreeMap::from([("url".to_string(), target.clone())]);
+        denied.config = BTreeMap::from([("url".to_string(), target.clone().into())]);
         denied.allow_http = allow_http.clone();
         let (outcome, _) = h.run(&format!("denied{i}"), &denied, timeout).await;
         assert!(
@@ -339,7 +339,7 @@ async fn a_guest_beyond_http_max_requests_gets_connection_limit_reached_and_the_
     let timeout = Some(Duration::from_secs(20));
     let one = host(&nats, WasmConfig { http_max_requests: 1, ..WasmConfig::default() }).await;
     let mut s = spec(&one, "health_check");
-    s.config = BTreeMap::from([("url".to_string(), url.clone())]);
+    s.config = BTreeMap::from([("url".to_string(), url.clone().into())]);
     s.allow_http = vec![format!("http://127.0.0.1:{port}")];
     s.allow_kv = true;
     let first = one.run("limit1", &s, timeout).await.0;
@@ -542,6 +542,7 @@ async fn bench_instantiate_and_call_hello() {
             attempt: 1,
             trigger: Trigger::Manual,
             input: None,
+            config: s.resolved_config(&Default::default()).unwrap(),
         };
         let t = Instant::now();
         let outcome = p.run(ctx, Some(Duration::from_secs(5)), tx, CancellationToken::new()).await;

@@ -34,6 +34,9 @@ pub struct JobContext {
     pub trigger: Trigger,
     /// The run's input, JSON text (`input::get`).
     pub input: Option<String>,
+    /// The spec's `wasm.config` as the guest reads it (`config::get`): the runner resolves
+    /// the secrets it names when the run starts, so the values are never in the spec.
+    pub config: std::collections::BTreeMap<String, String>,
 }
 
 /// How a run ended.
@@ -79,7 +82,7 @@ impl PreparedWasm {
         let Some(permit) = permit else {
             return WasmOutcome::Failed("the Wasm host is shutting down".into());
         };
-        let mut store = self.sandbox(&ctx.job, ctx.input.clone(), stdout.clone(), stderr.clone(), output);
+        let mut store = self.sandbox(&ctx, stdout.clone(), stderr.clone(), output);
         let ended = Arc::new(AtomicU8::new(ENDED_NOT));
         watch(&mut store, deadline, cancel.clone(), ended.clone());
         let wit_ctx = self.wit_context(ctx);
@@ -119,8 +122,7 @@ impl PreparedWasm {
     /// run's output, the memory and table limits.
     fn sandbox(
         &self,
-        job: &str,
-        input: Option<String>,
+        ctx: &JobContext,
         stdout: GuestOutput,
         stderr: GuestOutput,
         output: mpsc::Sender<Line>,
@@ -144,9 +146,9 @@ impl PreparedWasm {
                 memory_bytes: usize::try_from(config.memory_limit).unwrap_or(usize::MAX),
                 table_elements: config.max_table_elements as usize,
             },
-            job: job.to_string(),
-            input,
-            config: self.spec.config.clone(),
+            job: ctx.job.clone(),
+            input: ctx.input.clone(),
+            config: ctx.config.clone(),
             grants,
             nats: self.inner.nats.clone(),
             output,
@@ -172,7 +174,7 @@ impl PreparedWasm {
                 // run as started on demand, and finds its upstream or message in `input`.
                 Trigger::Chain | Trigger::Message => WitTrigger::Manual,
             },
-            config: self.spec.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            config: ctx.config.into_iter().collect(),
         }
     }
 }

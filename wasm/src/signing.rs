@@ -21,7 +21,10 @@
 //! ```
 //!
 //! `config` keys are sorted (byte order), so the order a file or the CLI gave them in does
-//! not matter; the grant lists are signed in the order the spec holds them. Signatures of
+//! not matter; the grant lists are signed in the order the spec holds them. A config value
+//! that names a secret is signed as the spec holds it, `{"secret":"NAME"}`: the signature
+//! covers which secret a key takes, not its value, which the spec never holds (whoever may
+//! write secrets changes what the guest reads; docs/security.md). Signatures of
 //! cronrun before this format covered the digest alone; they have no `signed_at` and are
 //! refused by runners with trusted keys, asking for the job to be signed again.
 
@@ -30,6 +33,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use cronrun_model::spec::WasmSpec;
+use cronrun_model::spec::secret::Value;
 use serde::Serialize;
 
 /// Names the layout of the signed bytes; a change to it is a new format.
@@ -42,7 +46,7 @@ struct Signed<'a> {
     job: &'a str,
     pool: &'a str,
     plugin: &'a str,
-    config: &'a BTreeMap<String, String>,
+    config: &'a BTreeMap<String, Value>,
     allow_publish: &'a [String],
     allow_http: &'a [String],
     allow_kv: bool,
@@ -192,6 +196,20 @@ mod tests {
         assert_eq!(signed_bytes("j", "default", &from_json, AT), before, "config keys given b, a");
         let stamped = WasmSpec { signature: Some("K:S".into()), signed_at: Some(AT.into()), ..base() };
         assert_eq!(signed_bytes("j", "default", &stamped, AT), before);
+    }
+
+    /// A config value naming a secret is signed as its reference: another secret named is
+    /// other bytes; the secret's value is in no spec, so no signature covers it.
+    #[test]
+    fn a_secret_in_the_config_is_signed_as_its_reference() {
+        let secret = |name: &str| WasmSpec {
+            config: BTreeMap::from([("a".into(), Value::Secret(name.into())), ("b".into(), "2".into())]),
+            ..base()
+        };
+        let bytes = String::from_utf8(signed_bytes("j", "default", &secret("tok"), AT)).unwrap();
+        assert!(bytes.contains(r#""config":{"a":{"secret":"tok"},"b":"2"}"#), "{bytes}");
+        assert_ne!(signed_bytes("j", "default", &secret("other"), AT), bytes.into_bytes());
+        assert_ne!(signed_bytes("j", "default", &secret("1"), AT), signed_bytes("j", "default", &base(), AT));
     }
 
     #[test]

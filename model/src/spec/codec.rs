@@ -89,7 +89,7 @@ struct ShellTable {
     #[serde(default)]
     argv: Option<Vec<String>>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, super::secret::Value>,
     #[serde(default)]
     cwd: Option<String>,
     #[serde(default)]

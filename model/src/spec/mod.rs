@@ -8,6 +8,8 @@
 //! - `notify.rs`: notification rules; `http_grant.rs`: a Wasm job's `allow_http` entries.
 //! - `after.rs`: chains, a job started by the end of another's run; `on.rs`: message
 //!   triggers, a run per message on a subject.
+//! - `secret.rs`: values written as `{ secret = "NAME" }` (env, config, webhooks), the
+//!   names and values of secrets.
 
 pub mod after;
 pub mod codec;
@@ -15,6 +17,7 @@ mod file;
 pub mod http_grant;
 pub mod notify;
 pub mod on;
+pub mod secret;
 mod size;
 mod validate;
 
@@ -119,8 +122,9 @@ pub struct ShellSpec {
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argv: Option<Vec<String>>,
+    /// Variables for the command: a value, or `{ secret = "NAME" }` resolved at each run.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, secret::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Run with the agent's whole environment (its NATS URL and credentials path, any
@@ -142,8 +146,10 @@ pub struct ShellSpec {
 pub struct WasmSpec {
     /// `sha256-<hex>`, a key of the plugins object store.
     pub plugin: String,
+    /// What the guest reads with `config::get`: a value, or `{ secret = "NAME" }`
+    /// resolved at each run (a signature covers the reference, not the value).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub config: BTreeMap<String, String>,
+    pub config: BTreeMap<String, secret::Value>,
     /// Subjects the job may publish to (NATS wildcards allowed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_publish: Vec<String>,

@@ -2,7 +2,10 @@
 //! reports, one target (a webhook or a NATS subject under `<namespace>.notify.`), a body
 //! format, an optional signing secret (by name: the secret itself lives in the agents'
 //! `[notify.secrets]`, never in the spec anyone with read access sees) and how many
-//! failures in a row it waits for.
+//! failures in a row it waits for. A webhook's URL and its headers' values may be
+//! `{ secret = "NAME" }` (a secret of the secrets bucket, see `secret`), resolved by the
+//! scheduler at each delivery: a URL whose path is its credential (Slack's) stays out of
+//! the spec too.
 //!
 //! What each event means here (`Notice`):
 //! - `failed`, `timed_out`, `lost`: the run ended so, with no attempt left (an attempt
@@ -16,6 +19,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use super::secret::{Value, validate_secret_name};
 use crate::error::Error;
 use crate::event::EventKind;
 
@@ -24,6 +30,43 @@ pub const MAX_AFTER: u32 = 1000;
 /// The longest `late`: the check rides on the fire's `dispatched` event, which the events
 /// stream must still hold then.
 pub const MAX_LATE: Duration = Duration::from_secs(24 * 3600);
+/// The most headers a rule may add to its webhook's POST.
+pub const MAX_HEADERS: usize = 16;
+/// The longest header value a rule may give (a secret's value is checked when resolved).
+pub const MAX_HEADER_VALUE: usize = 4096;
+/// Headers the POST sets itself (lower-case); `cronrun-*` are cronrun's too.
+const RESERVED_HEADERS: [&str; 5] = ["host", "content-type", "content-length", "transfer-encoding", "connection"];
+
+/// Why `url` is not a webhook URL, if it is not: `http://` or `https://`, a host, at most
+/// 2 KiB. Checked at apply for a plain URL, and at delivery for one a secret holds.
+pub fn check_webhook_url(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
+    if !host.is_some_and(|h| !h.is_empty() && !h.contains(char::is_whitespace)) || url.len() > 2048 {
+        return Err("must be an http:// or https:// URL with a host".into());
+    }
+    Ok(())
+}
+
+/// Whether `value` may be an HTTP header's value: at most `MAX_HEADER_VALUE` bytes of
+/// printable ASCII, spaces and tabs (no line breaks: a value cannot add headers).
+pub fn header_value_ok(value: &str) -> bool {
+    value.len() <= MAX_HEADER_VALUE && value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
+/// Why `name` may not be a header a rule adds, if it may not: an HTTP token of at most 64
+/// bytes, not one the POST sets itself.
+fn check_header_name(name: &str) -> Result<(), String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name (letters, digits and - _ . at most 64)"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("cronrun-") {
+        return Err(format!("{name:?} is set by cronrun itself: choose another header"));
+    }
+    Ok(())
+}
 
 /// One notification rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,9 +74,14 @@ pub const MAX_LATE: Duration = Duration::from_secs(24 * 3600);
 pub struct Notify {
     /// Events to report (see the module docs).
     pub on: Vec<String>,
-    /// POST the notice to this `http://` or `https://` URL.
+    /// POST the notice to this `http://` or `https://` URL, or to the URL a secret holds
+    /// (`{ secret = "NAME" }`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webhook: Option<String>,
+    pub webhook: Option<Value>,
+    /// Headers of the webhook's POST (`Authorization = { secret = "NAME" }`): at most
+    /// `MAX_HEADERS`, none of those cronrun sets itself (`RESERVED_HEADERS`, `Cronrun-*`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, Value>,
     /// Publish the notice on `<namespace>.notify.<subject>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
@@ -140,11 +188,14 @@ impl Notify {
             }
         }
         match (&self.webhook, &self.subject) {
-            (Some(url), None) => {
-                let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
-                let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
-                if !host.is_some_and(|h| !h.is_empty() && !h.contains(char::is_whitespace)) || url.len() > 2048 {
-                    return invalid("webhook", format!("{url:?} must be an http:// or https:// URL with a host"));
+            (Some(Value::Plain(url)), None) => {
+                if let Err(why) = check_webhook_url(url) {
+                    return invalid("webhook", format!("{url:?} {why}"));
+                }
+            }
+            (Some(Value::Secret(name)), None) => {
+                if let Err(e) = validate_secret_name(name) {
+                    return invalid("webhook", e.to_string());
                 }
             }
             (None, Some(subject)) => {
@@ -157,9 +208,13 @@ impl Notify {
                         format!("{subject:?} must be dot-separated tokens of A-Z a-z 0-9 _ - (no wildcards)"),
                     );
                 }
+                if !self.headers.is_empty() {
+                    return invalid("headers", "headers go with a webhook: a notice on a subject carries none".into());
+                }
             }
             _ => return invalid("webhook", "set exactly one of webhook and subject".into()),
         }
+        self.check_headers(field)?;
         if let Some(secret) = &self.secret
             && !(1..=64).contains(&secret.len())
         {
@@ -175,6 +230,34 @@ impl Notify {
                 return invalid("late", "late must be 1s to 24h".into());
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// The headers: how many, their names, and their values (a plain one must be a valid
+    /// header value; a secret's is checked when it is resolved).
+    fn check_headers(&self, field: &str) -> Result<(), Error> {
+        let invalid = |what: String, why: String| Err(Error::invalid(what.clone(), format!("{what}: {why}")));
+        if self.headers.len() > MAX_HEADERS {
+            return invalid(format!("{field}.headers"), format!("at most {MAX_HEADERS} headers"));
+        }
+        for (name, value) in &self.headers {
+            let at = format!("{field}.headers.{name}");
+            check_header_name(name).or_else(|why| invalid(at.clone(), why))?;
+            match value {
+                Value::Plain(text) if !header_value_ok(text) => {
+                    return invalid(
+                        at,
+                        format!(
+                            "the value must be at most {MAX_HEADER_VALUE} bytes of printable ASCII (no line breaks)"
+                        ),
+                    );
+                }
+                Value::Plain(_) => {}
+                Value::Secret(secret) => {
+                    validate_secret_name(secret).map_err(|e| Error::invalid(at.clone(), format!("{at}: {e}")))?;
+                }
+            }
         }
         Ok(())
     }
@@ -211,6 +294,33 @@ mod tests {
             ("on = [\"failed\"]\nwebhook = \"https://h\"\nafter = 99999", Err("notify[0].after")),
             ("on = [\"failed\"]\nwebhook = \"https://h\"\nformat = \"xml\"", Err("unknown variant")),
             ("on = [\"failed\"]\nwebhook = \"https://h\"\nsecret = \"\"", Err("notify[0].secret")),
+            // Secrets: the URL and header values may name one; names and headers checked.
+            ("on = [\"failed\"]\nwebhook = { secret = \"hook-url\" }", Ok(())),
+            ("on = [\"failed\"]\nwebhook = { secret = \"a.b\" }", Err("notify[0].webhook: secret name \"a.b\"")),
+            ("on = [\"failed\"]\nwebhook = { secret = \"\" }", Err("notify[0].webhook: secret name")),
+            ("on = [\"failed\"]\nwebhook = { url = \"x\" }", Err("a secret reference is")),
+            (
+                "on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { Authorization = { secret = \"tok\" }, X-Team = \"ops\" }",
+                Ok(()),
+            ),
+            (
+                "on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { Authorization = { secret = \"t*\" } }",
+                Err("notify[0].headers.Authorization: secret name"),
+            ),
+            (
+                "on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { \"Bad Name\" = \"x\" }",
+                Err("is not a header name"),
+            ),
+            ("on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { Content-Type = \"x\" }", Err("set by cronrun")),
+            (
+                "on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { Cronrun-Signature = \"x\" }",
+                Err("set by cronrun"),
+            ),
+            (
+                "on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = { X-A = \"a\\r\\nX-B: b\" }",
+                Err("no line breaks"),
+            ),
+            ("on = [\"failed\"]\nsubject = \"ops\"\nheaders = { X-A = \"a\" }", Err("headers go with a webhook")),
         ];
         for (text, expected) in cases {
             match (rule(text), expected) {
@@ -219,5 +329,17 @@ mod tests {
                 (got, _) => panic!("{text}: {got:?}, expected {expected:?}"),
             }
         }
+        let many: Vec<String> = (0..=MAX_HEADERS).map(|i| format!("X-{i} = \"v\"")).collect();
+        let too_many = format!("on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = {{ {} }}", many.join(", "));
+        assert!(rule(&too_many).unwrap_err().contains("at most 16 headers"));
+    }
+
+    #[test]
+    fn a_rule_names_the_secrets_of_its_url_and_headers() {
+        let rule: Notify = toml::from_str(
+            "on = [\"failed\"]\nwebhook = { secret = \"url\" }\nheaders = { A = { secret = \"tok\" }, B = \"plain\" }",
+        )
+        .unwrap();
+        assert_eq!(rule.secret_names().into_iter().collect::<Vec<_>>(), ["tok", "url"]);
     }
 }

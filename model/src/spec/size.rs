@@ -3,6 +3,7 @@
 //! spec it loads, millions at a start, and encoding each was about a twentieth of its CPU;
 //! a spec of ordinary size is far under the limit however its strings escape.
 
+use super::secret::Value;
 use super::{JobSpec, ShellSpec, WasmSpec};
 
 /// What a spec's encoding holds besides its strings, at most: field names and punctuation
@@ -19,6 +20,18 @@ fn string_max(len: usize) -> usize {
 
 fn strings_max<'a>(strings: impl IntoIterator<Item = &'a String>) -> usize {
     strings.into_iter().map(|s| string_max(s.len())).sum()
+}
+
+/// What a secret reference adds to its name's string: `{"secret":` and `}`.
+const SECRET_REFERENCE_MAX: usize = 16;
+
+/// The longest a map of keys to values (a plain string or a secret's name) encodes to.
+fn values_max<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Value)>) -> usize {
+    let value_max = |value: &Value| match value {
+        Value::Plain(text) => string_max(text.len()),
+        Value::Secret(name) => string_max(name.len()) + SECRET_REFERENCE_MAX,
+    };
+    entries.into_iter().map(|(key, value)| string_max(key.len()) + value_max(value)).sum()
 }
 
 impl JobSpec {
@@ -85,13 +98,13 @@ impl JobSpec {
 fn shell_max(shell: &ShellSpec) -> usize {
     let ShellSpec { command, argv, env, cwd, inherit_env: _, user, group } = shell;
     let singles = [command, cwd, user, group].into_iter().flatten();
-    strings_max(singles.chain(argv.iter().flatten()).chain(env.iter().flat_map(|(k, v)| [k, v])))
+    strings_max(singles.chain(argv.iter().flatten())) + values_max(env)
 }
 
 fn wasm_max(wasm: &WasmSpec) -> usize {
     let WasmSpec { plugin, config, allow_publish, allow_http, allow_kv: _, signature, signed_at } = wasm;
     let singles = std::iter::once(plugin).chain(signature).chain(signed_at);
-    strings_max(singles.chain(config.iter().flat_map(|(k, v)| [k, v])).chain(allow_publish).chain(allow_http))
+    strings_max(singles.chain(allow_publish).chain(allow_http)) + values_max(config)
 }
 
 #[cfg(test)]
@@ -125,7 +138,7 @@ mod tests {
             let mut argv = shell.clone();
             argv.shell = Some(ShellSpec {
                 argv: Some(vec![worst(7), String::new(), worst(1)]),
-                env: BTreeMap::from([(worst(3), worst(9))]),
+                env: BTreeMap::from([(worst(3), worst(9).into()), (worst(2), Value::Secret(worst(4)))]),
                 cwd: Some(worst(2)),
                 inherit_env: true,
                 user: Some(worst(1)),
@@ -136,7 +149,7 @@ mod tests {
             wasm.shell = None;
             wasm.wasm = Some(WasmSpec {
                 plugin: worst(5),
-                config: BTreeMap::from([(worst(1), worst(20))]),
+                config: BTreeMap::from([(worst(1), worst(20).into()), (worst(3), Value::Secret(worst(2)))]),
                 allow_publish: vec![worst(3); 4],
                 allow_http: vec![String::new(); 3],
                 allow_kv: true,

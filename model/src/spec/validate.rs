@@ -99,14 +99,17 @@ impl JobSpec {
                 }
                 // A process's arguments, environment and directory are C strings: a NUL
                 // would be accepted here and then fail every run at its start. The value
-                // is not told (an env value may be a secret).
-                let texts = shell.command.iter().map(|c| ("shell.command".to_string(), c));
-                let texts = texts.chain(shell.argv.iter().flatten().map(|a| ("shell.argv".to_string(), a)));
-                let texts = texts.chain(shell.env.iter().map(|(k, v)| (format!("shell.env.{k}"), v)));
-                let mut texts = texts.chain(shell.cwd.iter().map(|c| ("shell.cwd".to_string(), c)));
+                // is not told (an env value may be a secret). A secret's value is checked
+                // for NUL when it is set (`secret::check_secret_value`).
+                let texts = shell.command.iter().map(|c| ("shell.command".to_string(), c.as_str()));
+                let texts = texts.chain(shell.argv.iter().flatten().map(|a| ("shell.argv".to_string(), a.as_str())));
+                let env = shell.env.iter().filter_map(|(k, v)| Some((format!("shell.env.{k}"), v.plain()?)));
+                let texts = texts.chain(env);
+                let mut texts = texts.chain(shell.cwd.iter().map(|c| ("shell.cwd".to_string(), c.as_str())));
                 if let Some((field, _)) = texts.find(|(_, t)| t.contains('\0')) {
                     return Err(invalid(&field, "holds a NUL byte, which no process can be given"));
                 }
+                super::secret::check_references("shell.env", &shell.env)?;
                 if let Some(cwd) = &shell.cwd
                     && !cwd.starts_with('/')
                 {
@@ -158,6 +161,7 @@ impl JobSpec {
                 if wasm.signed_at.is_some() && wasm.signature.is_none() {
                     return Err(invalid("wasm.signed_at", "signed_at goes with a signature (`cronrun deploy --sign`)"));
                 }
+                super::secret::check_references("wasm.config", &wasm.config)?;
                 for entry in &wasm.allow_http {
                     super::http_grant::HttpGrant::parse(entry).map_err(|e| invalid("wasm.allow_http", e))?;
                 }

@@ -1,4 +1,6 @@
-//! `cronrun apply -f jobs.toml`: every job is checked before any is written.
+//! `cronrun apply -f jobs.toml`: every job is checked before any is written. `--owner`
+//! records whose file a job comes from, so that `--prune` removes only that file's jobs
+//! once it no longer names them; `--dry-run` prints what would be done (as `diff`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -8,30 +10,41 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::Ctx;
+use super::plan::{Plan, Selector, SourceArgs};
 use crate::events::EventKind;
-use crate::spec::{JobSpec, parse_jobs_file};
+use crate::spec::JobSpec;
 
 /// Jobs written at once.
 const WRITES_IN_FLIGHT: usize = 32;
 
 #[derive(Args)]
 pub struct ApplyArgs {
-    /// A TOML file of [[job]] tables
-    #[arg(short = 'f', long = "file")]
-    pub file: std::path::PathBuf,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print what would be created, changed and removed (as `diff`), write nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// What `apply`, `import` and `deploy` check of `specs` against what is stored, before writing
 /// them: grants reaching reserved subjects, chains (cycles refused, unknown upstreams
 /// warned about); then the messages stream made to capture their `on` subjects.
 pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[JobSpec], origin: &str) -> Result<()> {
+    check_specs(store, specs, origin).await?;
+    super::secret::check_named(store, specs).await.with_context(|| origin.to_string())?;
+    store.ensure_message_subjects(specs).await.with_context(|| origin.to_string())?;
+    Ok(())
+}
+
+/// The checks of `check_against_store` that write nothing, for `diff` and `--dry-run`: what
+/// they would refuse, `apply` would refuse.
+pub(super) async fn check_specs(store: &crate::store::Store, specs: &[JobSpec], origin: &str) -> Result<()> {
     for spec in specs {
         store.names.check_grants(spec)?;
     }
     for upstream in store.check_chains(specs).await.with_context(|| origin.to_string())? {
         eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
     }
-    store.ensure_message_subjects(specs).await.with_context(|| origin.to_string())?;
     Ok(())
 }
 
@@ -44,17 +57,74 @@ pub(super) async fn warn_unserved_pools(ctx: &Ctx, store: &crate::store::Store, 
 }
 
 pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
-    let origin = a.file.display().to_string();
-    let text = super::read_definitions(&a.file)?;
-    let jobs = parse_jobs_file(&text, &origin)?;
-    for spec in &jobs {
-        crate::input::check_schema(spec).with_context(|| origin.clone())?;
-    }
+    let selector = Selector::parse(a.source.selector.as_deref())?;
+    let source = super::plan::read(&a.source)?;
+    let (origin, jobs) = (&source.origin, &source.jobs);
     let store = ctx.store().await?;
     // Every job is checked before any is written.
-    check_against_store(&store, &jobs, &origin).await?;
-    warn_unserved_pools(ctx, &store, &jobs).await;
-    let store = &store;
+    check_specs(&store, jobs, origin).await?;
+    // The secrets the jobs name exist (an admin may read them; `diff`, a viewer's too, does not look).
+    super::secret::check_named(&store, jobs).await.with_context(|| origin.to_string())?;
+    // Read before anything is written: the jobs to prune are those stored before.
+    let plan = match a.dry_run || a.source.prune {
+        true => Some(Plan::make(&store, &source, &a.source, &selector).await?),
+        false => None,
+    };
+    if let (true, Some(plan)) = (a.dry_run, &plan) {
+        return dry_run(ctx, plan);
+    }
+    store.ensure_message_subjects(jobs).await.with_context(|| origin.to_string())?;
+    warn_unserved_pools(ctx, &store, jobs).await;
+    let mut results = write(ctx, &store, jobs, origin).await?;
+    let mut lines: Vec<String> = results.iter().map(written_line).collect();
+    if let Some(plan) = &plan {
+        for removed in prune(ctx, &store, plan, a.source.owner.as_deref().unwrap_or_default()).await? {
+            lines.push(removed.to_string());
+            results.push(serde_json::to_value(&removed)?);
+        }
+    }
+    ctx.print(&results, || lines.join("\n"))
+}
+
+/// A job written (`{name, revision, changed}`), as text.
+fn written_line(r: &serde_json::Value) -> String {
+    let what = if r["changed"] == true { "applied" } else { "unchanged" };
+    format!("{what} {} (revision {})", r["name"].as_str().unwrap_or_default(), r["revision"])
+}
+
+/// `--dry-run`: the plan's lines and a summary; nothing is written.
+fn dry_run(ctx: &Ctx, plan: &Plan) -> Result<()> {
+    ctx.print(&plan.to_json(), || {
+        let mut lines = plan.lines();
+        lines.push(format!(
+            "dry run: {} to create, {} to change, {} to remove, {} unchanged; nothing written",
+            plan.create.len(),
+            plan.change.len(),
+            plan.remove.len(),
+            plan.unchanged
+        ));
+        lines.join("\n")
+    })
+}
+
+/// Removes the jobs `plan` prunes, each as `cronrun rm` would, after the file's jobs are
+/// written (a failed write stops `apply` before anything is removed).
+async fn prune(ctx: &Ctx, store: &crate::store::Store, plan: &Plan, owner: &str) -> Result<Vec<super::rm::Removed>> {
+    let mut removed = Vec::with_capacity(plan.remove.len());
+    for (name, revision) in &plan.remove {
+        let detail = format!("removed by apply --prune: owner {owner:?}'s file no longer names it");
+        removed.push(super::rm::remove(ctx, store, name, Some(*revision), false, detail).await?);
+    }
+    Ok(removed)
+}
+
+/// Writes `jobs` (put_job: unchanged specs are not rewritten), each changed one audited.
+async fn write(
+    ctx: &Ctx,
+    store: &crate::store::Store,
+    jobs: &[JobSpec],
+    origin: &str,
+) -> Result<Vec<serde_json::Value>> {
     let failed = &AtomicBool::new(false);
     let write = |spec| async move {
         let spec: &JobSpec = spec;
@@ -77,7 +147,7 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
     // Several at once, reported in the file's order: one at a time, 100,000 jobs took
     // minutes of round trips. Every write under way ends (with its audit event) before a
     // failure is reported; applying again is safe (jobs written already are unchanged).
-    let written: Vec<Result<_>> = futures::stream::iter(&jobs).map(write).buffered(WRITES_IN_FLIGHT).collect().await;
+    let written: Vec<Result<_>> = futures::stream::iter(jobs).map(write).buffered(WRITES_IN_FLIGHT).collect().await;
     let done = written.iter().filter(|w| matches!(w, Ok(Some(_)))).count();
     let mut results = Vec::with_capacity(done);
     for w in written {
@@ -92,14 +162,5 @@ pub async fn run(ctx: &Ctx, a: ApplyArgs) -> Result<()> {
             }
         }
     }
-    ctx.print(&results, || {
-        results
-            .iter()
-            .map(|r| {
-                let what = if r["changed"] == true { "applied" } else { "unchanged" };
-                format!("{what} {} (revision {})", r["name"].as_str().unwrap_or(""), r["revision"])
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+    Ok(results)
 }

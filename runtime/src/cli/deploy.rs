@@ -36,6 +36,10 @@ pub struct DeployArgs {
     /// A wasm.config entry, KEY=VALUE (repeatable)
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub config: Vec<String>,
+    /// A wasm.config entry whose value is secret NAME (`cronrun secret set NAME`), read
+    /// by the runner at each run: KEY=NAME (repeatable)
+    #[arg(long = "config-secret", value_name = "KEY=NAME")]
+    pub config_secret: Vec<String>,
     /// A subject the job may publish to, NATS wildcards allowed (repeatable)
     #[arg(long = "allow-publish", value_name = "SUBJECT")]
     pub allow_publish: Vec<String>,
@@ -96,6 +100,12 @@ fn spec_from(a: &DeployArgs, manifest: Map<String, Value>, digest: &str, file: &
             bail!("--config {kv:?} must be KEY=VALUE");
         };
         config.insert(k.into(), json!(v));
+    }
+    for kv in &a.config_secret {
+        let Some((k, name)) = kv.split_once('=') else {
+            bail!("--config-secret {kv:?} must be KEY=NAME, NAME a secret of `cronrun secret ls`");
+        };
+        config.insert(k.into(), json!({ "secret": name }));
     }
     let mut spec = manifest;
     spec.insert("name".into(), json!(name));

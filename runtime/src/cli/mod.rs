@@ -7,6 +7,8 @@ mod auth;
 #[cfg(feature = "bench")]
 mod bench;
 mod deploy;
+mod diff;
+mod export;
 mod get;
 mod import;
 mod kill;
@@ -17,8 +19,10 @@ mod new;
 mod next;
 mod notifications;
 mod pause;
+mod plan;
 mod rm;
 mod runs;
+mod secret;
 mod status;
 mod trigger;
 mod up;
@@ -78,8 +82,14 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// Add a shell job: cronrun add NAME --schedule EXPR -- CMD...
     Add(add::AddArgs),
-    /// Create or update the jobs of a TOML file
+    /// Create or update the jobs of a TOML file; --owner records whose they are, --prune
+    /// removes that owner's jobs the file no longer names
     Apply(apply::ApplyArgs),
+    /// What `apply -f FILE` would create, change (field by field) and remove; exit 0 when
+    /// nothing differs, 1 when something does, 2 on an error
+    Diff(diff::DiffArgs),
+    /// The stored jobs as a jobs file that `apply -f` takes back unchanged
+    Export(export::ExportArgs),
     /// Jobs from another scheduler's definitions (a crontab); --dry-run shows them
     #[command(subcommand)]
     Import(import::ImportCommand),
@@ -107,6 +117,9 @@ pub enum Command {
     Logs(logs::LogsArgs),
     /// Stop a running run
     Kill(kill::KillArgs),
+    /// Secrets jobs name as { secret = "NAME" }: set, ls (never values), rm
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
     /// Notifications delivered and failed (the jobs' `notify` rules)
     Notifications(notifications::NotificationsArgs),
     /// Print the next fire times of a schedule
@@ -252,6 +265,9 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Agent(a) => agent::run(&ctx, a).await,
         Command::Add(a) => add::run(&ctx, a).await,
         Command::Apply(a) => apply::run(&ctx, a).await,
+        // Its exit code says whether anything differs.
+        Command::Diff(a) => return diff::run(&ctx, a).await,
+        Command::Export(a) => export::run(&ctx, a).await,
         Command::Import(a) => import::run(&ctx, a).await,
         Command::Deploy(a) => deploy::run(&ctx, a).await,
         Command::Manifest(a) => manifest::run(&ctx, a),
@@ -265,6 +281,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Runs(a) => runs::run(&ctx, a).await,
         Command::Logs(a) => logs::run(&ctx, a).await,
         Command::Kill(a) => kill::run(&ctx, a).await,
+        Command::Secret(a) => secret::run(&ctx, a).await,
         Command::Notifications(a) => notifications::run(&ctx, a).await,
         Command::Next(a) => next::run(&ctx, a),
         Command::Validate(a) => validate::run(&ctx, a).await,

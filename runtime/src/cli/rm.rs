@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use serde_json::json;
+use serde::Serialize;
 
 use super::Ctx;
 
@@ -21,19 +21,51 @@ pub struct RmArgs {
 /// before removing it.
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<()> {
     let store = ctx.store().await?;
-    store.delete_job(&a.name).await?;
-    ctx.audit(&store, &a.name, crate::events::EventKind::Removed, "removed".into()).await;
-    let records = match a.keep_history {
-        true => 0,
-        false => store.purge_runs(&a.name).await?,
+    let removed = remove(ctx, &store, &a.name, None, a.keep_history, "removed".into()).await?;
+    ctx.print(&removed, || removed.to_string())
+}
+
+/// What removing a job removed.
+#[derive(Serialize)]
+pub(super) struct Removed {
+    removed: String,
+    run_records_removed: usize,
+    kv_keys_removed: usize,
+}
+
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let Self { removed, run_records_removed: records, kv_keys_removed: keys } = self;
+        write!(f, "removed {removed} ({records} run records, {keys} keys of its KV store)")
+    }
+}
+
+/// Removes job `name` as `cronrun rm` does (the spec, its audit event `detail`, then its
+/// records and KV keys unless `keep_history`), for `rm` and `apply --prune` alike. With
+/// `revision`, only if the job is still at it: a job changed since the caller read it (its
+/// owner changed, say) is not the one it meant to remove.
+pub(super) async fn remove(
+    ctx: &Ctx,
+    store: &crate::store::Store,
+    name: &str,
+    revision: Option<u64>,
+    keep_history: bool,
+    detail: String,
+) -> Result<Removed> {
+    match revision {
+        Some(revision) => store
+            .jobs
+            .delete_at(name, revision)
+            .await
+            .with_context(|| format!("removing job {name} (changed since it was read? run it again)"))?,
+        None => store.delete_job(name).await?,
+    }
+    ctx.audit(store, name, crate::events::EventKind::Removed, detail).await;
+    let (records, job_kv) = match keep_history {
+        true => (0, 0),
+        false => (store.purge_runs(name).await?, purge_job_kv(store, name).await?),
     };
-    let job_kv = match a.keep_history {
-        true => 0,
-        false => purge_job_kv(&store, &a.name).await?,
-    };
-    ctx.print(&json!({ "removed": a.name, "run_records_removed": records, "kv_keys_removed": job_kv }), || {
-        format!("removed {} ({records} run records, {job_kv} keys of its KV store)", a.name)
-    })
+    Ok(Removed { removed: name.to_string(), run_records_removed: records, kv_keys_removed: job_kv })
 }
 
 /// Purges `<job>.*` from the Wasm jobs' KV bucket, if there is one.

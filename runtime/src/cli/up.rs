@@ -216,6 +216,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
         timeout: None,
         pool: None,
         config: vec!["greeting=hello from wasm".into()],
+        config_secret: Vec::new(),
         allow_publish: Vec::new(),
         allow_http: Vec::new(),
         allow_kv: false,

@@ -92,6 +92,7 @@ mod tests {
         Notify {
             on: on.iter().map(|s| s.to_string()).collect(),
             webhook: Some("https://h/x".into()),
+            headers: Default::default(),
             subject: None,
             format: Default::default(),
             secret: None,

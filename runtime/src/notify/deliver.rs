@@ -9,8 +9,10 @@ use sha2::Sha256;
 
 use super::outbound::{AllowHosts, refusal};
 use crate::model::event::Event;
+use crate::output::Mask;
 use crate::record::RunRecord;
-use crate::spec::notify::{Notice, Notify, NotifyFormat};
+use crate::spec::notify::{Notice, Notify, NotifyFormat, check_webhook_url, header_value_ok};
+use crate::spec::secret::{SecretValues, Value};
 use crate::store::Store;
 
 /// Header with the body's HMAC-SHA256 under the rule's secret: `sha256=<hex>`.
@@ -133,43 +135,97 @@ pub struct Target<'a> {
     pub store: &'a Store,
 }
 
-/// Sends `body` where `rule` says, signed with `secret` if given.
+/// Sends `body` where `rule` says, signed with `secret` if given. `secrets` holds the
+/// values of the secrets the rule's webhook URL and headers name, read for this delivery.
+/// What is said of it (for the `notified` and `notify_failed` events, and the agent's
+/// log) names a secret URL by its reference, and never holds a secret's value.
 pub async fn send(
     target: Target<'_>,
+    rule: &Notify,
+    secrets: &SecretValues,
+    body: Vec<u8>,
+    secret: Option<&[u8]>,
+    delivery: &str,
+    timeout: Duration,
+) -> Result<String, Failure> {
+    let mask = Mask::new(secrets.values().map(String::as_str));
+    let masked = |said: String| mask.apply(&said).into_owned();
+    let sent = match &rule.webhook {
+        Some(url) => post(&target, rule, url, secrets, body, secret, delivery, timeout).await,
+        None => publish(&target, rule, body, secret, delivery, timeout).await,
+    };
+    match sent {
+        Ok(how) => Ok(masked(how)),
+        Err(Failure::Failed(why)) => Err(Failure::Failed(masked(why))),
+        Err(Failure::Refused(why)) => Err(Failure::Refused(masked(why))),
+    }
+}
+
+/// POSTs `body` to the rule's webhook, `url` with its secrets resolved, with its headers.
+#[allow(clippy::too_many_arguments)]
+async fn post(
+    target: &Target<'_>,
+    rule: &Notify,
+    url: &Value,
+    secrets: &SecretValues,
+    body: Vec<u8>,
+    secret: Option<&[u8]>,
+    delivery: &str,
+    timeout: Duration,
+) -> Result<String, Failure> {
+    // A secret URL is named by its reference: `POST [secret NAME]: 200 OK`.
+    let shown = url.shown();
+    let resolved = url.resolve(secrets).map_err(|e| Failure::Failed(format!("POST {shown}: {e}")))?;
+    // A secret's value is only checked now; one that is no URL may be set again meanwhile.
+    check_webhook_url(resolved).map_err(|why| Failure::Failed(format!("POST {shown}: the URL {why}")))?;
+    let parsed = reqwest::Url::parse(resolved).map_err(|e| Failure::Refused(format!("POST {shown}: {e}")))?;
+    target.allow.check_url(&parsed).map_err(|refused| Failure::Refused(format!("POST {shown}: {refused}")))?;
+    let mut request = target
+        .http
+        .post(parsed)
+        .timeout(timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(DELIVERY_HEADER, delivery);
+    if let Some(signature) = secret.map(|s| signature(s, &body)) {
+        request = request.header(SIGNATURE_HEADER, signature);
+    }
+    for (name, value) in &rule.headers {
+        let text = value.resolve(secrets).map_err(|e| Failure::Failed(format!("POST {shown}: header {name}: {e}")))?;
+        if !header_value_ok(text) {
+            return Err(Failure::Failed(format!(
+                "POST {shown}: header {name}: the value of {} is not a header value (printable ASCII, no line breaks)",
+                value.shown()
+            )));
+        }
+        request = request.header(name.as_str(), text);
+    }
+    let response = request.body(body).send().await.map_err(|e| match refusal(&e) {
+        Some(refused) => Failure::Refused(format!("POST {shown}: {refused}")),
+        // The error would name the URL: a secret one is not told.
+        None => Failure::Failed(format!("POST {shown}: {}", one_line(&e.without_url()))),
+    })?;
+    let status = response.status();
+    match status.is_success() {
+        true => Ok(format!("POST {shown}: {status}")),
+        false => Err(Failure::Failed(format!("POST {shown}: the receiver answered {status}"))),
+    }
+}
+
+/// Publishes `body` on the rule's subject, under `<ns>.notify.`.
+async fn publish(
+    target: &Target<'_>,
     rule: &Notify,
     body: Vec<u8>,
     secret: Option<&[u8]>,
     delivery: &str,
     timeout: Duration,
 ) -> Result<String, Failure> {
-    let Target { http, allow, store } = target;
-    let signature = secret.map(|s| signature(s, &body));
-    if let Some(url) = &rule.webhook {
-        let parsed = reqwest::Url::parse(url).map_err(|e| Failure::Refused(format!("POST {url}: {e}")))?;
-        allow.check_url(&parsed).map_err(|refused| Failure::Refused(format!("POST {url}: {refused}")))?;
-        let mut request = http
-            .post(parsed)
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(DELIVERY_HEADER, delivery);
-        if let Some(signature) = &signature {
-            request = request.header(SIGNATURE_HEADER, signature);
-        }
-        let response = request.body(body).send().await.map_err(|e| match refusal(&e) {
-            Some(refused) => Failure::Refused(format!("POST {url}: {refused}")),
-            None => Failure::Failed(format!("POST {url}: {}", one_line(&e))),
-        })?;
-        let status = response.status();
-        return match status.is_success() {
-            true => Ok(format!("POST {url}: {status}")),
-            false => Err(Failure::Failed(format!("POST {url}: the receiver answered {status}"))),
-        };
-    }
+    let store = target.store;
     let Some(subject) = &rule.subject else { return Err(Failure::Failed("the rule has no target".into())) };
     let subject = store.names.notify_subject(subject);
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(DELIVERY_HEADER, delivery);
-    if let Some(signature) = &signature {
+    if let Some(signature) = secret.map(|s| signature(s, &body)) {
         headers.insert(SIGNATURE_HEADER, signature.as_str());
     }
     let published = store.client.publish_with_headers(subject.clone(), headers, body.into()).await;

@@ -8,7 +8,10 @@
 //! `[notify] attempts` times; every outcome is published as a `notified` or
 //! `notify_failed` event of the job (`cronrun notifications` lists them). A webhook that
 //! leads to an internal address `[notify] allow_hosts` does not name is refused, once and
-//! for good (`outbound.rs`).
+//! for good (`outbound.rs`). A webhook's URL and header values may name secrets (the
+//! secrets bucket, read at each delivery: the schedulers' identity may read a secret by
+//! name for this); what is said of a delivery names a secret URL as `[secret NAME]` and
+//! masks every value it resolved.
 //!
 //! `late`: a fire's `dispatched` event, for a job with a `late` rule, is handed back with a
 //! delay until the fire's deadline (a nak with that delay: no timer of ours to lose), then
@@ -435,9 +438,16 @@ impl Notifier {
             },
             None => None,
         };
+        // The secrets of the rule's URL and headers, read for this delivery: one missing is
+        // a failed try (it may be set before the next), naming it, never its value.
+        let names = rule.secret_names();
+        let secrets = match names.is_empty() {
+            true => Default::default(),
+            false => self.store.secrets.resolve(names).await.map_err(|e| deliver::Failure::Failed(e.to_string()))?,
+        };
         let body = message.body(rule.format);
         let target = deliver::Target { http: &self.http, allow: &self.allow, store: &self.store };
-        deliver::send(target, rule, body, secret, message.delivery, self.config.timeout).await
+        deliver::send(target, rule, &secrets, body, secret, message.delivery, self.config.timeout).await
     }
 }
 

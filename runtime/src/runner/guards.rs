@@ -18,7 +18,10 @@
 //! fire: this run waits for it instead, and starts when it ends, until its starting
 //! deadline (the job's, else [`BACKLOG_DEADLINE`]) has passed; then it is skipped, saying
 //! so. So a backlog of a job whose runs are shorter than its period runs every fire
-//! (docs/failure-model.md).
+//! (docs/failure-model.md). The runs waiting for the lease take it in fire order, standing
+//! in the job's line (`waiting`); under `skip`, a fire that comes while earlier fires stand
+//! in line goes in line behind them, rather than being skipped behind whichever run of the
+//! backlog is going at its instant.
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
@@ -34,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
+use super::waiting::{Line, Look};
 use crate::error::Error;
 use crate::names::lease_keys;
 use crate::spec::{JobSpec, Overlap};
@@ -65,11 +69,14 @@ enum OnActive {
     Skip(String),
 }
 
-/// The holder of `active.<job>` as this run sees it: its run key and its span as its
-/// record tells it (see [`Span`]).
+/// The holder of `active.<job>` as this run sees it: its run key, its span as its record
+/// tells it (see [`Span`]), and whether it is a backlog's run.
 struct Active<'a> {
     run_key: &'a str,
     span: Option<Span>,
+    /// Earlier fires of the job stand in line for the lease (see `waiting`): the holder is
+    /// a run of a backlog being worked off.
+    in_backlog: bool,
 }
 
 /// When a run's code started and, if its end is recorded, ended: its record's
@@ -111,6 +118,8 @@ fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<U
     match overlap {
         _ if current.run_key == run_key => OnActive::Wait,
         Overlap::Skip | Overlap::Allow | Overlap::Queue if !running_at_fire => OnActive::WaitLate,
+        // Behind a backlog's run, whichever it is when this fire comes: in line behind it.
+        Overlap::Skip if current.in_backlog => OnActive::WaitLate,
         Overlap::Skip | Overlap::Allow => {
             OnActive::Skip(format!("run {} is still running (overlap skip)", current.run_key))
         }
@@ -145,111 +154,18 @@ pub(super) async fn acquire(
     let mut held = Vec::new();
     let mut waited = false;
     if spec.overlap != Overlap::Allow {
-        let key = lease_keys::active(&spec.name);
-        let take = || Lease::try_acquire(leases, &key, run_key, ttl);
-        let mut taken = take().await?;
-        // Checked just before the instant: a run going now may end before it (the last
-        // run of a backlog, started late). The policy judges the run going at the instant.
-        while taken.is_none() && ctx.clock.now() < fire {
-            let left = (fire - ctx.clock.now()).to_std().unwrap_or_default();
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(Decision::ShutDown),
-                _ = tokio::time::sleep(left.min(POLL)) => {}
-            }
-            taken = take().await?;
-        }
-        match taken {
-            Some(lease) => held.push(lease),
-            None => {
-                let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
-                // Judged again when the holder changed while it was judged (see `holder_alive`).
-                let (current, give_up, died, waiter) = loop {
-                    // Gone since: taken in the first round of the wait below.
-                    let value = holder(leases, &key).await?;
-                    let current = value.as_ref().map_or_else(|| "?".to_string(), |h| h.holder.clone());
-                    let ended_at = value.and_then(|h| h.ended_at);
-                    let active = Active { run_key: &current, span: span(ctx, &current, ended_at).await };
-                    let (mut give_up, mut died) = (None, None);
-                    let waiter = match on_active(spec.overlap, &active, run_key, fire) {
-                        OnActive::Wait => None,
-                        OnActive::WaitLate => {
-                            give_up =
-                                Some(fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX));
-                            None
-                        }
-                        OnActive::Skip(why) => {
-                            match holder_alive(
-                                ctx,
-                                (&key, &current),
-                                (run_key, ttl, fire),
-                                run_lease.as_deref_mut(),
-                                shutdown,
-                            )
-                            .await?
-                            {
-                                Holder::Alive => return Ok(Decision::Skip(why)),
-                                Holder::ShutDown => return Ok(Decision::ShutDown),
-                                Holder::Changed => continue,
-                                Holder::Gone(lease) => {
-                                    died = Some(*lease);
-                                    None
-                                }
-                            }
-                        }
-                        OnActive::Queue => {
-                            match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
-                                Some(waiter) => Some(waiter),
-                                None => {
-                                    return Ok(Decision::Skip(format!(
-                                        "run {current} is running and another waits (overlap queue)"
-                                    )));
-                                }
-                            }
-                        }
-                        OnActive::Replace => {
-                            replace(ctx, &current).await;
-                            None
-                        }
-                    };
-                    break (current, give_up, died, waiter);
-                };
-                let mut waiter = waiter;
-                if died.is_none() {
-                    info!(%current, "waiting for the run in progress to end");
-                    loop {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {
-                                if let Some(w) = waiter {
-                                    let _ = w.release().await;
-                                }
-                                return Ok(Decision::ShutDown);
-                            }
-                            _ = tokio::time::sleep(POLL) => {}
-                        }
-                        if let Some(lease) = take().await? {
-                            held.push(lease);
-                            break;
-                        }
-                        if give_up.is_some_and(|at| ctx.clock.now() > at) {
-                            return Ok(Decision::Skip(format!(
-                                "run {current} was still running at this fire's starting deadline, {} after it",
-                                humantime::format_duration(deadline)
-                            )));
-                        }
-                        if let Some(lease) = run_lease.as_deref_mut() {
-                            lease.renew().await?;
-                        }
-                        if let Some(w) = waiter.as_mut() {
-                            w.renew().await?;
-                        }
-                    }
-                }
-                if let Some(w) = waiter {
-                    let _ = w.release().await;
-                }
-                held.extend(died);
+        let mut line = Line::new(leases, &spec.name, (run_key, fire), ttl);
+        let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease.as_deref_mut(), shutdown, &mut line).await;
+        // Out of line however it ended, an error included: the next need not wait for
+        // its place to expire.
+        line.leave().await;
+        match taken? {
+            Taken::Now(lease) => held.push(lease),
+            Taken::Waited(lease) => {
+                held.push(lease);
                 waited = true;
             }
+            Taken::Not(decision) => return Ok(decision),
         }
     }
     if let Some(name) = spec.lock_name() {
@@ -280,29 +196,151 @@ pub(super) async fn acquire(
     Ok(if waited { Decision::Waited(held) } else { Decision::Go(held) })
 }
 
+/// How a run came by its job's overlap lease, or why it did not.
+enum Taken {
+    /// At once.
+    Now(Lease),
+    /// After waiting for the run before it.
+    Waited(Lease),
+    Not(Decision),
+}
+
+/// Takes `active.<job>` as the job's overlap policy says, waiting for it in `line` (see
+/// `waiting`) when the policy waits.
+async fn take_active(
+    ctx: &RunnerCtx,
+    (spec, ttl): (&JobSpec, Duration),
+    (run_key, fire): (&str, DateTime<Utc>),
+    mut run_lease: Option<&mut Lease>,
+    shutdown: &CancellationToken,
+    line: &mut Line<'_>,
+) -> Result<Taken, Error> {
+    let leases = &ctx.store.leases;
+    let key = lease_keys::active(&spec.name);
+    // Late, so part of a backlog: in line before its first try, so that the fires released
+    // with it see it.
+    if ctx.clock.now() > fire {
+        line.join().await;
+    }
+    let mut taken = line.take_now(&key, ctx.clock.now()).await?;
+    // Checked just before the instant: a run going now may end before it (the last
+    // run of a backlog, started late). The policy judges the run going at the instant.
+    while taken.is_none() && ctx.clock.now() < fire {
+        let left = (fire - ctx.clock.now()).to_std().unwrap_or_default();
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(Taken::Not(Decision::ShutDown)),
+            _ = tokio::time::sleep(left.min(POLL)) => {}
+        }
+        taken = match line.look(&key, ctx.clock.now()).await? {
+            Look::Took(lease) => Some(*lease),
+            Look::Held(_) | Look::Free => None,
+        };
+    }
+    if let Some(lease) = taken {
+        return Ok(Taken::Now(lease));
+    }
+    let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
+    // Judged again when the holder changed while it was judged (see `holder_alive`).
+    loop {
+        // Gone since (or free, an earlier fire in line to take it): taken in its turn below.
+        let value = holder(leases, &key).await?;
+        let free = value.is_none();
+        let current = value.as_ref().map_or_else(|| "?".to_string(), |h| h.holder.clone());
+        let ended_at = value.and_then(|h| h.ended_at);
+        let span = span(ctx, &current, ended_at).await;
+        // Listed only when it can matter: a skip.
+        let in_backlog =
+            spec.overlap == Overlap::Skip && span.is_some_and(|span| span.covers(fire)) && line.earlier_in_line().await;
+        let active = Active { run_key: &current, span, in_backlog };
+        let (mut give_up, mut queued) = (None, None);
+        // In line behind a backlog's run going at this fire's instant: for one period at
+        // most. A job whose runs are shorter than its period works its backlog off within
+        // that; a longer one cannot catch up, and its fires are skipped as they come rather
+        // than queueing behind it until their deadlines.
+        let bound = match in_backlog {
+            true => period(spec, fire).map_or(deadline, |period| period.min(deadline)),
+            false => deadline,
+        };
+        match on_active(spec.overlap, &active, run_key, fire) {
+            OnActive::Wait => {}
+            OnActive::WaitLate => {
+                give_up = Some(fire + chrono::Duration::from_std(bound).unwrap_or(chrono::Duration::MAX));
+            }
+            OnActive::Skip(why) => {
+                // Not waiting to take it while it finds out whether the run ahead lives.
+                line.leave().await;
+                let holding = (key.as_str(), current.as_str());
+                match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
+                    Holder::Alive => return Ok(Taken::Not(Decision::Skip(why))),
+                    Holder::ShutDown => return Ok(Taken::Not(Decision::ShutDown)),
+                    Holder::Changed => continue,
+                    Holder::Gone(lease) => return Ok(Taken::Waited(*lease)),
+                }
+            }
+            OnActive::Queue => match Lease::try_acquire(leases, &lease_keys::queued(&spec.name), run_key, ttl).await? {
+                Some(waiter) => queued = Some(waiter),
+                None => {
+                    return Ok(Taken::Not(Decision::Skip(format!(
+                        "run {current} is running and another waits (overlap queue)"
+                    ))));
+                }
+            },
+            OnActive::Replace => replace(ctx, &current).await,
+        }
+        match free {
+            true => info!("waiting for the earlier fires of the job to take its overlap lease first"),
+            false => info!(%current, "waiting for the run in progress to end"),
+        }
+        let waited = line.wait_turn(ctx, &key, give_up, (run_lease, queued.as_mut()), shutdown).await;
+        if let Some(waiter) = queued {
+            let _ = waiter.release().await;
+        }
+        return Ok(match waited? {
+            Some(lease) => Taken::Waited(lease),
+            None if shutdown.is_cancelled() => Taken::Not(Decision::ShutDown),
+            None => {
+                let ahead =
+                    if free { "the earlier fires of the job were".to_string() } else { format!("run {current} was") };
+                let after = humantime::format_duration(bound);
+                let limit = if in_backlog { "a period" } else { "this fire's starting deadline" };
+                Taken::Not(Decision::Skip(format!("{ahead} still running at {limit}, {after} after it")))
+            }
+        });
+    }
+}
+
+/// The time from `fire` to the job's next fire, if it has a schedule.
+fn period(spec: &JobSpec, fire: DateTime<Utc>) -> Option<Duration> {
+    let (schedule, tz) = spec.parsed_schedule().ok()?;
+    (schedule.next_after(fire, tz)? - fire).to_std().ok()
+}
+
 /// What became of a run that started before this fire and holds the job's overlap lease.
 enum Holder {
     /// It renews its lease, or released it having run past this fire's instant: skip.
     Alive,
-    /// It did not run past this fire's instant after all, and this run took the lease: its
-    /// lease ran out unreleased, its run not over (it died with its runner), or its end,
-    /// recorded late (its final write waited for NATS), came before this fire.
+    /// It did not run past this fire's instant after all, and this run took the lease in
+    /// its turn: its lease ran out unreleased, its run not over (it died with its runner),
+    /// or its end, recorded late (its final write waited for NATS), came before this fire.
     Gone(Box<Lease>),
-    /// Another run holds the lease now, this one having died (or ended before this fire),
-    /// or this one says it ended before this fire: to be judged afresh.
+    /// Another run holds the lease now, or this one says it ended before this fire, or an
+    /// earlier fire in line takes the lease first: to be judged afresh.
     Changed,
     ShutDown,
 }
 
 /// Waits at most the lease's TTL (and a second) for the holder `current` of lease `key` to
 /// show whether it lives: a runner that dies holds its run's overlap lease until the TTL,
-/// and the fires meanwhile must not be skipped behind a run that no longer runs.
+/// and the fires meanwhile must not be skipped behind a run that no longer runs. Found not
+/// to overlap this fire, the run stands in `line` and takes the lease in its turn: the
+/// other fires behind the same run may have found the same.
 async fn holder_alive(
     ctx: &RunnerCtx,
     (key, current): (&str, &str),
-    (run_key, ttl, fire): (&str, Duration, DateTime<Utc>),
+    (ttl, fire): (Duration, DateTime<Utc>),
     mut run_lease: Option<&mut Lease>,
     shutdown: &CancellationToken,
+    line: &mut Line<'_>,
 ) -> Result<Holder, Error> {
     let leases = &ctx.store.leases;
     let until = tokio::time::Instant::now() + ttl + Duration::from_secs(1);
@@ -321,21 +359,15 @@ async fn holder_alive(
                 Some(_) => return Ok(Holder::Alive),
                 None => {}
             },
-            // Another run took the lease: this holder ended (past this fire: skip) or died.
-            Some(_) => {
-                return Ok(match ended(ctx, current).await {
-                    Ended::At(at) if at > fire => Holder::Alive,
-                    Ended::Unknown => Holder::Alive,
-                    Ended::At(_) | Ended::Not => Holder::Changed,
-                });
-            }
+            Some(_) => return Ok(Holder::Changed),
             None => {
                 let why = match ended(ctx, current).await {
                     Ended::At(at) if at <= fire => "the run in progress had ended before this fire",
                     Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
                     Ended::Not => "the run in progress died with its runner",
                 };
-                return Ok(match Lease::try_acquire(leases, key, run_key, ttl).await? {
+                line.join().await;
+                return Ok(match line.take_now(key, ctx.clock.now()).await? {
                     Some(lease) => {
                         info!(%current, "{why}: this one runs");
                         Holder::Gone(Box::new(lease))
@@ -429,8 +461,21 @@ mod tests {
             (Overlap::Replace, me, None, OnActive::Wait),
         ];
         for (overlap, current, span, expected) in cases {
-            let active = Active { run_key: current, span };
+            let active = Active { run_key: current, span, in_backlog: false };
             assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?}, held by {current} {span:?}");
+        }
+        // Earlier fires stand in line: the run going at this fire's instant is a backlog's,
+        // and this fire goes in line behind it, whatever run holds the lease when it comes.
+        // Only `skip`: `queue` keeps its one place, `replace` stops the run in progress.
+        let cases = [
+            (Overlap::Skip, running(before), OnActive::WaitLate),
+            (Overlap::Skip, ended(before, after), OnActive::WaitLate),
+            (Overlap::Queue, running(before), OnActive::Queue),
+            (Overlap::Replace, running(before), OnActive::Replace),
+        ];
+        for (overlap, span, expected) in cases {
+            let active = Active { run_key: other, span, in_backlog: true };
+            assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?} behind a backlog, {span:?}");
         }
     }
 }

@@ -30,6 +30,7 @@ mod logs;
 mod presence;
 mod running;
 mod starter;
+mod waiting;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

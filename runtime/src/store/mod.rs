@@ -7,6 +7,7 @@
 //! - `lease.rs`: a lease held through a TTL key, renewed by compare-and-set.
 //! - `plugins.rs`: Wasm components in the object store, by digest.
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
+//! - `secrets.rs`: secrets by name, read at each run and delivery, never by viewers.
 
 mod control;
 mod jobs;
@@ -18,6 +19,7 @@ mod plugins;
 pub mod pull;
 mod runs;
 mod schedules;
+pub mod secrets;
 
 use async_nats::jetstream;
 
@@ -30,6 +32,7 @@ pub use layout::{LEASE_MARKER_TTL, LayoutOptions, Missing};
 pub use messages::MESSAGES_MAX_AGE;
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
+pub use secrets::{SecretInfo, Secrets};
 
 /// Handles to one deployment's buckets and streams.
 #[derive(Clone, Debug)]
@@ -40,6 +43,8 @@ pub struct Store {
     pub jobs: Bucket,
     pub runs: Bucket,
     pub leases: Bucket,
+    /// Secrets by name, opened at their first use (see `secrets`).
+    pub secrets: Secrets,
     /// The most a run record may take as JSON: the server's max payload (at most 1 MiB)
     /// less room for headers, so that a record write is never refused for its size.
     pub record_budget: usize,
@@ -71,6 +76,7 @@ impl Store {
         let (jobs, runs, leases) = layout::ensure(&js, &names, opts, missing).await?;
         let max_payload = client.server_info().max_payload;
         let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
+        let secrets = Secrets::new(js.clone(), &names);
         Ok(Self {
             names,
             record_budget,
@@ -78,6 +84,7 @@ impl Store {
             jobs: Bucket::new(jobs, js.clone()),
             runs: Bucket::new(runs, js.clone()),
             leases: Bucket::new(leases, js.clone()),
+            secrets,
             js,
             actor: None,
         })
@@ -87,6 +94,7 @@ impl Store {
     /// `auth::actor`): the audit trail of the CLI.
     pub fn acting_as(mut self, by: &str) -> Self {
         self.jobs = self.jobs.signed_by(by);
+        self.secrets = self.secrets.signed_by(by);
         self.actor = Some(by.into());
         self
     }

@@ -359,3 +359,58 @@ mod properties {
         }
     }
 }
+
+/// (spec JSON fragment, the field a refusal names, or None when accepted): secrets are
+/// referenced by valid names in `env`, `config` and webhooks; a reference is nothing but
+/// `{ secret = "NAME" }`.
+#[test]
+fn secret_references_are_checked_naming_the_entry() {
+    let plugin = format!("sha256-{}", "0".repeat(64));
+    let shell = |env: &str| format!(r#""shell":{{"command":"x","env":{{{env}}}}}"#);
+    let wasm = |config: &str| format!(r#""wasm":{{"plugin":"{plugin}","config":{{{config}}}}}"#);
+    let notify = |rule: &str| format!(r#""shell":"x","notify":[{{"on":["failed"],{rule}}}]"#);
+    let cases = [
+        (shell(r#""TOKEN":{"secret":"tok"},"PLAIN":"1""#), None),
+        (shell(r#""TOKEN":{"secret":"a.b"}"#), Some("shell.env.TOKEN")),
+        (shell(r#""TOKEN":{"secret":""}"#), Some("shell.env.TOKEN")),
+        (shell(r#""TOKEN":{"secret":"x","y":1}"#), Some("shell.env.TOKEN")),
+        (shell(r#""TOKEN":{"name":"x"}"#), Some("shell.env.TOKEN")),
+        (shell(r#""TOKEN":7"#), Some("shell.env.TOKEN")),
+        (wasm(r#""token":{"secret":"tok"}"#), None),
+        (wasm(r#""token":{"secret":"t>"}"#), Some("wasm.config.token")),
+        (notify(r#""webhook":{"secret":"hook"},"headers":{"Authorization":{"secret":"tok"}}"#), None),
+        (notify(r#""webhook":{"secret":"a b"}"#), Some("notify[0].webhook")),
+        (notify(r#""webhook":"https://h","headers":{"X":{"secret":"*"}}"#), Some("notify[0].headers.X")),
+    ];
+    for (fragment, refused) in cases {
+        let json = format!(r#"{{"name":"a","schedule":"@hourly",{fragment}}}"#);
+        match refused {
+            None => {
+                let spec = JobSpec::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{fragment}: {e}"));
+                assert_eq!(JobSpec::from_json(&spec.to_json()).unwrap(), spec, "{fragment}: round trip");
+            }
+            Some(field) => assert_eq!(field_of(&json), field, "{fragment}"),
+        }
+    }
+}
+
+/// A spec names its secrets by reference only: stored, shown or as TOML it holds the
+/// name, and `secret_names` finds every one, a run's (env, config) apart from the rules'.
+#[test]
+fn a_spec_holds_and_names_its_secrets_by_reference() {
+    let toml_text = "[[job]]\nname = \"a\"\nschedule = \"@hourly\"\n\
+        shell = { command = \"x\", env = { TOKEN = { secret = \"tok\" }, PLAIN = \"p\" } }\n\
+        notify = [{ on = [\"failed\"], webhook = { secret = \"hook\" }, headers = { Authorization = { secret = \"auth\" } } }]\n";
+    let spec = crate::spec::parse_jobs_file(toml_text, "jobs.toml").unwrap().remove(0);
+    assert_eq!(spec.secret_names().into_iter().collect::<Vec<_>>(), ["auth", "hook", "tok"]);
+    assert_eq!(spec.run_secret_names().into_iter().collect::<Vec<_>>(), ["tok"]);
+    let stored = String::from_utf8(spec.to_json().to_vec()).unwrap();
+    assert!(stored.contains(r#""TOKEN":{"secret":"tok"}"#), "{stored}");
+    let shown = serde_json::to_string(&spec).unwrap();
+    assert!(shown.contains(r#""webhook":{"secret":"hook"}"#), "{shown}");
+    let values = crate::spec::secret::SecretValues::from([("tok".to_string(), "v4lue".to_string())]);
+    let env = spec.shell.as_ref().unwrap().resolved_env(&values).unwrap();
+    assert_eq!((env["TOKEN"].as_str(), env["PLAIN"].as_str()), ("v4lue", "p"));
+    let missing = spec.shell.as_ref().unwrap().resolved_env(&Default::default()).unwrap_err();
+    assert!(missing.to_string().contains("secret tok does not exist"), "{missing}");
+}

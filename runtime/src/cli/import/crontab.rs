@@ -35,7 +35,7 @@ const MACROS: [&str; 7] = ["@yearly", "@annually", "@monthly", "@weekly", "@dail
 /// error naming it, and so is an entry whose job would not validate.
 pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, String> {
     let mut out = Imported::default();
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut env: BTreeMap<String, crate::spec::secret::Value> = BTreeMap::new();
     let mut timezone = options.timezone.clone();
     let mut shell: Option<String> = None;
     for (i, raw) in text.lines().enumerate() {
@@ -56,7 +56,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
                     out.notes.push(format!("line {n}: {name} is not used: cronrun sends no mail (see notify)"));
                 }
                 _ => {
-                    env.insert(name, value);
+                    env.insert(name, value.into());
                 }
             }
             continue;
@@ -207,9 +207,9 @@ mod tests {
         );
         let shell = |i: usize| got.jobs[i].1.shell.clone().unwrap();
         assert_eq!(shell(0).command.as_deref(), Some("/usr/local/bin/backup --full"));
-        assert_eq!(shell(0).env, BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]));
+        assert_eq!(shell(0).env, BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".into())]));
         assert_eq!(shell(1).command.as_deref(), Some("printf '%s' 'line one\nline two' | ( echo 100% done  )"));
-        assert_eq!(shell(1).env.get("GREETING").map(String::as_str), Some("hello world"));
+        assert_eq!(shell(1).env.get("GREETING").and_then(|v| v.plain()), Some("hello world"));
         assert_eq!(shell(2).argv, Some(vec!["/bin/bash".into(), "-c".into(), "[[ -d /tmp ]] && echo ok".into()]));
         assert!(got.jobs.iter().all(|(_, j)| j.overlap == Overlap::Allow));
         assert_eq!(got.skipped.len(), 1);

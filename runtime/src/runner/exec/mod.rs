@@ -6,10 +6,17 @@
 //!
 //! - `shell.rs`: a command in a process group under its supervisor process.
 //! - `wasm.rs`: a component of the `job` world in the Wasm host's sandbox.
+//! - `masked.rs`: the secrets a run resolved, masked in its output and how it ended.
+//!
+//! Secrets a job's `env` or `config` names are read when its run is made ready, at each
+//! run (never kept from one run to the next: a secret set anew is what the next run gets);
+//! one that does not exist fails the run with one line naming it.
 
+mod masked;
 pub mod shell;
 mod wasm;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,6 +30,7 @@ use super::starter::Ticket;
 use crate::output::Line;
 use crate::record::Trigger;
 use crate::spec::JobSpec;
+use crate::spec::secret::SecretValues;
 
 /// What a run's code is told about the run.
 pub(super) struct RunInfo<'a> {
@@ -107,11 +115,26 @@ pub(super) async fn prepare(
     run: &RunInfo<'_>,
     ticket: Option<&Ticket>,
 ) -> Result<Box<dyn Ready>, String> {
-    match (&spec.shell, &spec.wasm) {
-        (Some(shell), _) => shell::prepare(shell, run, &ctx.config, shell::supervisor_command().await?, ticket),
-        (None, Some(_)) => wasm::prepare(ctx, spec, run).await,
-        (None, None) => Err("job has neither shell nor wasm".into()),
+    let (ready, secrets) = match (&spec.shell, &spec.wasm) {
+        (Some(shell), _) => {
+            let secrets = resolve(ctx, shell.secret_names()).await?;
+            let env = shell.resolved_env(&secrets).map_err(|e| e.to_string())?;
+            let supervisor = shell::supervisor_command().await?;
+            (shell::prepare(shell, &env, run, &ctx.config, supervisor, ticket)?, secrets)
+        }
+        (None, Some(_)) => wasm::prepare(ctx, spec, run).await?,
+        (None, None) => return Err("job has neither shell nor wasm".into()),
+    };
+    Ok(masked::masked(ready, &secrets))
+}
+
+/// The values of the secrets `names`, read now. The error is the run's: one line naming
+/// a secret that does not exist (or why it could not be read).
+async fn resolve(ctx: &RunnerCtx, names: BTreeSet<&str>) -> Result<SecretValues, String> {
+    if names.is_empty() {
+        return Ok(SecretValues::new());
     }
+    ctx.store.secrets.resolve(names).await.map_err(|e| e.to_string())
 }
 
 /// Whether a run of `spec` has a supervisor process watching its keepalive file.

@@ -62,9 +62,10 @@ fn clean_env() -> Vec<(String, String)> {
 
 /// Creates the job's process (in a group of its own), blocked until it reads a line from
 /// the stdin of `ticket`'s group (released with its group, see `starter`) or, without one,
-/// until started.
+/// until started. `env` is the spec's `env` with its secrets' values, read for this run.
 pub(super) fn prepare(
     spec: &ShellSpec,
+    env: &BTreeMap<String, String>,
     run: &RunInfo<'_>,
     runner: &RunnerConfig,
     supervisor: (&Path, Option<&str>),
@@ -74,7 +75,7 @@ pub(super) fn prepare(
         Some(t) => Some(t.stdin.try_clone().map_err(|e| format!("could not start: {e}"))?),
         None => None,
     };
-    let prepared = spawn(spec, run, runner, supervisor, stdin)?;
+    let prepared = spawn(spec, env, run, runner, supervisor, stdin)?;
     if let Some(t) = ticket {
         t.set_pid(prepared.process.child.id());
     }
@@ -83,6 +84,7 @@ pub(super) fn prepare(
 
 fn spawn(
     spec: &ShellSpec,
+    env: &BTreeMap<String, String>,
     run: &RunInfo<'_>,
     runner: &RunnerConfig,
     (exe, mode): (&Path, Option<&str>),
@@ -115,7 +117,7 @@ fn spawn(
     }
     // The job's environment goes to the job's exec alone, through a private file: the
     // supervisor, root when the job runs as another user, starts with a fixed one.
-    let env_file = write_job_env(&job_env(spec, run, &run_as), run.alive.map(|(path, _)| path))?;
+    let env_file = write_job_env(&job_env(spec, env, run, &run_as), run.alive.map(|(path, _)| path))?;
     cmd.arg(supervisor::ENV_ARG).arg(&env_file);
     let removed = |input: &Option<PathBuf>| {
         let _ = std::fs::remove_file(&env_file);
@@ -176,9 +178,14 @@ fn spawn(
 const SUPERVISOR_ENV: [(&str, &str); 1] = [("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")];
 
 /// The job's environment: the agent's (`inherit_env`) or the clean one, the account's
-/// `HOME`, `USER` and `LOGNAME`, the spec's `env`, and the run's `CRONRUN_*`, each
-/// overriding the ones before.
-fn job_env(spec: &ShellSpec, run: &RunInfo<'_>, run_as: &RunAs) -> BTreeMap<OsString, OsString> {
+/// `HOME`, `USER` and `LOGNAME`, the spec's `env` (`spec_env`, its secrets resolved), and
+/// the run's `CRONRUN_*`, each overriding the ones before.
+fn job_env(
+    spec: &ShellSpec,
+    spec_env: &BTreeMap<String, String>,
+    run: &RunInfo<'_>,
+    run_as: &RunAs,
+) -> BTreeMap<OsString, OsString> {
     let mut env: BTreeMap<OsString, OsString> = match spec.inherit_env {
         true => std::env::vars_os().collect(),
         false => clean_env().into_iter().map(|(n, v)| (n.into(), v.into())).collect(),
@@ -191,7 +198,7 @@ fn job_env(spec: &ShellSpec, run: &RunInfo<'_>, run_as: &RunAs) -> BTreeMap<OsSt
         set("USER", a.name.clone().into());
         set("LOGNAME", a.name.clone().into());
     }
-    for (name, value) in &spec.env {
+    for (name, value) in spec_env {
         set(name, value.into());
     }
     set("CRONRUN_JOB", run.job.into());

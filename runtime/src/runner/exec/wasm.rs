@@ -14,6 +14,7 @@ use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
 use crate::output::Line;
 use crate::runner::RunnerCtx;
 use crate::spec::JobSpec;
+use crate::spec::secret::SecretValues;
 use crate::wasm::{JobContext, PreparedWasm, WasmOutcome};
 
 /// A component linked for one run, and what the guest is told.
@@ -23,7 +24,14 @@ struct Prepared {
     timeout: Duration,
 }
 
-pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) -> Result<Box<dyn Ready>, String> {
+/// The component of `spec` linked for this run, and the secrets its config names, read
+/// for this run once its signature passed and its component is loaded: the guest gets
+/// their values (`config::get`), which must be masked in what it prints.
+pub(super) async fn prepare(
+    ctx: &RunnerCtx,
+    spec: &JobSpec,
+    run: &RunInfo<'_>,
+) -> Result<(Box<dyn Ready>, SecretValues), String> {
     let (runtime, wasm) = match (&ctx.wasm, &spec.wasm) {
         (Ok(runtime), Some(wasm)) => (runtime, wasm),
         (Err(why), _) => return Err(format!("this runner cannot run wasm jobs: {why}")),
@@ -39,6 +47,8 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) 
         .prepare(&spec.name, &spec.pool, wasm)
         .await
         .map_err(|e| format!("could not load plugin {}: {e}", wasm.plugin))?;
+    let secrets = super::resolve(ctx, wasm.secret_names()).await?;
+    let config = wasm.resolved_config(&secrets).map_err(|e| e.to_string())?;
     let context = JobContext {
         job: run.job.to_string(),
         run_id: run.run_id.to_string(),
@@ -46,10 +56,11 @@ pub(super) async fn prepare(ctx: &RunnerCtx, spec: &JobSpec, run: &RunInfo<'_>) 
         attempt: run.attempt,
         trigger: run.trigger,
         input: run.input.clone(),
+        config,
     };
     // The spec's timeout, else `[wasm] default_timeout`: no guest runs unbounded.
     let timeout = spec.timeout.unwrap_or(runtime.config().default_timeout);
-    Ok(Box::new(Prepared { wasm: prepared, context, timeout }))
+    Ok((Box::new(Prepared { wasm: prepared, context, timeout }), secrets))
 }
 
 /// Tries of the compare-and-set on `signed.<job>` before the run fails (other runners of

@@ -1,0 +1,424 @@
+//! The line of a job's runs waiting for its overlap lease (`active.<job>`): they take it
+//! in fire order.
+//!
+//! The fires of a backlog (released together after a takeover or a NATS node's failover,
+//! see `guards`) wait for one another's overlap lease, spread over several runners. Each
+//! used to poll the lease, and whichever polled first after a release took it: a later
+//! fire could start before an earlier one. So a run that waits for the lease stands in
+//! line: it writes `wait.<job>.<run-id>` in the leases bucket, holding its fire instant,
+//! with the run's TTL, renews it while it waits and removes it when it stops waiting (it
+//! took the lease, was skipped, or its runner stops). A run that finds the lease free takes
+//! it only if no run of the job with an earlier fire stands in line: one listing of the
+//! line each time it finds the lease free, not at every look. A waiter whose runner died
+//! is not removed, and holds the others up until its place expires: at most its TTL.
+//!
+//! The fires of a backlog reach their guards together, within milliseconds, on several
+//! runners. A run that reaches them after its fire instant stands in line before its first
+//! try; and before it takes a free lease it also defers, for at most [`ARRIVING`], to the
+//! earlier runs of its job that a runner has claimed (their run's lease is held) but that
+//! do not stand in line yet: on their way to their guards, a few milliseconds behind. A run
+//! on time does neither (it costs a write and a read), but looks at the line before it
+//! takes the lease, so as not to go ahead of a backlog still being worked off.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::RunnerCtx;
+use crate::error::Error;
+use crate::names::lease_keys;
+use crate::store::kv::{Bucket, Fenced, Versioned};
+use crate::store::lease::{Lease, holder};
+
+/// How long a run that finds its job's overlap lease free defers to an earlier run of the
+/// job that a runner holds but that does not stand in line: long enough for a run claimed
+/// with it to reach its guards (its code made ready first), short enough that a run that
+/// will not take the lease (skipped, ending, its runner dead) delays the others little.
+pub(super) const ARRIVING: Duration = Duration::from_secs(1);
+
+/// A run's place in line: what its key `wait.<job>.<run-id>` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Place {
+    /// The run key, `<job>.<run-id>`.
+    pub run: String,
+    /// Its fire instant (its record's `scheduled_at`), which orders the line; the run key
+    /// breaks ties. A retry keeps its fire's place; a manual run stands at the instant it
+    /// was triggered.
+    pub fire: DateTime<Utc>,
+}
+
+impl Place {
+    fn order(&self) -> (DateTime<Utc>, &str) {
+        (self.fire, &self.run)
+    }
+}
+
+/// The first of `line` ahead of `me`, if any: None when it is `me`'s turn. A place under
+/// `me`'s own run key is its own, or an earlier attempt's of the same run (left by a dead
+/// runner): never ahead of it.
+pub(super) fn ahead<'a>(me: &Place, line: &'a [Place]) -> Option<&'a Place> {
+    line.iter().filter(|p| p.run != me.run && p.order() < me.order()).min_by(|a, b| a.order().cmp(&b.order()))
+}
+
+/// The first run of `claimed` (run keys held by runners, with how long this run has seen
+/// each) on its way to its guards ahead of `me`: an earlier run key (run ids sort by the
+/// instant they come from), not in `line`, seen for less than [`ARRIVING`].
+pub(super) fn on_its_way<'a>(me: &Place, line: &[Place], claimed: &'a [(String, Duration)]) -> Option<&'a str> {
+    let in_line = |run: &str| line.iter().any(|p| p.run == run);
+    claimed
+        .iter()
+        .filter(|(run, seen)| *run < me.run && *seen < ARRIVING && !in_line(run))
+        .map(|(run, _)| run.as_str())
+        .min()
+}
+
+/// What a waiting run's look at the lease found.
+pub(super) enum Look {
+    Took(Box<Lease>),
+    /// Held by the run of this key.
+    Held(String),
+    /// Free, but not this run's turn (or taken by another meanwhile).
+    Free,
+}
+
+/// How often a waiting run looks at the lease, at least and at most.
+const LOOK_EVERY: (Duration, Duration) = (Duration::from_millis(25), Duration::from_millis(200));
+
+/// How long a waiting run waits before its next look at the lease, when what it found
+/// has stayed the same for `unchanged`: soon after the lease changed hands, since the runs
+/// of a backlog are mostly short, and the next in line should not lose a poll at each
+/// (a backlog of ten would take two seconds to start); less often the longer it stays as
+/// it was, a long run's waiters costing a read each 200 ms.
+pub(super) fn next_look(unchanged: Duration) -> Duration {
+    (unchanged / 4).clamp(LOOK_EVERY.0, LOOK_EVERY.1)
+}
+
+/// What a waiting run last found of the lease, and since when (see [`next_look`]).
+struct Pace {
+    found: Option<String>,
+    since: Instant,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace { found: None, since: Instant::now() }
+    }
+
+    /// The wait before the next look, this one having found the lease held by `holder`
+    /// (None: free).
+    fn after(&mut self, holder: Option<String>) -> Duration {
+        if holder != self.found {
+            (self.found, self.since) = (holder, Instant::now());
+        }
+        next_look(self.since.elapsed())
+    }
+}
+
+/// One run's dealings with its job's line.
+pub(super) struct Line<'a> {
+    leases: &'a Bucket,
+    job: &'a str,
+    key: String,
+    me: Place,
+    ttl: Duration,
+    /// Its place while it stands in line.
+    standing: Option<Standing>,
+    /// The earlier runs held by runners but not in line, and when this run first saw each.
+    arriving: HashMap<String, Instant>,
+}
+
+/// A place written: its revision, and when it was last written.
+struct Standing {
+    fence: Fenced,
+    written: Instant,
+}
+
+impl<'a> Line<'a> {
+    /// The line of `job` as seen by its run `run_key`, fired at `fire`, whose place lives
+    /// `ttl` unless renewed (the run's TTL).
+    pub fn new(leases: &'a Bucket, job: &'a str, (run_key, fire): (&str, DateTime<Utc>), ttl: Duration) -> Self {
+        let run_id = crate::record::parse_run_key(run_key).map_or(run_key, |(_, id)| id);
+        let me = Place { run: run_key.to_string(), fire };
+        let key = lease_keys::waiting(job, run_id);
+        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new() }
+    }
+
+    /// Stands in line, if it does not yet. Written whatever the key holds: a place left
+    /// there under this run's key is an earlier attempt's. A place not written (NATS away)
+    /// costs the run its turn, not its run: tried again by `keep`.
+    pub async fn join(&mut self) {
+        if self.standing.is_some() {
+            return;
+        }
+        let written = Instant::now();
+        match self.leases.put(&self.key, self.value(), Some(self.ttl)).await {
+            Ok(revision) => self.standing = Some(Standing { fence: Fenced::at(revision), written }),
+            Err(e) => debug!("standing in line for the job's overlap lease: {e}"),
+        }
+    }
+
+    /// Keeps its place: renewed once a third of its TTL has passed since it was written,
+    /// written again if it was lost (expired while NATS was away) or never written.
+    pub async fn keep(&mut self) {
+        let (value, ttl) = (self.value(), self.ttl);
+        let Some(standing) = self.standing.as_mut() else { return self.join().await };
+        if standing.written.elapsed() < ttl / 3 {
+            return;
+        }
+        let written = Instant::now();
+        match self.leases.update_fenced(&self.key, value, &mut standing.fence, Some(ttl)).await {
+            Ok(_) => standing.written = written,
+            Err(e) if e.is_conflict() => {
+                self.standing = None;
+                self.join().await;
+            }
+            Err(e) => debug!("renewing the run's place in line: {e}"),
+        }
+    }
+
+    /// Leaves the line (at once, rather than in a TTL: the next in line need not wait).
+    pub async fn leave(&mut self) {
+        if let Some(standing) = self.standing.take()
+            && let Err(e) = self.leases.release_at(&self.key, standing.fence.revision).await
+        {
+            debug!("leaving the line for the job's overlap lease (its place expires in its TTL): {e}");
+        }
+    }
+
+    /// Waits in line until `key` is free and it is this run's turn, then takes it; None when
+    /// the runner stops, or `give_up` (if any) has passed. Meanwhile it keeps alive its place
+    /// in line, the run's lease and `queued` (`queued.<job>`, the one run queued by overlap
+    /// `queue`).
+    pub async fn wait_turn(
+        &mut self,
+        ctx: &RunnerCtx,
+        key: &str,
+        give_up: Option<DateTime<Utc>>,
+        (mut run_lease, mut queued): (Option<&mut Lease>, Option<&mut Lease>),
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Lease>, Error> {
+        self.join().await;
+        let mut pace = Pace::new();
+        let mut wait = pace.after(None);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = match self.look(key, ctx.clock.now()).await? {
+                Look::Took(lease) => return Ok(Some(*lease)),
+                Look::Held(holder) => pace.after(Some(holder)),
+                Look::Free => pace.after(None),
+            };
+            if give_up.is_some_and(|at| ctx.clock.now() > at) {
+                return Ok(None);
+            }
+            for lease in [run_lease.as_deref_mut(), queued.as_deref_mut()].into_iter().flatten() {
+                renew_when_due(lease).await?;
+            }
+            self.keep().await;
+        }
+    }
+
+    /// Takes the lease `key` in this run's turn, not read first: at a first try, when it
+    /// is likely free. `now` tells whether the run is late (see the module's doc).
+    pub async fn take_now(&mut self, key: &str, now: DateTime<Utc>) -> Result<Option<Lease>, Error> {
+        if !self.my_turn(now > self.me.fire).await? {
+            return Ok(None);
+        }
+        Lease::try_acquire(self.leases, key, &self.me.run, self.ttl).await
+    }
+
+    /// Takes the lease `key` if it is free and this run's turn: one read while it is held,
+    /// the listings of `my_turn` when it is free.
+    pub async fn look(&mut self, key: &str, now: DateTime<Utc>) -> Result<Look, Error> {
+        if let Some(held) = holder(self.leases, key).await? {
+            return Ok(Look::Held(held.holder));
+        }
+        Ok(self.take_now(key, now).await?.map_or(Look::Free, |lease| Look::Took(Box::new(lease))))
+    }
+
+    /// Whether an earlier fire of the job stands in line (a backlog is being worked off).
+    /// A listing that fails (NATS away) says no.
+    pub async fn earlier_in_line(&self) -> bool {
+        match self.listed(&lease_keys::waiting(self.job, "*")).await {
+            Ok(values) => ahead(&self.me, &places(&values)).is_some(),
+            Err(e) => self.unlisted(&e),
+        }
+    }
+
+    /// Whether no earlier fire stands in line, nor (for a `late` run) is on its way to it.
+    /// A listing that fails (NATS away) is no turn: asked again at the next try.
+    async fn my_turn(&mut self, late: bool) -> Result<bool, Error> {
+        let line = match self.listed(&lease_keys::waiting(self.job, "*")).await {
+            Ok(values) => places(&values),
+            Err(e) => return Ok(self.unlisted(&e)),
+        };
+        if let Some(first) = ahead(&self.me, &line) {
+            debug!(ahead = %first.run, "the job's overlap lease is free; an earlier fire in line takes it first");
+            return Ok(false);
+        }
+        if !late {
+            return Ok(true);
+        }
+        let claimed = match self.listed(&lease_keys::run(self.job, "*")).await {
+            Ok(values) => self.seen(values.iter().map(|(key, _)| key.as_str())),
+            Err(e) => return Ok(self.unlisted(&e)),
+        };
+        match on_its_way(&self.me, &line, &claimed) {
+            Some(run) => {
+                debug!(ahead = %run, "the job's overlap lease is free; an earlier fire on its way takes it first");
+                Ok(false)
+            }
+            None => Ok(true),
+        }
+    }
+
+    /// The run keys of the run leases `keys` (`run.<job>.<run-id>`), each with how long
+    /// this run has seen it.
+    fn seen<'k>(&mut self, keys: impl Iterator<Item = &'k str>) -> Vec<(String, Duration)> {
+        let prefix = lease_keys::run(self.job, "");
+        let now = Instant::now();
+        let runs = keys.filter_map(|key| key.strip_prefix(&prefix)).map(|id| crate::record::run_key(self.job, id));
+        runs.map(|run| {
+            let since = *self.arriving.entry(run.clone()).or_insert(now);
+            (run, now - since)
+        })
+        .collect()
+    }
+
+    /// The live keys matching `filter` and their values.
+    async fn listed(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
+        match self.leases.last_values(filter).await? {
+            Some(values) => Ok(values),
+            // More than one answer holds: read with a watch.
+            None => self.leases.scan(filter).await,
+        }
+    }
+
+    fn unlisted(&self, e: &Error) -> bool {
+        debug!("listing the runs of the job ahead of this one: {e}");
+        false
+    }
+
+    fn value(&self) -> bytes::Bytes {
+        serde_json::to_vec(&self.me).unwrap_or_default().into()
+    }
+}
+
+/// Renews `lease` once it is surely ours for less than two thirds of its TTL: a waiting
+/// run looks at the lease it waits for up to every 25 ms, and would otherwise write its
+/// own leases as often.
+async fn renew_when_due(lease: &mut Lease) -> Result<(), Error> {
+    if lease.held_until() > Instant::now() + lease.ttl() * 2 / 3 {
+        return Ok(());
+    }
+    lease.renew().await
+}
+
+/// The places of a listing of the line (a value that does not read as one is skipped).
+fn places(values: &[(String, Versioned)]) -> Vec<Place> {
+    values.iter().filter_map(|(_, v)| serde_json::from_slice(&v.value).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(&format!("2026-12-06T01:00:{s}Z")).unwrap().to_utc()
+    }
+
+    fn place(run: &str, fire: &str) -> Place {
+        Place { run: format!("nightly.{run}"), fire: at(fire) }
+    }
+
+    #[test]
+    fn a_run_takes_the_free_lease_only_when_no_earlier_fire_stands_in_line() {
+        let me = place("20261206T010011Z", "11");
+        let cases: [(&str, Vec<Place>, Option<&str>); 8] = [
+            ("an empty line", vec![], None),
+            ("alone in line", vec![me.clone()], None),
+            ("behind later fires only", vec![place("20261206T010012Z", "12"), me.clone()], None),
+            (
+                "behind an earlier fire",
+                vec![place("20261206T010012Z", "12"), place("20261206T010010Z", "10"), me.clone()],
+                Some("nightly.20261206T010010Z"),
+            ),
+            (
+                "the first of two earlier fires is ahead",
+                vec![place("20261206T010010_500Z", "10.5"), place("20261206T010009Z", "09")],
+                Some("nightly.20261206T010009Z"),
+            ),
+            // Its own earlier attempt's place (left by a dead runner) is its own.
+            ("its own run's place, whatever it says", vec![place("20261206T010011Z", "09")], None),
+            // A manual run stands at the instant it was triggered.
+            (
+                "a manual run triggered before this fire",
+                vec![place("20261206T010010Z-m1a2b", "10.2")],
+                Some("nightly.20261206T010010Z-m1a2b"),
+            ),
+            // Two runs of one instant: the run key decides, the same for everyone.
+            ("a run of the same instant with a greater key", vec![place("20261206T010011Z-m0001", "11")], None),
+        ];
+        for (what, line, expected) in cases {
+            assert_eq!(ahead(&me, &line).map(|p| p.run.as_str()), expected, "{what}");
+        }
+        let same_instant = place("20261206T010011Z-m0001", "11");
+        assert_eq!(ahead(&same_instant, std::slice::from_ref(&me)), Some(&me), "the lesser key goes first");
+    }
+
+    #[test]
+    fn a_waiting_run_looks_often_just_after_the_lease_changed_hands_and_seldom_later() {
+        let ms = Duration::from_millis;
+        let cases = [(0, 25), (100, 25), (200, 50), (400, 100), (800, 200), (60_000, 200)];
+        for (unchanged, every) in cases {
+            assert_eq!(next_look(ms(unchanged)), ms(every), "unchanged for {unchanged} ms");
+        }
+    }
+
+    #[test]
+    fn a_late_run_defers_briefly_to_earlier_runs_claimed_but_not_yet_in_line() {
+        let me = place("20261206T010011Z", "11");
+        let ms = Duration::from_millis;
+        let claimed = |runs: &[(&str, u64)]| -> Vec<(String, Duration)> {
+            runs.iter().map(|(run, seen)| (format!("nightly.{run}"), ms(*seen))).collect()
+        };
+        // (what, the line, the runs held by runners and how long seen, the one ahead)
+        type Case = (&'static str, Vec<Place>, Vec<(String, Duration)>, Option<&'static str>);
+        let cases: [Case; 7] = [
+            ("nothing claimed", vec![], claimed(&[]), None),
+            ("only itself", vec![], claimed(&[("20261206T010011Z", 0)]), None),
+            ("a later fire", vec![], claimed(&[("20261206T010012Z", 0)]), None),
+            (
+                "an earlier fire just claimed",
+                vec![],
+                claimed(&[("20261206T010012Z", 0), ("20261206T010010Z", 10), ("20261206T010009_500Z", 20)]),
+                Some("nightly.20261206T010009_500Z"),
+            ),
+            // In line, it is the line's to order.
+            (
+                "an earlier fire in line",
+                vec![place("20261206T010010Z", "10")],
+                claimed(&[("20261206T010010Z", 0)]),
+                None,
+            ),
+            // Skipped, ending, or its runner dead: waited for ARRIVING at most.
+            ("an earlier fire seen too long", vec![], claimed(&[("20261206T010010Z", 1000)]), None),
+            (
+                "a manual run triggered before this fire",
+                vec![],
+                claimed(&[("20261206T010010Z-m1a2b", 999)]),
+                Some("nightly.20261206T010010Z-m1a2b"),
+            ),
+        ];
+        for (what, line, claimed, expected) in cases {
+            assert_eq!(on_its_way(&me, &line, &claimed), expected, "{what}");
+        }
+    }
+}
