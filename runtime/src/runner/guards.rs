@@ -20,8 +20,8 @@
 //! so. So a backlog of a job whose runs are shorter than its period runs every fire
 //! (docs/failure-model.md). The runs waiting for the lease take it in fire order, standing
 //! in the job's line (`waiting`); under `skip`, a fire that comes while earlier fires stand
-//! in line goes in line behind them, rather than being skipped behind whichever run of the
-//! backlog is going at its instant.
+//! in line goes in line behind them, for one period at most, rather than being skipped
+//! behind whichever run of the backlog is going at its instant.
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
