@@ -66,7 +66,7 @@ async fn skip_allow_queue_and_replace() {
     assert_never_overlapping(&skipper);
     assert!(
         // Behind the run going at its instant, or (a run started late, on a loaded
-        // machine, makes a backlog) behind the backlog's runs for a period.
+        // machine, makes a backlog) behind the backlog's runs for its time in line.
         !skipped_with(&skipper, "still running").is_empty(),
         "no fire was skipped: {:#?}",
         skipper

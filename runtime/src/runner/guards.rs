@@ -20,7 +20,7 @@
 //! so. So a backlog of a job whose runs are shorter than its period runs every fire
 //! (docs/failure-model.md). The runs waiting for the lease take it in fire order, standing
 //! in the job's line (`waiting`); under `skip`, a fire that comes while earlier fires stand
-//! in line goes in line behind them, for one period at most, rather than being skipped
+//! in line goes in line behind them, for a period (ten seconds at least) at most, rather than being skipped
 //! behind whichever run of the backlog is going at its instant.
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
@@ -253,12 +253,12 @@ async fn take_active(
             spec.overlap == Overlap::Skip && span.is_some_and(|span| span.covers(fire)) && line.earlier_in_line().await;
         let active = Active { run_key: &current, span, in_backlog };
         let (mut give_up, mut queued) = (None, None);
-        // In line behind a backlog's run going at this fire's instant: for one period at
+        // In line behind a backlog's run going at this fire's instant: for a period (ten s at least) at
         // most. A job whose runs are shorter than its period works its backlog off within
         // that; a longer one cannot catch up, and its fires are skipped as they come rather
         // than queueing behind it until their deadlines.
         let bound = match in_backlog {
-            true => period(spec, fire).map_or(deadline, |period| period.min(deadline)),
+            true => period(spec, fire).map_or(deadline, |period| period.max(IN_LINE_MIN).min(deadline)),
             false => deadline,
         };
         match on_active(spec.overlap, &active, run_key, fire) {
@@ -302,12 +302,16 @@ async fn take_active(
                 let ahead =
                     if free { "the earlier fires of the job were".to_string() } else { format!("run {current} was") };
                 let after = humantime::format_duration(bound);
-                let limit = if in_backlog { "a period" } else { "this fire's starting deadline" };
+                let limit = if in_backlog { "its time in line" } else { "this fire's starting deadline" };
                 Taken::Not(Decision::Skip(format!("{ahead} still running at {limit}, {after} after it")))
             }
         });
     }
 }
+
+/// The least a fire waits in line behind a backlog: a loaded runner works a backlog of
+/// an every-second job off in more than a second (CI lost such fires at one period).
+const IN_LINE_MIN: Duration = Duration::from_secs(10);
 
 /// The time from `fire` to the job's next fire, if it has a schedule.
 fn period(spec: &JobSpec, fire: DateTime<Utc>) -> Option<Duration> {
