@@ -87,7 +87,12 @@ struct Active<'a> {
 struct Span {
     started: DateTime<Utc>,
     finished: Option<DateTime<Utc>>,
+    /// It started over [`LATE_START`] after its own fire: a backlog's run.
+    late: bool,
 }
+
+/// How late after its fire a run's start makes it a backlog's run.
+const LATE_START: chrono::Duration = chrono::Duration::milliseconds(500);
 
 impl Span {
     /// Whether the run was going at `fire`: started before it and not ended by then.
@@ -109,7 +114,9 @@ async fn span(ctx: &RunnerCtx, run_key: &str, ended_at: Option<DateTime<Utc>>) -
     let started =
         record.started_at.filter(|_| record.status == Status::Running || ended && record.status != Status::Lost)?;
     let finished = ended.then(|| record.finished_at.unwrap_or(started)).or(ended_at);
-    Some(Span { started: record.dispatched_at.map_or(started, |dispatched| started.max(dispatched)), finished })
+    let started = record.dispatched_at.map_or(started, |dispatched| started.max(dispatched));
+    let late = record.scheduled_at.is_some_and(|fire| started - fire > LATE_START);
+    Some(Span { started, finished, late })
 }
 
 /// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
@@ -249,8 +256,9 @@ async fn take_active(
         let ended_at = value.and_then(|h| h.ended_at);
         let span = span(ctx, &current, ended_at).await;
         // Listed only when it can matter: a skip.
-        let in_backlog =
-            spec.overlap == Overlap::Skip && span.is_some_and(|span| span.covers(fire)) && line.earlier_in_line().await;
+        let in_backlog = spec.overlap == Overlap::Skip
+            && span.is_some_and(|span| span.covers(fire))
+            && (span.is_some_and(|span| span.late) || line.earlier_in_line().await);
         let active = Active { run_key: &current, span, in_backlog };
         let (mut give_up, mut queued) = (None, None);
         // In line behind a backlog's run going at this fire's instant: for a period (ten s at least) at
@@ -439,8 +447,8 @@ mod tests {
         let (me, other) = ("nightly/r-2", "nightly/r-1");
         let fire = DateTime::parse_from_rfc3339("2026-12-06T01:00:10Z").unwrap().to_utc();
         let (before, after) = (fire - chrono::Duration::milliseconds(1), fire + chrono::Duration::seconds(5));
-        let running = |started| Some(Span { started, finished: None });
-        let ended = |started, finished| Some(Span { started, finished: Some(finished) });
+        let running = |started| Some(Span { started, finished: None, late: false });
+        let ended = |started, finished| Some(Span { started, finished: Some(finished), late: false });
         let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
         let cases = [
             // Going at this fire's instant: the policy decides.
