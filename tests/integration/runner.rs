@@ -303,6 +303,11 @@ async fn a_jobs_runs_are_listed_whole_below_and_above_what_one_read_answers() {
     let kept = [record("few", 0).key(), record("few", 2).key()];
     assert_eq!(listed, kept.iter().map(|k| (k.clone(), revisions[k])).collect::<Vec<_>>());
     assert!(store.runs.last_values("few.*").await.unwrap().is_some(), "one answer holds few's records");
+    // One answer for several filters says how far the replica that answered had got: here
+    // the last write, the removal, after every record.
+    let listing = store.runs.listing(&["few.*", "none.*"]).await.unwrap().unwrap();
+    assert_eq!(listing.values.len(), 2, "{:?}", listing.values);
+    assert!(listing.as_of > *revisions.values().max().unwrap(), "answered as of {}", listing.as_of);
     assert!(store.list_runs("none").await.unwrap().is_empty());
     assert!(store.runs.last_values("many.*").await.unwrap().is_none(), "one answer holds at most {MAX_KEYS} keys");
     let many = store.list_runs("many").await.unwrap();

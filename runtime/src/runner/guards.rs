@@ -41,7 +41,7 @@ use super::waiting::{Line, Look};
 use crate::error::Error;
 use crate::names::lease_keys;
 use crate::spec::{JobSpec, Overlap};
-use crate::store::lease::{Lease, holder};
+use crate::store::lease::{Lease, holder, holder_at};
 
 /// What the guards say about starting now.
 pub(super) enum Decision {
@@ -224,11 +224,8 @@ async fn take_active(
 ) -> Result<Taken, Error> {
     let leases = &ctx.store.leases;
     let key = lease_keys::active(&spec.name);
-    // Late, so part of a backlog: in line before its first try, so that the fires released
-    // with it see it.
-    if ctx.clock.now() > fire {
-        line.join().await;
-    }
+    // Late, so part of a backlog, it stands in line before its first try, so that the
+    // fires released with it see it (`Line::take_now`).
     let mut taken = line.take_now(&key, ctx.clock.now()).await?;
     // Checked just before the instant: a run going now may end before it (the last
     // run of a backlog, started late). The policy judges the run going at the instant.
@@ -250,7 +247,10 @@ async fn take_active(
     // Judged again when the holder changed while it was judged (see `holder_alive`).
     loop {
         // Gone since (or free, an earlier fire in line to take it): taken in its turn below.
-        let value = holder(leases, &key).await?;
+        let value = holder_at(leases, &key).await?.map(|(value, revision)| {
+            line.saw(revision);
+            value
+        });
         let free = value.is_none();
         let current = value.as_ref().map_or_else(|| "?".to_string(), |h| h.holder.clone());
         let ended_at = value.and_then(|h| h.ended_at);
@@ -258,7 +258,7 @@ async fn take_active(
         // Listed only when it can matter: a skip.
         let in_backlog = spec.overlap == Overlap::Skip
             && span.is_some_and(|span| span.covers(fire))
-            && (span.is_some_and(|span| span.late) || line.earlier_in_line().await);
+            && (span.is_some_and(|span| span.late) || line.earlier_in_line(&key).await);
         let active = Active { run_key: &current, span, in_backlog };
         let (mut give_up, mut queued) = (None, None);
         // In line behind a backlog's run going at this fire's instant: for a period (ten s at least) at

@@ -13,12 +13,21 @@
 //! is not removed, and holds the others up until its place expires: at most its TTL.
 //!
 //! The fires of a backlog reach their guards together, within milliseconds, on several
-//! runners. A run that reaches them after its fire instant stands in line before its first
-//! try; and before it takes a free lease it also defers, for at most [`ARRIVING`], to the
-//! earlier runs of its job that a runner has claimed (their run's lease is held) but that
-//! do not stand in line yet: on their way to their guards, a few milliseconds behind. A run
-//! on time does neither (it costs a write and a read), but looks at the line before it
-//! takes the lease, so as not to go ahead of a backlog still being worked off.
+//! runners. A run that reaches them after its fire instant stands in line before it tries;
+//! and it also defers, for at most [`ARRIVING`], to the earlier runs of its job that a
+//! runner has claimed (their run's lease is held) but that do not stand in line yet: on
+//! their way to their guards, a few milliseconds behind. A run on time does neither (it
+//! costs a write), but it too looks at the line, so as not to go ahead of a backlog still
+//! being worked off.
+//!
+//! A run looks at the line after it took the lease, and gives the lease back if an earlier
+//! fire stands there: every place written before the lease was taken is then in the
+//! listing, provided the replica that answered had got that far. Any replica of the
+//! leases bucket answers a read, and one that fell behind answers from its past: a node
+//! thawed after a freeze answered at once without the places written meanwhile, and a later
+//! fire went ahead of three earlier ones. So a listing is trusted only if it reaches the
+//! revisions this run wrote or read (`Line::seen`); else it is asked again, and in the end
+//! taken as no turn.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,7 +41,7 @@ use tracing::debug;
 use super::RunnerCtx;
 use crate::error::Error;
 use crate::names::lease_keys;
-use crate::store::kv::{Bucket, Fenced, Versioned};
+use crate::store::kv::{Bucket, Fenced, Listing};
 use crate::store::lease::{Lease, holder};
 
 /// How long a run that finds its job's overlap lease free defers to an earlier run of the
@@ -130,6 +139,21 @@ pub(super) struct Line<'a> {
     standing: Option<Standing>,
     /// The earlier runs held by runners but not in line, and when this run first saw each.
     arriving: HashMap<String, Instant>,
+    /// The last revision of the leases bucket this run wrote or read: a listing of the line
+    /// answered from before it is not trusted (see the module's doc).
+    seen: u64,
+}
+
+/// How often a listing answered from a replica behind [`Line::seen`] is asked again, and
+/// how long after each: a replica catches up within milliseconds once it hears from the
+/// leader; one that cannot costs the run its turn, not more.
+const STALE_RETRIES: (u32, Duration) = (5, Duration::from_millis(50));
+
+/// What one look at the line found.
+struct Seen {
+    line: Vec<Place>,
+    /// The run keys of the run leases of the job: the runs that runners hold.
+    claimed: Vec<String>,
 }
 
 /// A place written: its revision, and when it was last written.
@@ -145,7 +169,7 @@ impl<'a> Line<'a> {
         let run_id = crate::record::parse_run_key(run_key).map_or(run_key, |(_, id)| id);
         let me = Place { run: run_key.to_string(), fire };
         let key = lease_keys::waiting(job, run_id);
-        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new() }
+        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new(), seen: 0 }
     }
 
     /// Stands in line, if it does not yet. Written whatever the key holds: a place left
@@ -157,7 +181,10 @@ impl<'a> Line<'a> {
         }
         let written = Instant::now();
         match self.leases.put(&self.key, self.value(), Some(self.ttl)).await {
-            Ok(revision) => self.standing = Some(Standing { fence: Fenced::at(revision), written }),
+            Ok(revision) => {
+                self.saw(revision);
+                self.standing = Some(Standing { fence: Fenced::at(revision), written });
+            }
             Err(e) => debug!("standing in line for the job's overlap lease: {e}"),
         }
     }
@@ -172,7 +199,10 @@ impl<'a> Line<'a> {
         }
         let written = Instant::now();
         match self.leases.update_fenced(&self.key, value, &mut standing.fence, Some(ttl)).await {
-            Ok(_) => standing.written = written,
+            Ok(revision) => {
+                standing.written = written;
+                self.seen = self.seen.max(revision);
+            }
             Err(e) if e.is_conflict() => {
                 self.standing = None;
                 self.join().await;
@@ -225,13 +255,34 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// Notes that this run read or wrote the leases bucket at `revision`.
+    pub fn saw(&mut self, revision: u64) {
+        self.seen = self.seen.max(revision);
+    }
+
     /// Takes the lease `key` in this run's turn, not read first: at a first try, when it
-    /// is likely free. `now` tells whether the run is late (see the module's doc).
+    /// is likely free. It takes the lease, then looks at the line, and gives it back when
+    /// it is not its turn. `now` tells whether the run is late: a late run stands in line
+    /// first, and does not try without its place (see the module's doc).
     pub async fn take_now(&mut self, key: &str, now: DateTime<Utc>) -> Result<Option<Lease>, Error> {
-        if !self.my_turn(now > self.me.fire).await? {
-            return Ok(None);
+        let late = now > self.me.fire;
+        if late {
+            self.join().await;
+            if self.standing.is_none() {
+                return Ok(None);
+            }
         }
-        Lease::try_acquire(self.leases, key, &self.me.run, self.ttl).await
+        let Some(lease) = Lease::try_acquire(self.leases, key, &self.me.run, self.ttl).await? else {
+            return Ok(None);
+        };
+        self.saw(lease.revision());
+        if self.my_turn(key, late).await? {
+            return Ok(Some(lease));
+        }
+        if let Err(e) = lease.release().await {
+            debug!("giving the job's overlap lease back to an earlier fire (it expires in its TTL): {e}");
+        }
+        Ok(None)
     }
 
     /// Takes the lease `key` if it is free and this run's turn: one read while it is held,
@@ -243,21 +294,30 @@ impl<'a> Line<'a> {
         Ok(self.take_now(key, now).await?.map_or(Look::Free, |lease| Look::Took(Box::new(lease))))
     }
 
-    /// Whether an earlier fire of the job stands in line (a backlog is being worked off).
-    /// A listing that fails (NATS away) says no.
-    pub async fn earlier_in_line(&self) -> bool {
-        match self.listed(&lease_keys::waiting(self.job, "*")).await {
-            Ok(values) => ahead(&self.me, &places(&values)).is_some(),
-            Err(e) => self.unlisted(&e),
+    /// Whether an earlier fire of the job stands in line (a backlog is being worked off),
+    /// as seen after the holder of the lease `key` was read. A listing that fails (NATS
+    /// away, or only a replica behind answers) cannot tell, and says yes: the run waits in
+    /// line, for a bounded time, rather than be skipped behind a run that may be gone.
+    pub async fn earlier_in_line(&mut self, key: &str) -> bool {
+        match self.look_at_line(key).await {
+            Ok(seen) => ahead(&self.me, &seen.line).is_some(),
+            Err(e) => {
+                debug!("listing the runs of the job ahead of this one: {e}");
+                true
+            }
         }
     }
 
-    /// Whether no earlier fire stands in line, nor (for a `late` run) is on its way to it.
-    /// A listing that fails (NATS away) is no turn: asked again at the next try.
-    async fn my_turn(&mut self, late: bool) -> Result<bool, Error> {
-        let line = match self.listed(&lease_keys::waiting(self.job, "*")).await {
-            Ok(values) => places(&values),
-            Err(e) => return Ok(self.unlisted(&e)),
+    /// Whether no earlier fire stands in line, nor (for a `late` run) is on its way to it,
+    /// this run holding the lease `key`. A listing that fails is no turn: asked again at
+    /// the next try.
+    async fn my_turn(&mut self, key: &str, late: bool) -> Result<bool, Error> {
+        let Seen { line, claimed } = match self.look_at_line(key).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                debug!("listing the runs of the job ahead of this one: {e}");
+                return Ok(false);
+            }
         };
         if let Some(first) = ahead(&self.me, &line) {
             debug!(ahead = %first.run, "the job's overlap lease is free; an earlier fire in line takes it first");
@@ -266,10 +326,7 @@ impl<'a> Line<'a> {
         if !late {
             return Ok(true);
         }
-        let claimed = match self.listed(&lease_keys::run(self.job, "*")).await {
-            Ok(values) => self.seen(values.iter().map(|(key, _)| key.as_str())),
-            Err(e) => return Ok(self.unlisted(&e)),
-        };
+        let claimed = self.seen_since(claimed);
         match on_its_way(&self.me, &line, &claimed) {
             Some(run) => {
                 debug!(ahead = %run, "the job's overlap lease is free; an earlier fire on its way takes it first");
@@ -279,31 +336,60 @@ impl<'a> Line<'a> {
         }
     }
 
-    /// The run keys of the run leases `keys` (`run.<job>.<run-id>`), each with how long
-    /// this run has seen it.
-    fn seen<'k>(&mut self, keys: impl Iterator<Item = &'k str>) -> Vec<(String, Duration)> {
-        let prefix = lease_keys::run(self.job, "");
+    /// The run keys `claimed`, each with how long this run has seen it.
+    fn seen_since(&mut self, claimed: Vec<String>) -> Vec<(String, Duration)> {
         let now = Instant::now();
-        let runs = keys.filter_map(|key| key.strip_prefix(&prefix)).map(|id| crate::record::run_key(self.job, id));
-        runs.map(|run| {
-            let since = *self.arriving.entry(run.clone()).or_insert(now);
-            (run, now - since)
-        })
-        .collect()
+        claimed
+            .into_iter()
+            .map(|run| {
+                let since = *self.arriving.entry(run.clone()).or_insert(now);
+                (run, now - since)
+            })
+            .collect()
     }
 
-    /// The live keys matching `filter` and their values.
-    async fn listed(&self, filter: &str) -> Result<Vec<(String, Versioned)>, Error> {
-        match self.leases.last_values(filter).await? {
-            Some(values) => Ok(values),
-            // More than one answer holds: read with a watch.
-            None => self.leases.scan(filter).await,
+    /// The job's line and the runs runners hold, in one listing that includes the lease
+    /// `key` (just taken or read: a replica up to date cannot answer without it) and
+    /// reaches `seen`. A listing from behind is asked again [`STALE_RETRIES`] times.
+    async fn look_at_line(&self, key: &str) -> Result<Seen, Error> {
+        let (line, runs) = (lease_keys::waiting(self.job, "*"), lease_keys::run(self.job, "*"));
+        let mut tries = 0;
+        let listing = loop {
+            let listing = match self.leases.listing(&[&line, &runs, key]).await? {
+                Some(listing) => listing,
+                // More than one answer holds: read with watches, which a leader answers.
+                None => {
+                    let mut values = self.leases.scan(&line).await?;
+                    values.extend(self.leases.scan(&runs).await?);
+                    break Listing { values, as_of: self.seen };
+                }
+            };
+            if listing.as_of >= self.seen {
+                break listing;
+            }
+            tries += 1;
+            if tries > STALE_RETRIES.0 {
+                let why = format!("answered as of revision {}, before this run's {}", listing.as_of, self.seen);
+                return Err(Error::nats("listing the job's line", why));
+            }
+            tokio::time::sleep(STALE_RETRIES.1).await;
+        };
+        Ok(self.split(listing))
+    }
+
+    /// A listing of the line, the run leases and the lease, as the line and the runs held.
+    fn split(&self, listing: Listing) -> Seen {
+        let (in_line, runs) = (lease_keys::waiting(self.job, ""), lease_keys::run(self.job, ""));
+        let mut seen = Seen { line: Vec::new(), claimed: Vec::new() };
+        for (key, value) in listing.values {
+            if key.starts_with(&in_line) {
+                // A value that does not read as a place is skipped.
+                seen.line.extend(serde_json::from_slice::<Place>(&value.value).ok());
+            } else if let Some(id) = key.strip_prefix(&runs) {
+                seen.claimed.push(crate::record::run_key(self.job, id));
+            }
         }
-    }
-
-    fn unlisted(&self, e: &Error) -> bool {
-        debug!("listing the runs of the job ahead of this one: {e}");
-        false
+        seen
     }
 
     fn value(&self) -> bytes::Bytes {
@@ -319,11 +405,6 @@ async fn renew_when_due(lease: &mut Lease) -> Result<(), Error> {
         return Ok(());
     }
     lease.renew().await
-}
-
-/// The places of a listing of the line (a value that does not read as one is skipped).
-fn places(values: &[(String, Versioned)]) -> Vec<Place> {
-    values.iter().filter_map(|(_, v)| serde_json::from_slice(&v.value).ok()).collect()
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
 //! instant, renew the lease and move the watermark.
 
-use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,21 +9,18 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info_span, warn};
-
-use tokio::task::JoinSet;
+use tracing::{debug, error, warn};
 
 use super::catchup;
+use super::in_flight::{InFlight, fire};
 use super::index::{PublishedTriggers, ShardChange, ShardJobs};
 use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
 use super::refresh::Keeper;
-use super::{Due, FireQueue, SchedulerCtx, shards};
+use super::{Due, FireQueue, SchedulerCtx};
 use crate::catalog::CatalogJob;
-use crate::dispatch::{DispatchMsg, dispatch};
 use crate::error::Error;
 use crate::names::lease_keys;
-use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
 use crate::store::lease::Lease;
 
@@ -153,7 +149,8 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             let (at, store) = (action.fire(), s.ctx.store.clone());
             match action {
                 Action::Run(due, trigger) => {
-                    in_flight.spawn(at, fire(store, s.ctx.config.default_deadline, due, trigger, now))
+                    let job = due.job.name.clone();
+                    in_flight.spawn_in_order((job, at), fire(store, s.ctx.config.default_deadline, due, trigger, now))
                 }
                 Action::Missed(due, why, record) => in_flight.spawn(at, missed(store, due, why, record, now)),
             }
@@ -346,59 +343,6 @@ async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (Fir
     (queue, triggers)
 }
 
-/// Dispatches not finished yet, and their fire instants (for the watermark).
-///
-/// Each is a task of its own, so it goes on while the leader awaits its own writes
-/// (renewing its lease, moving the watermark). Polled only by the leader's loop, they used
-/// to stand still meanwhile, some holding async-nats's publish permits (5,000 per
-/// connection, handed out in order to waiters whether polled or not): with thousands in
-/// flight, the leader's own write could wait for a permit only they would give back, and
-/// the whole agent stopped writing.
-#[derive(Default)]
-struct InFlight {
-    tasks: JoinSet<()>,
-    fires: HashMap<tokio::task::Id, DateTime<Utc>>,
-    instants: BTreeMap<DateTime<Utc>, usize>,
-}
-
-impl InFlight {
-    fn spawn(&mut self, at: DateTime<Utc>, dispatch: impl Future<Output = ()> + Send + 'static) {
-        let task = self.tasks.spawn(dispatch);
-        self.fires.insert(task.id(), at);
-        *self.instants.entry(at).or_default() += 1;
-    }
-
-    fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    fn earliest(&self) -> Option<DateTime<Utc>> {
-        self.instants.keys().next().copied()
-    }
-
-    /// Waits for one dispatch to end; false when none is in flight (never resolves in
-    /// `select!`'s pattern `true = ...` then).
-    async fn join_next(&mut self) -> bool {
-        let id = match self.tasks.join_next_with_id().await {
-            None => return false,
-            Some(Ok((id, _))) => id,
-            Some(Err(e)) => {
-                error!("a dispatch task ended abnormally: {e}");
-                e.id()
-            }
-        };
-        if let Some(at) = self.fires.remove(&id)
-            && let Some(n) = self.instants.get_mut(&at)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.instants.remove(&at);
-            }
-        }
-        true
-    }
-}
-
 /// Everything before the earliest fire not yet dispatched (queued or in flight) is done,
 /// up to `ceiling`: now, as a job changed meanwhile (a change not read yet) fires from
 /// then on. Fires dispatched ahead, after it, are refused as duplicates at a successor.
@@ -481,53 +425,6 @@ async fn missed(store: Store, due: Due, why: String, record: Record, now: DateTi
     }
 }
 
-/// Dispatches one due fire.
-async fn fire(store: Store, default_deadline: Duration, due: Due, trigger: Trigger, now: DateTime<Utc>) {
-    let Some(summary) = due.summary() else { return };
-    let name = &due.job.name;
-    let run_id = fire_run_id(due.fire);
-    let span = info_span!("fire", job = %name, run = %run_id);
-    let deadline = summary.starting_deadline.unwrap_or(default_deadline);
-    async {
-        let msg = DispatchMsg {
-            job: name.to_string(),
-            run_id: run_id.clone(),
-            attempt: 1,
-            trigger,
-            scheduled_at: due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire),
-            spec_revision: due.job.revision,
-            queued: None,
-        };
-        // NATS may be briefly away (a leader election): retry within the deadline.
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match dispatch(&store, &summary.pool, &msg, now).await {
-                Ok(outcome) => return debug!(?outcome, "dispatch"),
-                Err(e) if backoff < deadline.min(Duration::from_secs(30)) => {
-                    warn!("dispatch failed, retrying in {backoff:?}: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                Err(e) => return error!("dispatch failed, fire lost: {e}"),
-            }
-        }
-    }
-    .instrument(span)
-    .await;
-}
-
-/// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one:
-/// FNV-1a of the job name and the fire's Unix milliseconds (little-endian), mixed, modulo
-/// `max` in milliseconds. The formula is part of the contract between scheduler versions.
-fn jitter(job: &str, fire: DateTime<Utc>, max: Duration) -> TimeDelta {
-    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
-    if max_ms == 0 {
-        return TimeDelta::zero();
-    }
-    let h = shards::mix(shards::fnv1a(&[job.as_bytes(), &fire.timestamp_millis().to_le_bytes()]));
-    TimeDelta::try_milliseconds(i64::try_from(h % max_ms).unwrap_or(i64::MAX)).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -551,22 +448,5 @@ mod tests {
         queueing.store(false, Ordering::SeqCst);
         assert_eq!(queue.len(), 2_000);
         assert!(beside.await.unwrap(), "the task beside ran only once the queue was built");
-    }
-
-    #[test]
-    fn jitter_is_fixed_by_job_and_fire_and_stays_below_its_maximum() {
-        let fire = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
-        let max = Duration::from_secs(60);
-        // Pinned: a new Rust release or cronrun version must not move a job's delay.
-        assert_eq!(jitter("backup", fire, max), TimeDelta::milliseconds(30_939));
-        assert_eq!(jitter("backup", fire, Duration::ZERO), TimeDelta::zero());
-        let delays: Vec<TimeDelta> =
-            (0..1000).map(|i| jitter(&format!("job-{i}"), fire + TimeDelta::seconds(i), max)).collect();
-        assert!(delays.iter().all(|d| *d >= TimeDelta::zero() && *d < TimeDelta::seconds(60)));
-        // Spread over the range, not clustered: every 6-second tenth is hit.
-        for tenth in 0..10 {
-            let (lo, hi) = (TimeDelta::seconds(6 * tenth), TimeDelta::seconds(6 * (tenth + 1)));
-            assert!(delays.iter().any(|d| *d >= lo && *d < hi), "no delay in [{lo}, {hi})");
-        }
     }
 }

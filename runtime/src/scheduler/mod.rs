@@ -24,6 +24,7 @@
 
 mod catchup;
 mod expiry;
+mod in_flight;
 mod index;
 mod leader;
 pub mod loader;

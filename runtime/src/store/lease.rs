@@ -118,7 +118,13 @@ impl Lease {
 
 /// The holder of `key`, if held.
 pub async fn holder(kv: &Bucket, key: &str) -> Result<Option<LeaseValue>, Error> {
-    Ok(kv.get(key).await?.and_then(|v| serde_json::from_slice(&v.value).ok()))
+    Ok(holder_at(kv, key).await?.map(|(value, _)| value))
+}
+
+/// The holder of `key`, if held, and the revision of the key that says so.
+pub async fn holder_at(kv: &Bucket, key: &str) -> Result<Option<(LeaseValue, u64)>, Error> {
+    let read = kv.get(key).await?;
+    Ok(read.and_then(|v| Some((serde_json::from_slice(&v.value).ok()?, v.revision))))
 }
 
 #[cfg(test)]

@@ -22,17 +22,37 @@ pub const MAX_KEYS: usize = 1024;
 /// How long each message of the answer is waited for.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
+/// What one answer listed: the live keys that matched and their values, and how far the
+/// replica that answered had got (see [`Bucket::listing`]).
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub values: Vec<(String, Versioned)>,
+    /// The last revision of the bucket that replica held when it answered; 0 when nothing
+    /// matched (its answer then does not say).
+    pub as_of: u64,
+}
+
 impl Bucket {
     /// The keys matching `filter` (NATS wildcards) that hold a value, with their values;
     /// None when one answer cannot hold them: more than `MAX_KEYS` keys match (deleted ones
     /// included), or their values pass the server's limit on one answer's bytes.
     pub async fn last_values(&self, filter: &str) -> Result<Option<Vec<(String, Versioned)>>, Error> {
-        let fail = |e: &dyn std::fmt::Display| Error::nats(&format!("reading {filter} from {}", self.name()), e);
+        Ok(self.listing(&[filter]).await?.map(|listing| listing.values))
+    }
+
+    /// `last_values` of several filters in one answer, with how far the replica that
+    /// answered had got. Any replica answers a direct get from what it holds, and one that
+    /// has fallen behind (a node thawed after a freeze, a follower catching up) answers
+    /// from its past: a caller that must see what was written before a write of its own
+    /// compares `as_of` with that write's revision.
+    pub async fn listing(&self, filters: &[&str]) -> Result<Option<Listing>, Error> {
+        let fail = |e: &dyn std::fmt::Display| Error::nats(&format!("reading {filters:?} from {}", self.name()), e);
         let prefix = format!("$KV.{}.", self.name());
         let client = self.js.client();
         let inbox = client.new_inbox();
         let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| fail(&e))?;
-        let request = serde_json::json!({ "multi_last": [format!("{prefix}{filter}")] }).to_string();
+        let subjects: Vec<String> = filters.iter().map(|filter| format!("{prefix}{filter}")).collect();
+        let request = serde_json::json!({ "multi_last": subjects }).to_string();
         let subject = format!("$JS.API.DIRECT.GET.KV_{}", self.name());
         client.publish_with_reply(subject, inbox, request.into()).await.map_err(|e| fail(&e))?;
         let mut values = Vec::new();
@@ -48,10 +68,11 @@ impl Bucket {
                 None => {}
                 // The end of the answer; with messages still pending, it was cut short.
                 Some(204) => {
-                    let pending = header("Nats-Num-Pending").and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-                    return Ok((pending == 0).then_some(values));
+                    let number = |name| header(name).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+                    let as_of = number("Nats-UpTo-Sequence");
+                    return Ok((number("Nats-Num-Pending") == 0).then_some(Listing { values, as_of }));
                 }
-                Some(404) if values.is_empty() && description == "No Results" => return Ok(Some(values)),
+                Some(404) if values.is_empty() && description == "No Results" => return Ok(Some(Listing::default())),
                 Some(413) => return Ok(None),
                 Some(code) => return Err(fail(&format!("status {code} {description}"))),
             }

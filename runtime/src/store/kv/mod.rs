@@ -23,7 +23,7 @@ mod last;
 mod read;
 mod watch;
 
-pub use last::MAX_KEYS;
+pub use last::{Listing, MAX_KEYS};
 pub use watch::{Change, Watch};
 
 /// How long the marker of a released lease or presence key stays: long enough for every
