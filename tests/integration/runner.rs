@@ -308,6 +308,12 @@ async fn a_jobs_runs_are_listed_whole_below_and_above_what_one_read_answers() {
     let listing = store.runs.listing(&["few.*", "none.*"]).await.unwrap().unwrap();
     assert_eq!(listing.values.len(), 2, "{:?}", listing.values);
     assert!(listing.as_of > *revisions.values().max().unwrap(), "answered as of {}", listing.as_of);
+    // The leader's answer: a live key's value at its revision, nothing for a removed or
+    // absent one.
+    let live = store.runs.get_from_leader(&kept[0]).await.unwrap().map(|v| v.revision);
+    assert_eq!(live, Some(revisions[&kept[0]]));
+    assert!(store.runs.get_from_leader(&removed).await.unwrap().is_none(), "removed");
+    assert!(store.runs.get_from_leader("none.absent").await.unwrap().is_none(), "absent");
     assert!(store.list_runs("none").await.unwrap().is_empty());
     assert!(store.runs.last_values("many.*").await.unwrap().is_none(), "one answer holds at most {MAX_KEYS} keys");
     let many = store.list_runs("many").await.unwrap();

@@ -84,7 +84,9 @@ pub async fn shard_count(store: &Store, configured: Option<u32>) -> Result<u32, 
     let wanted = configured.unwrap_or(DEFAULT_SHARDS);
     let stored = match store.leases.create(SHARDS_KEY, wanted.to_string().into_bytes().into(), None).await {
         Ok(_) => return Ok(wanted),
-        Err(e) if *e.kind() == ErrorKind::AlreadyExists => store.leases.get(SHARDS_KEY).await?,
+        // Read from the leader: on a fresh cluster, agents starting together find the key
+        // created by another while their replica has not stored it yet.
+        Err(e) if *e.kind() == ErrorKind::AlreadyExists => store.leases.get_from_leader(SHARDS_KEY).await?,
         Err(e) => return Err(e),
     };
     let text = stored.map(|v| String::from_utf8_lossy(&v.value).into_owned()).unwrap_or_default();

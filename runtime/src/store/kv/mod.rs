@@ -174,6 +174,21 @@ impl Bucket {
         }))
     }
 
+    /// The value of `key` as the bucket's leader holds it, or None if absent, deleted or
+    /// expired. Any replica answers `get`, one behind from its past: after a create
+    /// refused because the key exists, `get` may still find nothing.
+    pub async fn get_from_leader(&self, key: &str) -> Result<Option<Versioned>, Error> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let subject = format!("$KV.{}.{key}", self.name());
+        let message = match self.kv.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(Error::nats(&format!("reading {key} from {}'s leader", self.name()), e)),
+        };
+        let removed = message.headers.get(KV_OPERATION).is_some_and(|op| op.as_str() != "PUT");
+        Ok((!removed).then_some(Versioned { value: message.payload, revision: message.sequence }))
+    }
+
     /// The revision of `key` and when the server stored it, by the server's clock (see
     /// `server_time`); None if absent, deleted or expired.
     pub async fn stamp(&self, key: &str) -> Result<Option<(u64, chrono::DateTime<chrono::Utc>)>, Error> {
