@@ -39,16 +39,18 @@ impl<T: ?Sized> Shared<T> {
 static SCHEDULES: LazyLock<Mutex<Shared<Schedule>>> = LazyLock::new(Shared::new);
 static POOLS: LazyLock<Mutex<Shared<str>>> = LazyLock::new(Shared::new);
 
-/// The schedule `expr` says: the one already in use for that text, else parsed. Looked up
-/// before parsing, which is most of the saving: a scheduler loading millions of jobs
-/// parses each distinct expression once, not once per job.
-pub fn schedule(expr: &str) -> Result<Arc<Schedule>, ScheduleError> {
-    if let Some(found) = SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).get(expr) {
+/// The schedule `expr` says for job `job`: the one already in use for that text, else
+/// parsed. Looked up before parsing, which is most of the saving: a scheduler loading
+/// millions of jobs parses each distinct expression once, not once per job. Keyed by the
+/// text with its `H` items resolved for the job, since those differ from job to job.
+pub fn schedule(expr: &str, job: &str) -> Result<Arc<Schedule>, ScheduleError> {
+    let expr = Schedule::resolve(expr, job)?;
+    if let Some(found) = SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).get(&expr) {
         return Ok(found);
     }
     // Parsed outside the lock; two parsing the same text at once both keep theirs valid.
-    let schedule = Arc::new(Schedule::parse(expr)?);
-    SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).insert(expr, &schedule);
+    let schedule = Arc::new(Schedule::parse(&expr)?);
+    SCHEDULES.lock().unwrap_or_else(|p| p.into_inner()).insert(&expr, &schedule);
     Ok(schedule)
 }
 
@@ -69,7 +71,7 @@ mod tests {
 
     #[test]
     fn equal_values_are_shared_and_unused_ones_are_swept() {
-        let parse = |expr: &str| schedule(expr).unwrap();
+        let parse = |expr: &str| schedule(expr, "job").unwrap();
         let (a, b) = (parse("*/7 * * * * *"), parse("*/7 * * * * *"));
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &parse("*/8 * * * * *")));
@@ -82,7 +84,15 @@ mod tests {
         assert!(len < 3 * SWEEP_FLOOR, "{len} entries kept of {}", 5 * SWEEP_FLOOR);
         assert!(Arc::ptr_eq(&a, &parse("*/7 * * * * *")), "one in use stays shared");
         // A refused expression is refused each time, and nothing is kept for it.
-        assert!(schedule("61 * * * *").is_err() && schedule("61 * * * *").is_err());
+        assert!(schedule("61 * * * *", "job").is_err() && schedule("61 * * * *", "job").is_err());
         assert!(SCHEDULES.lock().unwrap().get("61 * * * *").is_none());
+    }
+
+    #[test]
+    fn h_is_shared_by_the_slot_it_resolves_to_not_by_its_text() {
+        // `backup`'s `H` minute is 25 (the time crate's pinned vectors), `a`'s 40.
+        let (backup, a) = (schedule("H 9 * * *", "backup").unwrap(), schedule("H 9 * * *", "a").unwrap());
+        assert_eq!((backup.expr(), a.expr()), ("25 9 * * *", "40 9 * * *"));
+        assert!(Arc::ptr_eq(&backup, &schedule("25 9 * * *", "other").unwrap()));
     }
 }

@@ -217,7 +217,7 @@ async fn run_roles(
             None => return Ok(()),
         },
     };
-    health.layout_ready();
+    health.layout_ready(&store);
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");
     // What the scheduler reads, through its own store.

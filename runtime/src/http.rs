@@ -1,6 +1,7 @@
 //! The agent's HTTP listener (`--http ADDR`, `[http] listen`): `/livez` (the process
 //! serves), `/readyz` (NATS connected, layout present, roles started: 200, or 503 with a
-//! one-line reason), `/metrics` (Prometheus text, see `metrics`) and the dashboard at `/`
+//! one-line reason; then a `warning:` line per stream nearly full, which leaves a ready
+//! agent ready), `/metrics` (Prometheus text, see `metrics`) and the dashboard at `/`
 //! (see `dashboard`). axum, on a task of its own that stops with the agent and is watched
 //! by it: a listener that fails stops the agent rather than leaving it unhealthy-looking
 //! yet alive.
@@ -27,6 +28,8 @@ pub struct Health {
     /// The scheduler's connection, when it has one of its own (`[scheduler] creds`).
     pub scheduler_connection: std::sync::OnceLock<async_nats::Client>,
     layout: AtomicBool,
+    /// How full the layout's streams are, read once the layout is there.
+    streams: std::sync::OnceLock<crate::store::StreamUseCache>,
     roles_expected: usize,
     roles_started: AtomicUsize,
     /// The runner's slots (total, in use), when it runs one.
@@ -46,6 +49,7 @@ impl Health {
             client,
             scheduler_connection: std::sync::OnceLock::new(),
             layout: AtomicBool::new(false),
+            streams: std::sync::OnceLock::new(),
             roles_expected,
             roles_started: AtomicUsize::new(0),
             slots: std::sync::OnceLock::new(),
@@ -55,8 +59,15 @@ impl Health {
         }
     }
 
-    pub fn layout_ready(&self) {
+    /// The layout is there, in `store`: its streams' use is read from now on.
+    pub fn layout_ready(&self, store: &crate::store::Store) {
+        let _ = self.streams.set(crate::store::StreamUseCache::new(store.clone()));
         self.layout.store(true, Ordering::SeqCst);
+    }
+
+    /// Warnings of streams nearly full (see `store::StreamUse::warning`).
+    fn stream_warnings(&self) -> Vec<String> {
+        self.streams.get().map(|s| s.warnings()).unwrap_or_default()
     }
 
     pub fn role_started(&self) {
@@ -131,15 +142,25 @@ pub async fn serve(
     Ok(bound)
 }
 
+/// A stream nearly full is a warning, not a reason to be unready: every agent shares the
+/// streams, so all would turn unready at once, and taking them out of service empties no
+/// stream (old output and events are dropped by design; a full dispatch queue needs an
+/// operator, whom the warning and `cronrun_stream_use_ratio` alert).
 async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
-    match health.not_ready() {
+    let (code, mut body) = match health.not_ready() {
         None => (StatusCode::OK, "ready\n".to_string()),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+    };
+    for warning in health.stream_warnings() {
+        body.push_str(&format!("warning: {warning}\n"));
     }
+    (code, body)
 }
 
 async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
     crate::metrics::nats_connected(health.nats_connected());
+    // Sets the streams' gauges when its reading is renewed.
+    health.stream_warnings();
     if let Some((total, used)) = health.slots.get() {
         crate::metrics::runner_slots(used.load(Ordering::SeqCst), *total);
     }

@@ -12,7 +12,9 @@
 //! - `cronrun_job_last_success_timestamp_seconds` from the runner that ran the success:
 //!   aggregate it with `max`, not `sum`;
 //! - `cronrun_runner_slots`, `cronrun_nats_connected` and `cronrun_build_info` describe
-//!   the agent itself.
+//!   the agent itself;
+//! - `cronrun_stream_use_ratio{stream}` describes the deployment's streams as this agent
+//!   last read them (every agent reports the same streams: aggregate with `max`).
 //!
 //! The recorder is process-wide (the `metrics` facade): an agent is one process.
 //! A job's series leave `/metrics` with the job (`without_removed_jobs`, at each scrape:
@@ -185,6 +187,12 @@ pub fn schedules_led(change: f64) {
 pub fn runner_slots(used: usize, total: usize) {
     metrics::gauge!("cronrun_runner_slots", "state" => "used").set(used as f64);
     metrics::gauge!("cronrun_runner_slots", "state" => "free").set(total.saturating_sub(used) as f64);
+}
+
+/// How full `stream` is: the larger share of its byte and message limits in use (0 to 1,
+/// 0 without limits), set at each reading of the streams (see `store::StreamUseCache`).
+pub fn stream_use_ratio(stream: &str, ratio: f64) {
+    metrics::gauge!("cronrun_stream_use_ratio", "stream" => stream.to_string()).set(ratio);
 }
 
 /// Whether the agent's NATS connection is up, set at each scrape.

@@ -1,6 +1,7 @@
 //! What `cronrun status` and the dashboard's status page show: live runners and
 //! schedulers (their presence keys), which scheduler leads which shard, shards no one
-//! leads, and pools that jobs name and no live runner serves.
+//! leads, pools that jobs name and no live runner serves, and each stream's use against
+//! its limits.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::runner::RunnerPresence;
-use crate::store::Store;
 use crate::store::lease::LeaseValue;
+use crate::store::{Store, StreamUse};
 
 pub struct StatusReport {
     pub runners: Vec<RunnerPresence>,
@@ -21,6 +22,8 @@ pub struct StatusReport {
     /// Pools that jobs (not paused) name and no live runner serves, with how many jobs
     /// name each: their runs wait (a typo in `pool` looks just like this).
     pub unserved_pools: Vec<(String, usize)>,
+    /// The layout's streams (KV buckets' included): use against limits.
+    pub streams: Vec<StreamUse>,
 }
 
 impl StatusReport {
@@ -43,7 +46,8 @@ impl StatusReport {
             stored.and_then(|v| crate::scheduler::parse_count(&String::from_utf8_lossy(&v.value))).unwrap_or(0);
         let served = |pool: &str| runners.iter().any(|r| r.pools.iter().any(|p| p == pool));
         let unserved_pools = pools.into_iter().filter(|(pool, _)| !served(pool)).collect();
-        Ok(Self { runners, schedulers, shards, shard_count, unserved_pools })
+        let streams = store.stream_use().await;
+        Ok(Self { runners, schedulers, shards, shard_count, unserved_pools, streams })
     }
 
     /// The shards `holder` leads.
@@ -56,8 +60,23 @@ impl StatusReport {
         (0..self.shard_count).filter(|n| self.shards.binary_search_by_key(n, |(s, _)| *s).is_err()).collect()
     }
 
-    pub fn to_json(&self) -> Value {
+    /// The warnings of the streams nearly full (see `StreamUse::warning`).
+    pub fn stream_warnings(&self, names: &crate::names::Names) -> Vec<String> {
+        self.streams.iter().filter_map(|s| s.warning(names)).collect()
+    }
+
+    pub fn to_json(&self, names: &crate::names::Names) -> Value {
         let unled = self.unled();
+        let streams: Vec<Value> = self
+            .streams
+            .iter()
+            .map(|s| {
+                let mut v = json!(s);
+                v["use_ratio"] = json!(s.ratio());
+                v["warning"] = json!(s.warning(names));
+                v
+            })
+            .collect();
         let led: Vec<Value> = self
             .schedulers
             .iter()
@@ -76,6 +95,7 @@ impl StatusReport {
                 "led": led,
                 "unled": if unled.is_empty() { String::new() } else { crate::scheduler::ranges(unled) },
             },
+            "streams": streams,
         })
     }
 }

@@ -6,6 +6,8 @@
 //! and is best read alone.
 //!
 //! - `scheduling`: exactly once per fire across agents and failover; live edits.
+//! - `hashed`: `H` in schedules: `next --job`, `ls` and the scheduler agree on a job's
+//!   slots; bad `H` refused in one line.
 //! - `sharding`: shards spread over schedulers joining, stopping and dying.
 //! - `catchup`: fires missed while no scheduler ran.
 //! - `overlap`: overlap policies and locks shared across agents.
@@ -24,6 +26,7 @@
 //! - `secrets`: `cronrun secret`, secrets in env, config and webhooks, masked output, and
 //!   every route to the secrets bucket tried by the identities that must not take it.
 //! - `observe`: the agent's /livez, /readyz and /metrics.
+//! - `storage`: the layout sized within the storage JetStream gives; streams' use and limits.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
 //! - `up`: `cronrun up` as a user runs it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -39,6 +42,7 @@ mod chains;
 mod dashboard;
 mod failure;
 mod gitops;
+mod hashed;
 mod hostile;
 mod import;
 mod input;
@@ -55,6 +59,7 @@ mod scheduling;
 mod secrets;
 mod security;
 mod sharding;
+mod storage;
 mod supervisor;
 mod up;
 mod wasm;

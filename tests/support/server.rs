@@ -79,6 +79,15 @@ impl Nats {
         Nats { url: server.url.clone(), server: Some(server), dir }
     }
 
+    /// A server whose `jetstream` block also holds `limits`, e.g. `max_file_store: 256MB`
+    /// (a small VM, a storage quota).
+    pub async fn start_with_jetstream(limits: &str) -> Nats {
+        let dir = test_dir();
+        let options = ServerOptions { jetstream: limits.into(), ..secure_options(dir.path(), 0) };
+        let server = EmbeddedNats::start(dir.path(), &options).await.unwrap();
+        Nats { url: server.url.clone(), server: Some(server), dir }
+    }
+
     /// A server whose identities lack every right naming `subjects_with` (as an
     /// authorization written by a version without what those name).
     pub async fn start_without_rights(subjects_with: &str) -> Nats {
@@ -158,9 +167,15 @@ impl Nats {
 
     /// Starts nats-server again on the port and with the store it had (after `kill_server`).
     pub async fn restart_server(&mut self) {
+        self.restart_server_with_jetstream("").await;
+    }
+
+    /// As `restart_server`, with `limits` in its `jetstream` block (see `start_with_jetstream`).
+    pub async fn restart_server_with_jetstream(&mut self, limits: &str) {
         assert!(self.server.is_none(), "nats-server is still running");
         let port = self.url.rsplit(':').next().unwrap().parse().unwrap();
-        let server = EmbeddedNats::start(self.dir.path(), &secure_options(self.dir.path(), port)).await.unwrap();
+        let options = ServerOptions { jetstream: limits.into(), ..secure_options(self.dir.path(), port) };
+        let server = EmbeddedNats::start(self.dir.path(), &options).await.unwrap();
         assert_eq!(server.url, self.url);
         self.server = Some(server);
     }
@@ -227,6 +242,7 @@ impl Cluster {
                     route_ports[i]
                 ),
                 probe_creds: Some(test_seed.clone()),
+                jetstream: String::new(),
             })
             .collect();
         let starts = options.iter().enumerate().map(|(i, opts)| {

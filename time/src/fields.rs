@@ -73,26 +73,27 @@ impl Parsed {
     }
 }
 
-struct Ctx<'a> {
-    def: &'a FieldDef,
-    text: &'a str,
+/// One field's text as its parsers read it (here and `H` items in `hashed.rs`).
+pub(crate) struct Ctx<'a> {
+    pub def: &'a FieldDef,
+    pub text: &'a str,
     /// `text` ASCII-uppercased: same byte offsets.
-    upper: &'a str,
+    pub upper: &'a str,
 }
 
 impl Ctx<'_> {
-    fn err(&self, msg: String) -> ScheduleError {
+    pub fn err(&self, msg: String) -> ScheduleError {
         ScheduleError { field: self.def.name, reason: format!("{:?}: {msg}", self.text) }
     }
 
     /// The user's spelling of a slice of `upper`.
-    fn orig<'s>(&'s self, s: &'s str) -> &'s str {
+    pub fn orig<'s>(&'s self, s: &'s str) -> &'s str {
         let start = (s.as_ptr() as usize).wrapping_sub(self.upper.as_ptr() as usize);
         self.text.get(start..start.wrapping_add(s.len())).unwrap_or(s)
     }
 
     /// `"<term>: "` when the term is not the whole field, else nothing.
-    fn at(&self, term: &str) -> String {
+    pub fn at(&self, term: &str) -> String {
         if term.len() == self.text.len() { String::new() } else { format!("{}: ", self.orig(term)) }
     }
 
@@ -115,14 +116,14 @@ impl Ctx<'_> {
     }
 
     /// A step or nth count: ASCII digits; huge values saturate.
-    fn count(&self, s: &str, what: &str) -> Result<u64, ScheduleError> {
+    pub fn count(&self, s: &str, what: &str) -> Result<u64, ScheduleError> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(self.err(format!("{what} {s:?} is not a number")));
         }
         Ok(s.parse::<u64>().unwrap_or(u64::MAX))
     }
 
-    fn range(&self, s: &str) -> Result<(u32, u32), ScheduleError> {
+    pub fn range(&self, s: &str) -> Result<(u32, u32), ScheduleError> {
         let Some((a, b)) = s.split_once('-') else {
             let v = self.value(s)?;
             return Ok((v, v));

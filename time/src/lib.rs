@@ -8,6 +8,8 @@
 //!   items, with cronsim's syntax quirks.
 //! * `cron.rs`: the compiled expression (`CronSpec`), cronsim's whole
 //!   expression checks, and the day-of-month / day-of-week matcher.
+//! * `hashed.rs`: Jenkins' `H` items, rewritten into plain values by a pinned hash
+//!   of the job's name before the expression is parsed.
 //! * `iter.rs`: the forward search, a port of cronsim 2.9's iterator, with
 //!   jumps where they provably equal cronsim's tick loops.
 //! * `wall.rs`: a plain wall-clock search, used only where cronsim would
@@ -31,6 +33,15 @@
 //! day-of-week `5L`/`FRIL` (last Friday) and `FRI#3` (third Friday, 1-5);
 //! `?` as a whole day field means `*`. If either day field starts with `*` or
 //! `?`, both must match, otherwise either may (Debian cron).
+//! `H` (Jenkins) in any field but the year: `H`, `H/n`, `H(a-b)`, `H(a-b)/n`, a
+//! value (or a step's offset) fixed per job by a hash of its name and the field, so
+//! jobs written alike spread and each keeps its slot: [`Schedule::parse_for`] resolves
+//! them (`H H * * *` for `backup` is `25 1 * * *`), [`Schedule::parse`] refuses them.
+//! Bare `H` ranges: second and minute 0-59, hour 0-23, day-of-month 1-28, month 1-12,
+//! day-of-week 0-6. The slot, pinned for good, is `mix(fnv1a64(name, 0x00, field))
+//! mod choices`, field being `second` ... `day-of-week` and `mix` splitmix64's
+//! finalizer (`hashed.rs`); the resolved expression is what fires and what
+//! [`Schedule::expr`] returns.
 //! Macros: `@yearly`/`@annually` `0 0 1 1 *`, `@monthly` `0 0 1 * *`,
 //! `@weekly` `0 0 * * 0`, `@daily`/`@midnight` `0 0 * * *`, `@hourly`
 //! `0 * * * *` (so they get the 5-field DST handling); `@every <duration>`
@@ -82,11 +93,14 @@
 
 mod cron;
 mod fields;
+mod hashed;
 mod iter;
 #[cfg(test)]
 mod tests;
 mod wall;
 mod zone;
+
+use std::borrow::Cow;
 
 use chrono::{DateTime, Datelike, Utc};
 pub use chrono_tz::Tz;
@@ -145,8 +159,28 @@ const MACROS: &str = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, 
                       @every <duration> or @at <RFC 3339 time>";
 
 impl Schedule {
-    /// Parses a cron expression, a macro, `@every <duration>` or `@at <time>`.
+    /// Parses a cron expression, a macro, `@every <duration>` or `@at <time>`. An `H`
+    /// item is refused: its slot comes from a job's name ([`Schedule::parse_for`]).
     pub fn parse(expr: &str) -> Result<Schedule, ScheduleError> {
+        Self::parse_resolved(hashed::resolve(expr, None)?)
+    }
+
+    /// Parses job `job`'s expression, its `H` items resolved to the job's slots
+    /// ([`Schedule::resolve`]); [`Schedule::expr`] is then the resolved text.
+    pub fn parse_for(expr: &str, job: &str) -> Result<Schedule, ScheduleError> {
+        Self::parse_resolved(hashed::resolve(expr, Some(job))?)
+    }
+
+    /// `expr` with its `H` items resolved for job `job` (borrowed as it is without any),
+    /// or why one is refused: the text a cache of parsed schedules is keyed by, since
+    /// jobs of different names give `H * * * *` different slots. The slot formula is
+    /// pinned (the crate's "Grammar" section).
+    pub fn resolve<'a>(expr: &'a str, job: &str) -> Result<Cow<'a, str>, ScheduleError> {
+        hashed::resolve(expr, Some(job))
+    }
+
+    /// Parses an expression without `H` items.
+    fn parse_resolved(expr: Cow<'_, str>) -> Result<Schedule, ScheduleError> {
         let text = expr.trim();
         let kind = if text.is_empty() {
             return Err(expr_err(format!(
@@ -178,7 +212,7 @@ impl Schedule {
         } else {
             Kind::Cron(Box::new(CronSpec::parse(&split(text))?))
         };
-        Ok(Schedule { expr: expr.into(), kind })
+        Ok(Schedule { expr: expr.into_owned().into_boxed_str(), kind })
     }
 
     /// A schedule that never fires (its expression is empty): for jobs that only other
@@ -243,7 +277,7 @@ impl Schedule {
         }
     }
 
-    /// The original text.
+    /// The text it fires by: as written, but with `H` items resolved ([`Schedule::parse_for`]).
     pub fn expr(&self) -> &str {
         &self.expr
     }

@@ -388,7 +388,7 @@ impl JobSpec {
     }
 
     /// The parsed schedule and zone; `validate` has checked both. A job with `after` or
-    /// `on` and no schedule gets one that never fires.
+    /// `on` and no schedule gets one that never fires; `H` items resolve by the job's name.
     pub fn parsed_schedule(&self) -> Result<(Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         let schedule = match self.schedule.trim() {
             "" if !self.after.is_empty() || self.on.is_some() => Arc::new(cronrun_time::Schedule::never()),
@@ -399,7 +399,7 @@ impl JobSpec {
                      for a job that runs when another's run ends or per message",
                 ));
             }
-            _ => crate::shared::schedule(&self.schedule)
+            _ => crate::shared::schedule(&self.schedule, &self.name)
                 .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?,
         };
         let tz = cronrun_time::parse_timezone(&self.timezone)

@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, a: NewArgs) -> Result<()> {
     if !a.name.starts_with(|c: char| c.is_ascii_alphabetic()) {
         bail!("{:?}: a project's name must start with a letter (it names the crate too)", a.name);
     }
-    crate::schedule::Schedule::parse(&a.schedule).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
+    crate::schedule::Schedule::parse_for(&a.schedule, &a.name).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?;
     if a.schedule.contains(|c: char| c.is_control() || matches!(c, '"' | '\'' | '\\')) {
         bail!("--schedule {:?}: quotes, backslashes and control characters are no part of a schedule", a.schedule);
     }

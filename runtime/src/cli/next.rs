@@ -1,10 +1,12 @@
-//! `cronrun next EXPR [--tz ZONE] [--from INSTANT] [-n N]`: fire times, computed offline.
-//! Fires are searched as far as the grammar reaches (a year field's years up to 2199);
-//! with none at all after the start, one line says why and the exit is non-zero.
+//! `cronrun next EXPR [--tz ZONE] [--from INSTANT] [-n N] [--job NAME]`: fire times,
+//! computed offline. Fires are searched as far as the grammar reaches (a year field's
+//! years up to 2199); with none at all after the start, one line says why and the exit is
+//! non-zero. `H` items resolve for `--job` as the scheduler resolves that job's.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use clap::Args;
+use serde_json::json;
 
 use super::{Ctx, fmt_time};
 use crate::schedule::{Schedule, parse_timezone};
@@ -22,10 +24,14 @@ pub struct NextArgs {
     /// How many fire times
     #[arg(short = 'n', default_value_t = 5)]
     pub count: usize,
+    /// The job whose name resolves `H` items (JSON output is then an object with the
+    /// resolved expression and the fires)
+    #[arg(long)]
+    pub job: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
-    let schedule = Schedule::parse(&a.expr).map_err(|e| anyhow::anyhow!("schedule: {e}"))?;
+    let schedule = parse(&a.expr, a.job.as_deref())?;
     let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
     let mut at: DateTime<Utc> = match &a.from {
         Some(s) => DateTime::parse_from_rfc3339(s)
@@ -46,11 +52,26 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
         next = schedule.next_after(at, tz);
     }
     let utc: Vec<String> = fires.iter().map(fmt_time).collect();
-    ctx.print(&utc, || {
-        fires
-            .iter()
-            .map(|t| format!("{}  {}", fmt_time(t), t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z")))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+    let text = || {
+        let resolved = (schedule.expr() != a.expr).then(|| format!("resolved: {}", schedule.expr()));
+        let lines =
+            fires.iter().map(|t| format!("{}  {}", fmt_time(t), t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z")));
+        resolved.into_iter().chain(lines).collect::<Vec<_>>().join("\n")
+    };
+    match &a.job {
+        Some(job) => ctx.print(&json!({ "job": job, "resolved": schedule.expr(), "fires": utc }), text),
+        None => ctx.print(&utc, text),
+    }
+}
+
+/// `expr`, its `H` items resolved for `job` (refused without one, saying to give it).
+pub fn parse(expr: &str, job: Option<&str>) -> Result<Schedule> {
+    let parsed = match job {
+        Some(job) => {
+            crate::names::validate_job_name(job).map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+            Schedule::parse_for(expr, job)
+        }
+        None => Schedule::parse(expr),
+    };
+    parsed.map_err(|e| anyhow::anyhow!("schedule: {e}"))
 }

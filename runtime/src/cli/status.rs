@@ -1,17 +1,18 @@
 //! `cronrun status`: live runners and schedulers (from their presence keys) and which
-//! scheduler holds which shard (see `crate::status`).
+//! scheduler holds which shard, and how full each stream is (see `crate::status`).
 
 use anyhow::Result;
 
 use super::{Ctx, fmt_time, table};
 use crate::status::{StatusReport, pools_of};
+use crate::store::{StreamUse, fmt_bytes};
 
 pub async fn run(ctx: &Ctx) -> Result<()> {
     let store = ctx.store().await?;
     let jobs: Vec<_> = store.list_jobs().await?.into_iter().filter_map(|j| j.spec.ok()).collect();
     let pools = pools_of(jobs.iter().map(|s| (s.pool.as_str(), s.paused)));
     let report = StatusReport::gather(&store, pools).await?;
-    ctx.print(&report.to_json(), || {
+    ctx.print(&report.to_json(&store.names), || {
         let rows: Vec<Vec<String>> = report
             .runners
             .iter()
@@ -61,10 +62,29 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
                 format!("\npool {pool:?} has {jobs} job(s) and no live runner: their runs wait for one")
             })
             .collect::<String>();
+        let streams: Vec<Vec<String>> = report.streams.iter().map(stream_row).collect();
+        let full: String = report.stream_warnings(&store.names).iter().map(|w| format!("\n{w}")).collect();
         format!(
-            "{}\n\n{}{note}{clocks_off}{unserved}",
+            "{}\n\n{}{note}{clocks_off}{unserved}\n\n{}{full}",
             table(&["RUNNER", "POOLS", "RUNNING", "HEARTBEAT", "VERSION"], &rows),
-            table(&["SCHEDULER", "SHARDS", "WHICH", "CLOCK", "SINCE"], &members)
+            table(&["SCHEDULER", "SHARDS", "WHICH", "CLOCK", "SINCE"], &members),
+            table(&["STREAM", "BYTES", "MESSAGES", "USE"], &streams)
         )
     })
+}
+
+/// A stream's row: bytes and messages used / their limit (`-` for none), and the larger
+/// share of the two.
+fn stream_row(s: &StreamUse) -> Vec<String> {
+    let of = |used: String, max: Option<String>| format!("{used} / {}", max.unwrap_or_else(|| "-".into()));
+    vec![
+        s.stream.clone(),
+        of(fmt_bytes(s.bytes as i64), s.max_bytes.map(fmt_bytes)),
+        of(s.messages.to_string(), s.max_messages.map(|m| m.to_string())),
+        if s.max_bytes.is_none() && s.max_messages.is_none() {
+            "-".into()
+        } else {
+            format!("{:.0}%", s.ratio() * 100.0)
+        },
+    ]
 }

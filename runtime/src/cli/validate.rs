@@ -1,4 +1,4 @@
-//! `cronrun validate -f FILE | --schedule EXPR [--tz] | NAME`: checks without writing,
+//! `cronrun validate -f FILE | --schedule EXPR [--tz] [--job NAME] | NAME`: checks without writing,
 //! as a write would: a schedule with no fire after now is refused too (the spec's
 //! `validate_at`), the clock read once here.
 
@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
-use crate::schedule::{Schedule, parse_timezone};
+use crate::schedule::parse_timezone;
 use crate::spec::parse_jobs_file;
 
 #[derive(Args)]
@@ -23,6 +23,9 @@ pub struct ValidateArgs {
     /// Time zone for --schedule
     #[arg(long, default_value = "UTC")]
     pub tz: String,
+    /// The job whose name resolves the `H` items of --schedule
+    #[arg(long, requires = "schedule")]
+    pub job: Option<String>,
 }
 
 pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
@@ -39,7 +42,7 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
     }
     let now = chrono::Utc::now();
     if let Some(expr) = &a.schedule {
-        let schedule = Schedule::parse(expr).map_err(|e| anyhow::anyhow!("schedule: {e}"))?;
+        let schedule = super::next::parse(expr, a.job.as_deref())?;
         let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
         // As for a job: an `@at` in the past is a one-shot that is done, not an error.
         if schedule.once().is_none()
@@ -47,7 +50,13 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
         {
             bail!("schedule {expr:?}: {why}");
         }
-        return ctx.print(&json!({ "schedule": expr, "valid": true }), || format!("{expr:?} is valid"));
+        let resolved = schedule.expr();
+        return ctx.print(&json!({ "schedule": expr, "resolved": resolved, "valid": true }), || {
+            match resolved == expr {
+                true => format!("{expr:?} is valid"),
+                false => format!("{expr:?} is valid (resolved: {resolved})"),
+            }
+        });
     }
     let Some(name) = &a.name else {
         bail!("give a job name, -f FILE or --schedule EXPR");

@@ -89,6 +89,7 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
         Ok(s) => {
             let fields = json!({
                 "kind": if s.wasm { "wasm" } else { "shell" },
+                // As it fires: `H` items resolved for the job (its spec keeps them as written).
                 "schedule": s.schedule.expr(),
                 "timezone": s.tz.name(),
                 "schedule_words": words::describe_job(s.schedule.expr(), s.after(), s.on()),
@@ -127,11 +128,14 @@ pub async fn job(
     runs.truncate(JOB_RUNS);
     let (spec, words, next, invalid) = match &stored.spec {
         Ok(spec) => {
-            let next = match spec.parsed_schedule() {
-                Ok((s, tz)) if !spec.paused => next_fires(&s, tz, Utc::now(), 5),
+            let parsed = spec.parsed_schedule();
+            let next = match &parsed {
+                Ok((s, tz)) if !spec.paused => next_fires(s, *tz, Utc::now(), 5),
                 _ => Vec::new(),
             };
-            (json!(spec), words::describe_job(&spec.schedule, &spec.after, spec.on.as_ref()), next, None)
+            // In words as it fires: `H` items as the job's slots ("at minute 25").
+            let expr = parsed.as_ref().map_or(spec.schedule.as_str(), |(s, _)| s.expr());
+            (json!(spec), words::describe_job(expr, &spec.after, spec.on.as_ref()), next, None)
         }
         Err(e) => (Value::Null, String::new(), Vec::new(), Some(e.to_string())),
     };
@@ -207,8 +211,9 @@ pub async fn status(_: Viewer, State(d): State<Arc<Dashboard>>) -> Result<Json<V
     let specs = d.all_jobs();
     let pools =
         crate::status::pools_of(specs.iter().filter_map(|j| j.summary.as_ref().ok()).map(|s| (&*s.pool, s.paused)));
-    let report = crate::status::StatusReport::gather(d.reader()?, pools).await?;
-    Ok(Json(report.to_json()))
+    let store = d.reader()?;
+    let report = crate::status::StatusReport::gather(store, pools).await?;
+    Ok(Json(report.to_json(&store.names)))
 }
 
 #[derive(Deserialize, Default)]

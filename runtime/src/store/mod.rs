@@ -8,6 +8,7 @@
 //! - `plugins.rs`: Wasm components in the object store, by digest.
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
 //! - `secrets.rs`: secrets by name, read at each run and delivery, never by viewers.
+//! - `usage.rs`: how full the layout's streams are against their limits.
 
 mod control;
 mod jobs;
@@ -20,6 +21,7 @@ pub mod pull;
 mod runs;
 mod schedules;
 pub mod secrets;
+mod usage;
 
 use async_nats::jetstream;
 
@@ -28,11 +30,12 @@ use crate::names::Names;
 
 pub use jobs::StoredJob;
 pub use kv::{Bucket, Revision};
-pub use layout::{LEASE_MARKER_TTL, LayoutOptions, Missing};
+pub use layout::{LEASE_MARKER_TTL, LayoutOptions, MIN_STREAM_BYTES, Missing};
 pub use messages::MESSAGES_MAX_AGE;
 pub use plugins::{MAX_PLUGIN_BYTES, plugin_digest};
 pub use runs::StoredRun;
 pub use secrets::{SecretInfo, Secrets};
+pub use usage::{NEARLY_FULL, StreamUse, StreamUseCache, fmt_bytes};
 
 /// Handles to one deployment's buckets and streams.
 #[derive(Clone, Debug)]

@@ -204,6 +204,19 @@ fn a_stored_spec_read_once_is_judged_as_from_json_judges_it() {
 }
 
 #[test]
+fn a_specs_h_items_resolve_by_its_name() {
+    let spec = |name: &str, schedule: &str| {
+        JobSpec::from_json(format!(r#"{{"name":"{name}","schedule":"{schedule}","shell":"true"}}"#).as_bytes())
+    };
+    // The time crate's pinned slots: `backup` minute 25, hour 1.
+    let (schedule, _) = spec("backup", "H H * * *").unwrap().checked().unwrap();
+    assert_eq!(schedule.expr(), "25 1 * * *");
+    // A bad `H` is refused naming the schedule, in one line.
+    let e = spec("backup", "H(5-1) * * * *").unwrap_err().to_string();
+    assert!(e.starts_with("schedule: minute field \"H(5-1)\": range 5-1 is reversed") && !e.contains('\n'), "{e}");
+}
+
+#[test]
 fn retry_delays_double_up_to_a_day() {
     let retries = super::super::Retries { max: 50, backoff: Duration::from_secs(10) };
     let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
