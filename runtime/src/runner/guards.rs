@@ -260,7 +260,10 @@ async fn take_active(
         let span = span(ctx, &current, ended_at).await;
         let backlog = match spec.overlap == Overlap::Skip && span.is_some_and(|span| span.covers(fire)) {
             // Listed only when it can matter: a skip.
-            true => backlog_ahead(span.is_some_and(|span| span.late), line.earlier_in_line(&key).await),
+            true => {
+                let in_line = line.earlier_in_line(&key).await;
+                backlog_ahead(line.came_late(), span.is_some_and(|span| span.late), in_line)
+            }
             false => None,
         };
         let in_backlog = backlog.is_some();
@@ -318,15 +321,17 @@ async fn take_active(
 /// The backlog a `skip` fire finds going at its instant (see [`time_in_line`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backlog {
-    /// Earlier fires of the job that came late stand in line: a backlog is being worked
-    /// off.
+    /// Earlier fires of the job that came late stand in line, or this fire came late
+    /// itself: a backlog is being worked off.
     InLine,
     /// Nothing stands in line, but the run going started late: a backlog's last run.
     LastRun,
 }
 
-fn backlog_ahead(run_started_late: bool, earlier_in_line: bool) -> Option<Backlog> {
-    match (earlier_in_line, run_started_late) {
+/// The backlog ahead of a fire that came to its guards `came_late` or not, behind a run
+/// that started late or not, with earlier fires come late in line or not.
+fn backlog_ahead(came_late: bool, run_started_late: bool, earlier_in_line: bool) -> Option<Backlog> {
+    match (came_late || earlier_in_line, run_started_late) {
         (true, _) => Some(Backlog::InLine),
         (false, true) => Some(Backlog::LastRun),
         (false, false) => None,
@@ -492,11 +497,19 @@ mod tests {
         for (backlog, period, deadline, wait) in cases {
             assert_eq!(time_in_line(backlog, period, deadline), wait, "{backlog:?}, period {period:?}");
         }
-        let ahead = [(false, false, None), (true, false, Some(Backlog::LastRun))];
-        let ahead =
-            ahead.into_iter().chain([(false, true, Some(Backlog::InLine)), (true, true, Some(Backlog::InLine))]);
-        for (late, in_line, expected) in ahead {
-            assert_eq!(backlog_ahead(late, in_line), expected, "started late {late}, fires in line {in_line}");
+        // (this fire came late, the run going started late, earlier fires in line, the backlog)
+        let ahead = [
+            (false, false, false, None),
+            (false, true, false, Some(Backlog::LastRun)),
+            (false, false, true, Some(Backlog::InLine)),
+            (false, true, true, Some(Backlog::InLine)),
+            // A backlog's own fire, come late: its time in line is a backlog's, not a period.
+            (true, true, false, Some(Backlog::InLine)),
+            (true, false, false, Some(Backlog::InLine)),
+        ];
+        for (came_late, started_late, in_line, expected) in ahead {
+            let what = format!("came late {came_late}, run ahead started late {started_late}, in line {in_line}");
+            assert_eq!(backlog_ahead(came_late, started_late, in_line), expected, "{what}");
         }
     }
 

@@ -272,6 +272,11 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// Whether this run came to its guards late: a backlog's fire.
+    pub fn came_late(&self) -> bool {
+        self.me.late
+    }
+
     /// Notes that this run read or wrote the leases bucket at `revision`.
     pub fn saw(&mut self, revision: u64) {
         self.seen = self.seen.max(revision);
