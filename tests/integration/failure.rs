@@ -94,7 +94,11 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     })
     .await;
     let group = pgrp_of(shell);
-    assert!(group_members(group).len() >= 3, "supervisor, shell and its child");
+    // The shell writes its pid before it forks its child.
+    eventually(Duration::from_secs(5), "supervisor, shell and its child in one group", || async {
+        (group_members(group).len() >= 3).then_some(())
+    })
+    .await;
     let killed_at = std::time::Instant::now();
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
     // Never two at once: the dead runner's run goes with it, before any retry can start.
