@@ -320,17 +320,7 @@ async fn ask(nats: &Nats, id: &str, subject: &str, body: &str) -> (Option<async_
     let mut answers = client.subscribe(inbox.clone()).await.unwrap();
     client.publish_with_reply(subject.to_string(), inbox, body.to_string().into()).await.unwrap();
     client.flush().await.unwrap();
-    let refusal = format!("Permissions Violation for Publish to \"{subject}\"");
-    let refused = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(error) = errors.recv().await {
-            if error.contains(&refusal) {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
+    let refused = refused(&mut errors, ("Publish", subject), Duration::from_secs(2)).await;
     let wait = if refused { Duration::from_millis(300) } else { Duration::from_secs(5) };
     let answer = tokio::time::timeout(wait, answers.next()).await.ok().flatten();
     (answer, refused)
@@ -341,18 +331,7 @@ async fn may_subscribe(nats: &Nats, id: &str, subject: &str) -> bool {
     let (client, mut errors) = nats.client_as(id).await;
     std::mem::forget(client.subscribe(subject.to_string()).await.unwrap());
     client.flush().await.unwrap();
-    let refusal = format!("Permissions Violation for Subscription to \"{subject}\"");
-    let refused = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(error) = errors.recv().await {
-            if error.contains(&refusal) {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
-    !refused
+    !refused(&mut errors, ("Subscription", subject), Duration::from_secs(2)).await
 }
 
 /// A viewer tries every route to the secrets bucket (stream info, both direct gets, both

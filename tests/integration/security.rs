@@ -105,17 +105,7 @@ async fn allowed(nats: &Nats, id: &str, op: Op) -> bool {
         }
     };
     client.flush().await.unwrap();
-    let refusal = format!("Permissions Violation for {kind} to \"{subject}\"");
-    let refused = tokio::time::timeout(VERDICT, async {
-        while let Some(error) = rx.recv().await {
-            if error.contains(&refusal) {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
+    let refused = refused(&mut rx, (kind, subject), VERDICT).await;
     client.drain().await.ok();
     !refused
 }

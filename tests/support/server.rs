@@ -41,6 +41,26 @@ pub fn identity(dir: &Path, name: &str) -> String {
     dir.join(format!("ids/{name}.nk")).to_string_lossy().into_owned()
 }
 
+/// Whether the server refused `kind` (`Publish` or `Subscription`) to `subject`, as said on
+/// `errors` (a `client_as`'s) within `within`: it answers with `-ERR 'Permissions Violation
+/// for …'` before the `PONG` of the flush that follows.
+pub async fn refused(
+    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    (kind, subject): (&str, &str),
+    within: std::time::Duration,
+) -> bool {
+    let refusal = format!("Permissions Violation for {kind} to \"{subject}\"");
+    let seen = async {
+        while let Some(error) = errors.recv().await {
+            if error.contains(&refusal) {
+                return true;
+            }
+        }
+        false
+    };
+    tokio::time::timeout(within, seen).await.unwrap_or(false)
+}
+
 /// A plain client holding identity `id` of the identities under `dir`, connected to `url`,
 /// and the errors the server sends it: its permission refusals.
 pub async fn client_as(
