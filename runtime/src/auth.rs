@@ -74,9 +74,7 @@ impl Identities {
         Ok(keypair(&seed, &self.path(name))?.public_key())
     }
 
-    /// nats-server's `authorization` block for every identity, the publisher with
-    /// `publish` (left out when there is none: an empty allow list would allow all), plus
-    /// `extra_users` (already JSON objects, e.g. a test's unrestricted user). JSON is valid
+    /// nats-server's `authorization` block for every identity (see `users`). JSON is valid
     /// nats-server config.
     pub fn authorization(
         &self,
@@ -85,6 +83,46 @@ impl Identities {
         publish: &[String],
         extra_users: &[serde_json::Value],
     ) -> Result<String, Error> {
+        let block = json!({ "users": self.users(names, guest_publish, publish, extra_users)? });
+        Ok(format!(
+            "# Written by cronrun auth init: one nkey user per identity file beside it.\nauthorization {}\n",
+            pretty(&block)?
+        ))
+    }
+
+    /// An account of its own for the identities (`auth init --account`): the entry to
+    /// include inside nats-server's `accounts { }`, with the account's JetStream limits and
+    /// the same users as `authorization`. Accounts share no subject, stream or bucket, so
+    /// deployments in two accounts cannot see each other whatever their namespaces.
+    pub fn account(
+        &self,
+        account: &Account,
+        names: &Names,
+        guest_publish: &[String],
+        publish: &[String],
+        extra_users: &[serde_json::Value],
+    ) -> Result<String, Error> {
+        let block = json!({
+            "jetstream": { "max_file": account.max_file, "max_mem": account.max_mem },
+            "users": self.users(names, guest_publish, publish, extra_users)?,
+        });
+        Ok(format!(
+            "# Written by cronrun auth init: include inside accounts {{ }}; one nkey user per identity file beside it.\n{:?}: {}\n",
+            account.name,
+            pretty(&block)?
+        ))
+    }
+
+    /// A user per identity, the publisher with `publish` (left out when there is none: an
+    /// empty allow list would allow all), plus `extra_users` (already JSON objects, e.g. a
+    /// test's unrestricted user).
+    fn users(
+        &self,
+        names: &Names,
+        guest_publish: &[String],
+        publish: &[String],
+        extra_users: &[serde_json::Value],
+    ) -> Result<Vec<serde_json::Value>, Error> {
         let mut users = Vec::new();
         for (name, roles) in IDENTITIES {
             let public_key = self.public_key(name)?;
@@ -101,12 +139,23 @@ impl Identities {
             users.push(json!({ "nkey": public_key, "permissions": server_permissions(&p) }));
         }
         users.extend(extra_users.iter().cloned());
-        let block = json!({ "users": users });
-        let text = serde_json::to_string_pretty(&block).unwrap_or_default();
-        Ok(format!(
-            "# Written by cronrun auth init: one nkey user per identity file beside it.\nauthorization {text}\n"
-        ))
+        Ok(users)
     }
+}
+
+/// A NATS account of a deployment's own (`cronrun auth init --account`).
+pub struct Account {
+    /// `A-Z a-z 0-9 _ -`: a name nats-server's config takes as it is.
+    pub name: String,
+    /// The account's JetStream file storage, in bytes.
+    pub max_file: u64,
+    /// The account's JetStream memory storage, in bytes (cronrun stores nothing in memory).
+    pub max_mem: u64,
+}
+
+fn pretty(block: &serde_json::Value) -> Result<String, Error> {
+    serde_json::to_string_pretty(block)
+        .map_err(|e| Error::new(ErrorKind::Other, format!("writing the server's users: {e}")))
 }
 
 /// The permissions of an identity holding `roles` (their union), replies under `inbox`.

@@ -62,7 +62,9 @@ pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async
         )?;
     opts.connect(servers).await.map_err(|e| {
         let text = e.to_string();
-        let hint = if text.contains("authorization") || text.contains("authentication") {
+        let hint = if text.contains("maximum control line exceeded") {
+            "the identity's JWT is longer than the server takes in a CONNECT: set `max_control_line: 64KB` in nats-server.conf (docs/deploy.md)".to_string()
+        } else if text.contains("authorization") || text.contains("authentication") {
             match creds {
                 None => "the server requires credentials: pass --creds FILE (an identity from `cronrun auth init`, or admin.nk in `cronrun up`'s data directory)".to_string(),
                 Some(path) => format!("the server does not accept the identity in {path}"),

@@ -25,6 +25,8 @@
 //! - `hostile`: the routes around an allow-list (reply subjects, deliver subjects, durables).
 //! - `secrets`: `cronrun secret`, secrets in env, config and webhooks, masked output, and
 //!   every route to the secrets bucket tried by the identities that must not take it.
+//! - `accounts`: deployments in NATS accounts of their own; identities as `.creds` JWTs.
+//! - `deploy`: the nats-server configs in deploy/ are ones nats-server takes.
 //! - `observe`: the agent's /livez, /readyz and /metrics.
 //! - `storage`: the layout sized within the storage JetStream gives; streams' use and limits.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
@@ -37,9 +39,11 @@ mod support;
 #[path = "../procs.rs"]
 mod procs;
 
+mod accounts;
 mod catchup;
 mod chains;
 mod dashboard;
+mod deploy;
 mod failure;
 mod gitops;
 mod hashed;

@@ -1,4 +1,6 @@
 //! Shared fixtures of the test binaries, one file per concept:
+//! - `accounts.rs`: deployments in NATS accounts of their own on one server.
+//! - `operator.rs`: a server in operator mode, its identities `.creds` files of user JWTs.
 //! - `server.rs`: a real nats-server per test (dynamic port, temp store, killed on drop),
 //!   with the identities of `cronrun auth init`; a 3-node cluster; the CLI against them.
 //! - `agents.rs`: cronrun agents as real processes of the built binary, with test timings.
@@ -12,8 +14,10 @@
 //! Here: what all of them use (the binary, test directories, bounded waits).
 #![allow(dead_code, unused_imports)]
 
+mod accounts;
 mod agents;
 mod browser;
+mod operator;
 mod plugins;
 mod proxy;
 mod receiver;

@@ -36,9 +36,12 @@ pub fn secure(dir: &Path) -> (String, String) {
     (block, test_seed.to_string_lossy().into_owned())
 }
 
-/// The identity file of `name` (admin, viewer, scheduler, runner, agent, test).
+/// The identity file of `name` (admin, viewer, scheduler, runner, agent, test): its
+/// `.creds` file on a server in operator mode, else its nkey seed.
 pub fn identity(dir: &Path, name: &str) -> String {
-    dir.join(format!("ids/{name}.nk")).to_string_lossy().into_owned()
+    let creds = dir.join(format!("ids/{name}.creds"));
+    let file = if creds.exists() { creds } else { dir.join(format!("ids/{name}.nk")) };
+    file.to_string_lossy().into_owned()
 }
 
 /// Whether the server refused `kind` (`Publish` or `Subscription`) to `subject`, as said on

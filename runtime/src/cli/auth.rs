@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use super::Ctx;
 use crate::auth::{
-    IDENTITIES, Identities, PUBLISHER, route_authorization, route_password, server_permissions, write_private,
+    Account, IDENTITIES, Identities, PUBLISHER, route_authorization, route_password, server_permissions, write_private,
 };
 use crate::model::roles::Role;
+use crate::store::fmt_bytes;
 
 #[derive(Subcommand)]
 pub enum AuthCommand {
@@ -47,6 +48,17 @@ pub struct InitArgs {
     /// cluster-auth.conf, the route user and password and the routes that carry them
     #[arg(long, value_delimiter = ',')]
     pub routes: Vec<String>,
+    /// Put the identities in a NATS account of their own (A-Z a-z 0-9 _ -): writes
+    /// account.conf, to include inside `accounts { }`, instead of auth.conf
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
+    /// The account's JetStream file storage (binary units: 512MiB, 4GiB), with --account
+    /// [default: 4GiB]
+    #[arg(long, value_name = "SIZE")]
+    pub max_file: Option<String>,
+    /// The account's JetStream memory storage, with --account [default: 64MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub max_mem: Option<String>,
 }
 
 #[derive(Args)]
@@ -102,6 +114,11 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
     let names = ctx.names()?;
     check_publish_subjects(&names, "--guest-publish", &a.guest_publish)?;
     check_publish_subjects(&names, "--publish", &a.publish)?;
+    if a.account.is_none() && (a.max_file.is_some() || a.max_mem.is_some()) {
+        bail!("--max-file and --max-mem size an account's storage: give --account NAME with them");
+    }
+    let (max_file, max_mem) = (a.max_file.as_deref().unwrap_or("4GiB"), a.max_mem.as_deref().unwrap_or("64MiB"));
+    let account = a.account.as_deref().map(|name| account(name, max_file, max_mem)).transpose()?;
     let cluster = a.dir.join("cluster-auth.conf");
     // Everything is checked before anything is written.
     let cluster_text = match a.routes.is_empty() {
@@ -109,10 +126,25 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
         false => Some(cluster_auth(&cluster, &a.routes)?),
     };
     let ids = Identities::ensure(&a.dir)?;
-    let conf = a.dir.join("auth.conf");
-    write_private(&conf, &ids.authorization(&names, &a.guest_publish, &a.publish, &[])?)?;
+    let (conf, include) = match &account {
+        None => {
+            let conf = a.dir.join("auth.conf");
+            write_private(&conf, &ids.authorization(&names, &a.guest_publish, &a.publish, &[])?)?;
+            (conf, "at the top level of nats-server.conf".to_string())
+        }
+        Some(account) => {
+            let conf = a.dir.join("account.conf");
+            write_private(&conf, &ids.account(account, &names, &a.guest_publish, &a.publish, &[])?)?;
+            let limits = format!(
+                "JetStream file {}, memory {}",
+                fmt_bytes(account.max_file as i64),
+                fmt_bytes(account.max_mem as i64)
+            );
+            (conf, format!("inside accounts {{ }} of nats-server.conf (account {}, {limits})", account.name))
+        }
+    };
     let mut lines = vec![format!(
-        "include {} at the top level of nats-server.conf, by a path relative to that file (nats-server resolves includes so)",
+        "include {} {include}, by a path relative to that file (nats-server resolves includes so)",
         conf.display()
     )];
     if let Some(text) = cluster_text {
@@ -138,7 +170,48 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
         files.push(ids.path(PUBLISHER).to_string_lossy().into_owned());
         publisher = json!({ "file": ids.path(PUBLISHER), "public_key": key, "subjects": a.publish });
     }
-    ctx.print(&json!({ "auth_conf": conf, "identities": files, "publisher": publisher }), || lines.join("\n"))
+    let account = account.map(|a| json!({ "name": a.name, "max_file": a.max_file, "max_mem": a.max_mem }));
+    ctx.print(&json!({ "auth_conf": conf, "account": account, "identities": files, "publisher": publisher }), || {
+        lines.join("\n")
+    })
+}
+
+/// The least file storage an account is given: the two streams that reserve storage at
+/// their smallest (`store::MIN_STREAM_BYTES`) and as much again for the buckets.
+const MIN_ACCOUNT_FILE: u64 = 4 * crate::store::MIN_STREAM_BYTES as u64;
+
+/// The account of `--account NAME`, its limits parsed from `--max-file` and `--max-mem`.
+fn account(name: &str, max_file: &str, max_mem: &str) -> Result<Account> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
+        bail!("--account {name:?}: give 1 to 64 of A-Z a-z 0-9 _ -, e.g. CRONRUN_PROD");
+    }
+    let max_file = size("--max-file", max_file)?;
+    if max_file < MIN_ACCOUNT_FILE {
+        bail!(
+            "--max-file {}: cronrun needs at least {} of file storage in its account; give more",
+            fmt_bytes(max_file as i64),
+            fmt_bytes(MIN_ACCOUNT_FILE as i64)
+        );
+    }
+    Ok(Account { name: name.to_string(), max_file, max_mem: size("--max-mem", max_mem)? })
+}
+
+/// A size as `512MiB`, `4GiB`, `1TiB` or bytes; K, M, G and T are binary with or without
+/// `iB` or `B` (as nats-server reads `MB`). Up to 1 PiB.
+fn size(flag: &str, text: &str) -> Result<u64> {
+    let digits = text.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(text.trim().len());
+    let (number, unit) = text.trim().split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => bail!("{flag} {text:?}: give a size like 512MiB or 4GiB"),
+    };
+    let bytes = number.parse::<u64>().ok().and_then(|n| n.checked_mul(1 << shift)).filter(|&b| b <= 1 << 50);
+    bytes.ok_or_else(|| anyhow::anyhow!("{flag} {text:?}: give a size like 512MiB or 4GiB, at most 1PiB"))
 }
 
 /// The route user, its password (kept from an earlier run, so that nodes configured before
