@@ -20,6 +20,8 @@ pub enum Trigger {
     Chain,
     /// Started by a message on the spec's `on.subject`.
     Message,
+    /// A past fire run by `cronrun backfill`.
+    Backfill,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +233,13 @@ pub fn fire_run_id(at: DateTime<Utc>) -> String {
 pub fn manual_run_id(at: DateTime<Utc>) -> String {
     let suffix: u16 = rand::random();
     format!("{}-m{suffix:04x}", fire_run_id(at))
+}
+
+/// The run id of the backfill of the fire at `at`: its fire's id and `-b`, apart from the
+/// fire's own run (which may have run, or been recorded missed), and the same however
+/// often the backfill is repeated, so that it runs each fire once.
+pub fn backfill_run_id(at: DateTime<Utc>) -> String {
+    format!("{}-b", fire_run_id(at))
 }
 
 /// The run id of the run that the end of `upstream_job`'s run `upstream_run` starts in a

@@ -50,6 +50,7 @@ pub async fn trigger(store: &Store, name: &str, input: Option<serde_json::Value>
         scheduled_at: now,
         spec_revision: job.revision,
         queued: None,
+        overlap: None,
     };
     dispatch_with_input(store, &spec.pool, &msg, input, now).await?;
     Ok((run_key(&msg.job, &msg.run_id), spec.pool))

@@ -259,6 +259,7 @@ fn chained_run(upstream: &RunRecord, job: &str, revision: u64, now: DateTime<Utc
         scheduled_at: ended,
         spec_revision: revision,
         queued: None,
+        overlap: None,
     }
 }
 

@@ -26,6 +26,10 @@ pub struct DispatchMsg {
     /// Set by `dispatch` and `retry` as they publish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Queued>,
+    /// The overlap policy this run follows instead of its job's (`backfill --overlap
+    /// allow`: backfilled runs neither wait for nor skip one another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<crate::spec::Overlap>,
 }
 
 /// The run record as the dispatcher left it and its revision. Compare-and-set from it
@@ -181,13 +185,16 @@ fn queued_msg(queued: Queued, start_at: DateTime<Utc>) -> DispatchMsg {
         scheduled_at: start_at,
         spec_revision: record.spec_revision,
         queued: Some(queued.clone()),
+        overlap: None,
     }
 }
 
 async fn publish(store: &Store, pool: &str, msg: &DispatchMsg, msg_id: &str) -> Result<(), Error> {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", msg_id);
-    let body = serde_json::to_vec(msg).unwrap_or_default();
+    // Never an empty body: a runner could not tell which run it was.
+    let body = serde_json::to_vec(msg)
+        .map_err(|e| Error::new(ErrorKind::Other, format!("encoding the dispatch of {msg_id}: {e}")))?;
     store
         .js
         .publish_with_headers(store.names.dispatch_subject(pool), headers, body.into())
@@ -215,6 +222,7 @@ mod tests {
             scheduled_at: at,
             spec_revision: 3,
             queued: Some(Queued { revision: 9, record }),
+            overlap: None,
         };
         serde_json::to_vec(&msg).unwrap()
     }

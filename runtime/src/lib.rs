@@ -20,6 +20,7 @@
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts;
 //!   `dashboard`: the web UI at `/`, on the same listener.
+//! - `backfill`: the fires of a past range run now, each once.
 //! - `actions`: pause, resume, trigger, kill (CLI and dashboard); `status`: what
 //!   `cronrun status` shows; `logs`: a run's output read back from `CRONRUN_LOGS`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
@@ -33,6 +34,7 @@
 pub mod actions;
 pub mod agent;
 pub mod auth;
+pub mod backfill;
 pub mod catalog;
 pub mod chain;
 pub mod cli;

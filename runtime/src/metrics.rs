@@ -76,11 +76,13 @@ pub async fn upkeep(cancel: tokio_util::sync::CancellationToken) {
     }
 }
 
-/// A run that started: its lateness (fire to start) is observed now, and it counts as
+/// A run that started: its lateness (fire to start, if it has a fire) is observed now, and it counts as
 /// running until the returned guard drops.
-pub fn run_started(scheduled_at: DateTime<Utc>, started: DateTime<Utc>) -> Running {
-    let late = (started - scheduled_at).to_std().unwrap_or_default();
-    metrics::histogram!("cronrun_fire_lateness_seconds").record(late.as_secs_f64());
+pub fn run_started(scheduled_at: Option<DateTime<Utc>>, started: DateTime<Utc>) -> Running {
+    if let Some(scheduled_at) = scheduled_at {
+        let late = (started - scheduled_at).to_std().unwrap_or_default();
+        metrics::histogram!("cronrun_fire_lateness_seconds").record(late.as_secs_f64());
+    }
     metrics::gauge!("cronrun_runs_running").increment(1.0);
     Running
 }

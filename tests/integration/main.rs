@@ -30,6 +30,8 @@
 //! - `observe`: the agent's /livez, /readyz and /metrics.
 //! - `storage`: the layout sized within the storage JetStream gives; streams' use and limits.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
+//! - `topology`: runners on a leaf node of the hub (its link cut and restored); two regions
+//!   joined by a gateway; the servers started from the configs of `deploy/`.
 //! - `up`: `cronrun up` as a user runs it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -65,6 +67,7 @@ mod security;
 mod sharding;
 mod storage;
 mod supervisor;
+mod topology;
 mod up;
 mod wasm;
 mod wasm_agent;

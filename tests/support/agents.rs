@@ -70,6 +70,14 @@ impl Nats {
         Agent::spawn(Path::new(BIN), &self.url, &config, self.dir.path(), name, env)
     }
 
+    /// An agent with configuration `toml` connected to the server at `url` (another server
+    /// of this one's deployment: a leaf node, another region), with `env` added.
+    pub fn agent_via(&self, url: &str, name: &str, toml: &str, env: &[(&str, &str)]) -> Agent {
+        let config = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        Agent::spawn(Path::new(BIN), url, &config, self.dir.path(), name, env)
+    }
+
     /// A test-timed agent run from `binary` instead of the built one (a copy elsewhere).
     pub fn agent_from(&self, binary: &Path, name: &str) -> Agent {
         let config = self.dir.path().join(format!("{name}.toml"));

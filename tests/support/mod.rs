@@ -9,7 +9,10 @@
 //! - `plugins.rs`: the example Wasm plugins, built once per test binary.
 //! - `receiver.rs`: a real HTTP server that records the webhooks it receives.
 //! - `browser.rs`: a real headless Chromium over WebDriver, for the dashboard.
-//! - `proxy.rs`: a TCP proxy that holds what a client sends, for windows between the two.
+//! - `proxy.rs`: a TCP proxy that holds what a client sends, for windows between the two,
+//!   or cuts every connection (a link that drops).
+//! - `topology.rs`: servers started from the configs of `deploy/`: a hub and a leaf node
+//!   linked through a proxy, two regions joined by a gateway.
 //!
 //! Here: what all of them use (the binary, test directories, bounded waits).
 #![allow(dead_code, unused_imports)]
@@ -23,6 +26,7 @@ mod proxy;
 mod receiver;
 mod records;
 mod server;
+mod topology;
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -34,6 +38,7 @@ pub use proxy::*;
 pub use receiver::*;
 pub use records::*;
 pub use server::*;
+pub use topology::*;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cronrun");
 

@@ -169,7 +169,8 @@ impl PreparedWasm {
                 Trigger::Schedule => WitTrigger::Schedule,
                 Trigger::Manual => WitTrigger::Manual,
                 Trigger::Retry => WitTrigger::Retry,
-                Trigger::Catchup => WitTrigger::Catchup,
+                // A past fire run late, as a catch-up is; `scheduled_at` is that fire.
+                Trigger::Catchup | Trigger::Backfill => WitTrigger::Catchup,
                 // `cronrun:job@0.1.0` predates chains and messages; a guest sees such a
                 // run as started on demand, and finds its upstream or message in `input`.
                 Trigger::Chain | Trigger::Message => WitTrigger::Manual,

@@ -4,6 +4,7 @@ mod add;
 mod agent;
 mod apply;
 mod auth;
+mod backfill;
 #[cfg(feature = "bench")]
 mod bench;
 mod deploy;
@@ -111,6 +112,8 @@ pub enum Command {
     Resume(pause::PauseArgs),
     /// Run a job now; its schedule is untouched
     Trigger(trigger::TriggerArgs),
+    /// Run the fires of a past range of a job's schedule, each once
+    Backfill(backfill::BackfillArgs),
     /// List kept runs: one job's or all, by status and age
     Runs(runs::RunsArgs),
     /// Print a run's output; -f follows it until the run ends
@@ -278,6 +281,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Pause(a) => pause::run(&ctx, a, true).await,
         Command::Resume(a) => pause::run(&ctx, a, false).await,
         Command::Trigger(a) => trigger::run(&ctx, a).await,
+        Command::Backfill(a) => backfill::run(&ctx, a).await,
         Command::Runs(a) => runs::run(&ctx, a).await,
         Command::Logs(a) => logs::run(&ctx, a).await,
         Command::Kill(a) => kill::run(&ctx, a).await,

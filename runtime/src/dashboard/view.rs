@@ -212,7 +212,7 @@ fn apply(jobs: &mut Jobs, record: &RunRecord) {
     let fire = match record.trigger {
         Trigger::Schedule | Trigger::Catchup => true,
         Trigger::Retry => !record.run_id.contains('-'),
-        Trigger::Manual | Trigger::Chain | Trigger::Message => false,
+        Trigger::Manual | Trigger::Chain | Trigger::Message | Trigger::Backfill => false,
     };
     if fire {
         runs.last_fire = runs.last_fire.max(record.scheduled_at);

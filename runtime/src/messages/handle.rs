@@ -103,6 +103,7 @@ async fn see_through(ctx: &Ctx, job: &str, on: &OnMessage, msg: &Message) -> Res
                 scheduled_at: published,
                 spec_revision: entry.revision,
                 queued: None,
+                overlap: None,
             };
             dispatch_with_input(&ctx.store, &summary.pool, &d, Some(input), ctx.clock.now()).await?;
             match ctx.store.leases.create(&marker, "".into(), Some(MESSAGES_MAX_AGE)).await {

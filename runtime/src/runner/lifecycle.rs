@@ -10,6 +10,7 @@
 //! 5. **supervise** (`running.rs`: heartbeat, output, timeout, kill) and **finish**
 //!    (`finish.rs`: the final record or the next attempt).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::Message;
@@ -133,13 +134,16 @@ async fn run_claimed(
     if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
         return Ok(false);
     }
-    let (revision, spec) = match ctx.current(&d.job, d.spec_revision).await {
+    let (revision, mut spec) = match ctx.current(&d.job, d.spec_revision).await {
         Ok(Some(current)) => current,
         Ok(None) => return finish_without_start(ctx, held, Status::Cancelled, "job was removed").await,
         Err(e) => {
             return finish_without_start(ctx, held, Status::Failed, &format!("job spec is invalid: {e}")).await;
         }
     };
+    if let Some(overlap) = d.overlap {
+        Arc::make_mut(&mut spec).overlap = overlap;
+    }
     if spec.paused && d.trigger != Trigger::Manual {
         return finish_without_start(ctx, held, Status::Skipped, "job is paused").await;
     }
@@ -229,7 +233,9 @@ async fn run_claimed(
     };
     held.record.started_at = Some(started);
     publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
-    let _running = crate::metrics::run_started(d.scheduled_at, started);
+    // A backfilled fire is late by design: its lateness would only blur the histogram.
+    let fire = Some(d.scheduled_at).filter(|_| d.trigger != Trigger::Backfill);
+    let _running = crate::metrics::run_started(fire, started);
 
     // 5. Supervise and finish.
     let ended = supervise(ctx, msg, &spec, held, code, lines, &stops.stop).await?;

@@ -143,6 +143,7 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
             scheduled_at: due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire),
             spec_revision: due.job.revision,
             queued: None,
+            overlap: None,
         };
         let mut backoff = Duration::from_millis(100);
         loop {

@@ -32,6 +32,14 @@ pub struct LayoutOptions {
     /// Window in which a second dispatch of one run is dropped by `Nats-Msg-Id`. Default 10m.
     #[serde(with = "crate::spec::codec::duration")]
     pub dedup_window: Duration,
+    /// The cluster every bucket and stream is placed in: on a supercluster (regions joined
+    /// by gateways), the region that keeps cronrun's state. Without it JetStream places
+    /// each in the cluster of the server its creator is connected to, so the first agent
+    /// or CLI command to start would choose the region. Default: none.
+    pub placement_cluster: Option<String>,
+    /// Server tags (nats-server `server_tags`) the servers holding every bucket and stream
+    /// must all have, e.g. `["region:east"]`. Default: none.
+    pub placement_tags: Vec<String>,
 }
 
 impl Default for LayoutOptions {
@@ -43,8 +51,28 @@ impl Default for LayoutOptions {
             dispatch_max_bytes: DISPATCH_MAX_BYTES,
             events_max_msgs: 1_000_000,
             dedup_window: Duration::from_secs(600),
+            placement_cluster: None,
+            placement_tags: Vec::new(),
         }
     }
+}
+
+impl LayoutOptions {
+    /// JetStream's placement of what the layout creates (`placement_cluster`,
+    /// `placement_tags`); None leaves it to the server. What is created later beside the
+    /// layout (the schedules index, snapshots, secrets, messages) follows the stream it
+    /// is made from (`placement_of`).
+    pub fn placement(&self) -> Option<stream::Placement> {
+        let placement =
+            stream::Placement { cluster: self.placement_cluster.clone(), tags: self.placement_tags.clone() };
+        (placement.cluster.is_some() || !placement.tags.is_empty()).then_some(placement)
+    }
+}
+
+/// The placement stream `name` was created with (None if it has none or cannot be read):
+/// what is made beside the layout later is placed where the layout is.
+pub(super) async fn placement_of(js: &jetstream::Context, name: &str) -> Option<stream::Placement> {
+    js.get_stream(name).await.ok()?.cached_info().config.placement.clone()
 }
 
 /// Markers left when a lease's TTL expires are themselves removed after this long. A
@@ -91,6 +119,7 @@ pub(super) async fn ensure(
             description: "cronrun job specs".into(),
             history: 5,
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             ..Default::default()
         },
     )
@@ -103,6 +132,7 @@ pub(super) async fn ensure(
             description: "cronrun run records".into(),
             history: 1,
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             // Run records are pruned by purging; the purge markers carry a TTL.
             limit_markers: Some(LEASE_MARKER_TTL),
             ..Default::default()
@@ -117,6 +147,7 @@ pub(super) async fn ensure(
             description: "cronrun leases, locks and runner presence".into(),
             history: 1,
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             limit_markers: Some(LEASE_MARKER_TTL),
             ..Default::default()
         },
@@ -130,6 +161,7 @@ pub(super) async fn ensure(
             description: "cronrun Wasm jobs' private key-value data".into(),
             history: 1,
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             // A deleted key's marker expires, so that it stops counting against the job's
             // quota (see `wasm::nats`).
             limit_markers: Some(LEASE_MARKER_TTL),
@@ -143,6 +175,7 @@ pub(super) async fn ensure(
             bucket: names.plugins_store(),
             description: Some("cronrun Wasm components by digest".into()),
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             ..Default::default()
         })
         .await
@@ -159,6 +192,7 @@ pub(super) async fn ensure(
             max_messages: opts.events_max_msgs,
             discard: stream::DiscardPolicy::Old,
             num_replicas: opts.replicas,
+            placement: opts.placement(),
             ..Default::default()
         },
     )
@@ -292,6 +326,7 @@ impl Reserving {
                 max_age: DISPATCH_MAX_AGE,
                 discard: stream::DiscardPolicy::New,
                 num_replicas: opts.replicas,
+                placement: opts.placement(),
                 ..Default::default()
             },
             Reserving::Logs => stream::Config {
@@ -302,6 +337,7 @@ impl Reserving {
                 max_bytes: sizes.logs,
                 discard: stream::DiscardPolicy::Old,
                 num_replicas: opts.replicas,
+                placement: opts.placement(),
                 ..Default::default()
             },
         }

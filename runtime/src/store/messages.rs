@@ -58,9 +58,13 @@ impl Store {
                 self.js.update_stream(config).await.map_err(|e| refused(&e))?;
             }
             Err(_) => {
-                let replicas = match self.js.get_stream(self.names.dispatch_stream()).await {
-                    Ok(mut dispatch) => dispatch.info().await.map(|i| i.config.num_replicas).unwrap_or(1),
-                    Err(_) => 1,
+                let (replicas, placement) = match self.js.get_stream(self.names.dispatch_stream()).await {
+                    Ok(mut dispatch) => dispatch
+                        .info()
+                        .await
+                        .map(|i| (i.config.num_replicas, i.config.placement.clone()))
+                        .unwrap_or((1, None)),
+                    Err(_) => (1, None),
                 };
                 let config = Config {
                     name: name.clone(),
@@ -71,6 +75,8 @@ impl Store {
                     max_bytes: MESSAGES_MAX_BYTES,
                     discard: DiscardPolicy::Old,
                     num_replicas: replicas,
+                    // Where the layout is ([layout] placement), as the dispatch stream.
+                    placement,
                     ..Default::default()
                 };
                 self.js.create_stream(config).await.map_err(|e| refused(&e))?;

@@ -54,6 +54,8 @@ impl Store {
             // does not allow rollups would refuse (and the source would stop there).
             allow_rollup: true,
             num_replicas: replicas,
+            // Where the jobs bucket is ([layout] placement): the index is sourced from it.
+            placement: super::layout::placement_of(&self.js, &jobs_stream).await,
             sources: Some(vec![stream::Source {
                 name: jobs_stream.clone(),
                 subject_transforms: vec![transform.clone()],
@@ -104,6 +106,7 @@ impl Store {
             description: "cronrun snapshots of the schedules index, by shard".into(),
             history: 1,
             num_replicas: index.kv.stream.cached_info().config.num_replicas,
+            placement: index.kv.stream.cached_info().config.placement.clone(),
             ..Default::default()
         };
         let kv = super::layout::ensure_kv(&self.js, super::layout::Missing::Create, config).await?;

@@ -27,6 +27,8 @@ const HEADERS_ROOM: usize = 4096;
 pub struct Secrets {
     js: jetstream::Context,
     bucket: String,
+    /// The jobs bucket's stream, whose placement the secrets bucket takes when created.
+    jobs_stream: String,
     /// The bucket once found: opening it asks for its stream's info, a round trip that
     /// each run would otherwise pay.
     opened: Arc<tokio::sync::OnceCell<kv::Store>>,
@@ -45,7 +47,13 @@ pub struct SecretInfo {
 
 impl Secrets {
     pub fn new(js: jetstream::Context, names: &Names) -> Self {
-        Self { js, bucket: names.secrets_bucket(), opened: Arc::default(), by: None }
+        Self {
+            js,
+            bucket: names.secrets_bucket(),
+            jobs_stream: format!("KV_{}", names.jobs_bucket()),
+            opened: Arc::default(),
+            by: None,
+        }
     }
 
     /// This handle with every write marked as made by `by`.
@@ -173,6 +181,8 @@ impl Secrets {
             num_replicas: replicas.max(1),
             // A removed secret's marker does not stay for ever.
             limit_markers: Some(LEASE_MARKER_TTL),
+            // Where the layout is ([layout] placement).
+            placement: super::layout::placement_of(&self.js, &self.jobs_stream).await,
             ..Default::default()
         };
         let store = match self.js.create_key_value(config).await {

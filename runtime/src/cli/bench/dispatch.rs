@@ -32,6 +32,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, fires: usize) -> Result<()> {
             scheduled_at: at,
             spec_revision: 1,
             queued: None,
+            overlap: None,
         };
         let store = store.clone();
         in_flight.push(async move { dispatch(&store, "bench", &msg, Utc::now()).await });

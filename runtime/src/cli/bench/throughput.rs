@@ -73,6 +73,7 @@ pub(super) async fn run(
             scheduled_at: base,
             spec_revision: revisions[i / PER_JOB],
             queued: None,
+            overlap: None,
         };
         let store = store.clone();
         in_flight.push(async move { dispatch(&store, "default", &msg, Utc::now()).await });
