@@ -10,6 +10,7 @@
 //!   slots; bad `H` refused in one line.
 //! - `sharding`: shards spread over schedulers joining, stopping and dying.
 //! - `catchup`: fires missed while no scheduler ran.
+//! - `backfill`: `cronrun backfill`: each past fire once, repeated or interrupted.
 //! - `overlap`: overlap policies and locks shared across agents.
 //! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
 //! - `supervisor`: a shell run's first process, alone: its stop signal, how it starts a
@@ -42,6 +43,7 @@ mod support;
 mod procs;
 
 mod accounts;
+mod backfill;
 mod catchup;
 mod chains;
 mod dashboard;

@@ -43,9 +43,10 @@ pub struct BackfillArgs {
 }
 
 pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
+    // The runs wait for whatever run of the job is going (queue), or for nothing (allow).
     let overlap = match a.overlap.as_str() {
-        "queue" => None,
-        "allow" => Some(Overlap::Allow),
+        "queue" => Overlap::Queue,
+        "allow" => Overlap::Allow,
         other => bail!(
             "--overlap {other:?}: give queue (one run at a time, in fire order) or allow (all at once); a backfill skips or replaces nothing"
         ),
@@ -83,16 +84,24 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
     ctx.warn_if_unserved(&store, &spec.pool).await;
     let mut progress = Progress::new(plan.to_run.len());
     let mut outcome = Summary::default();
+    // Ctrl-C stops between dispatches, never in the middle of one.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_ctrl_c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
     for fire in &plan.to_run {
-        let (key, sent) = tokio::select! {
-            sent = dispatch_fire(&store, (&spec, job.revision), *fire, overlap) => sent?,
-            _ = tokio::signal::ctrl_c() => { outcome.cancelled = true; break }
-        };
+        if cancel.is_cancelled() {
+            break;
+        }
+        let (key, sent) = dispatch_fire(&store, (&spec, job.revision), *fire, Some(overlap)).await?;
         outcome.dispatched += usize::from(sent == Outcome::Dispatched);
-        if overlap.is_none() {
+        if overlap == Overlap::Queue {
             let status = tokio::select! {
                 record = super::trigger::wait_final(&store, &key) => record?.status,
-                _ = tokio::signal::ctrl_c() => { outcome.cancelled = true; break }
+                _ = cancel.cancelled() => break,
             };
             if status != Status::Succeeded {
                 outcome.not_succeeded.push(format!("{key} {}", status.as_str()));
@@ -100,6 +109,7 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
         }
         progress.step(&key);
     }
+    outcome.cancelled = cancel.is_cancelled();
     progress.done();
     report(ctx, &a.job, &plan, &outcome)
 }

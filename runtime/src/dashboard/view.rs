@@ -321,10 +321,14 @@ mod tests {
         let runs = view.summary("j");
         assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T01:59:00Z")), "the 01:00 fire ran");
         assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:01:00Z")), "02:00 has no run");
-        // A manual, chained or message run is not the fire, nor is its retry.
-        for (run, trigger) in
-            [("m", Trigger::Manual), ("c", Trigger::Chain), ("s", Trigger::Message), ("x-m1234", Trigger::Retry)]
-        {
+        // A manual, chained, message or backfilled run is not the fire, nor is its retry.
+        for (run, trigger) in [
+            ("m", Trigger::Manual),
+            ("c", Trigger::Chain),
+            ("s", Trigger::Message),
+            ("20260101T020000Z-b", Trigger::Backfill),
+            ("x-m1234", Trigger::Retry),
+        ] {
             view.apply(&record("j", run, "2026-01-01T02:00:30Z", Status::Succeeded, trigger));
         }
         assert!(RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:01:00Z")));

@@ -154,7 +154,13 @@ async fn run_claimed(
         stale.discard().await;
     }
     let ttl = held.run_ttl(ctx);
-    let fire = held.record.scheduled_at.unwrap_or(d.scheduled_at);
+    // A backfilled fire stands in line at its dispatch, as a manual run at its trigger:
+    // its fire instant, long past, would put it ahead of every run and past its deadline.
+    let fire = match d.trigger {
+        Trigger::Backfill => held.record.dispatched_at,
+        _ => held.record.scheduled_at,
+    };
+    let fire = fire.unwrap_or(d.scheduled_at);
     match guards::acquire(ctx, (&spec, ttl), (&held.record.key(), fire), held.lease.as_mut(), &stops.shutdown).await? {
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
