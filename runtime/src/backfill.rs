@@ -114,13 +114,17 @@ mod tests {
     }
 
     #[test]
-    fn fires_follow_the_jobs_zone_and_h_as_the_scheduler_does() {
+    fn fires_follow_the_jobs_zone_dst_and_h_as_the_scheduler_does() {
         // 02:30 in New York on 8 March 2026 falls in the skipped hour: Debian's rule fires
         // it once, at the end of the gap (03:00 EDT = 07:00 UTC).
         let ny = spec("30 2 * * *", "America/New_York");
         let got = fires(&ny, at("2026-03-07T00:00:00Z"), at("2026-03-10T00:00:00Z"), 10).unwrap().unwrap();
         let want: Vec<_> = ["2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"].map(at).into();
         assert_eq!(got, want);
+        // The job's `dst`: `twice` runs 01:30 in both passes of New York's repeated hour.
+        let twice = JobSpec { dst: cronrun_time::Dst::Twice, ..spec("30 1 * * *", "America/New_York") };
+        let got = fires(&twice, at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z"), 10).unwrap().unwrap();
+        assert_eq!(got, ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"].map(at).to_vec());
         let hashed = spec("H 6 * * *", "UTC");
         let resolved = crate::schedule::Schedule::resolve("H 6 * * *", "report").unwrap().into_owned();
         let minute: u32 = resolved.split(' ').next().unwrap().parse().unwrap();

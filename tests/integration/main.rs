@@ -48,6 +48,7 @@ mod catchup;
 mod chains;
 mod dashboard;
 mod deploy;
+mod dst;
 mod failure;
 mod gitops;
 mod hashed;

@@ -6,6 +6,7 @@
 use chrono::{Datelike, NaiveDate};
 
 use super::ScheduleError;
+use super::dst::Dst;
 use super::fields::{self, DOM, DOW, HOUR, MINUTE, MONTH, SECOND, YEAR};
 
 const LAST: u8 = 1;
@@ -32,6 +33,8 @@ pub(crate) struct CronSpec {
     /// Bit d for each `dL` item.
     dow_last: u8,
     flags: u8,
+    /// What a fixed time in a skipped or repeated hour does; only `debian()` specs use it.
+    pub(crate) dst: Dst,
     /// Bit `y - 1970`; `None` when there is no year field or it is `*`.
     years: Option<Box<[u64; 4]>>,
 }
@@ -95,6 +98,7 @@ impl CronSpec {
             dows: dow.word() as u8,
             dow_last: dow.dow_last,
             flags,
+            dst: Dst::Debian,
             years,
         };
         spec.check_days(rest[2])?;

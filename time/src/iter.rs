@@ -42,8 +42,9 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta,
 use chrono_tz::Tz;
 
 use super::cron::CronSpec;
+use super::dst::{Pass, Placement};
 use super::wall;
-use super::zone::{self, Wall, naive, secs};
+use super::zone::{self, naive, secs};
 
 #[derive(Clone, Copy)]
 enum Clock {
@@ -70,6 +71,8 @@ enum Unit {
 struct Cursor<'a> {
     spec: &'a CronSpec,
     clock: Clock,
+    /// Which instant of a repeated wall time `Fixup` places a fixed time at.
+    pass: Pass,
     dt: NaiveDateTime,
     fold: Fold,
     /// UTC instant and its offset when `dt` came from converting an instant.
@@ -96,19 +99,27 @@ const CRONSIM_YEARS: i32 = 50;
 /// years, after which every day pattern repeats) and one year to spare.
 pub(crate) const FAR_YEARS: i32 = 401;
 
-/// First cron fire strictly after `after`, as cronsim would yield it.
+/// First cron fire strictly after `after`, as cronsim would yield it (for a fixed time,
+/// as the spec's DST choice places it: the earliest of its passes' answers).
 pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
     let start = after.timestamp();
-    let clock = if matches!(tz, Tz::UTC | Tz::Etc__UTC) {
-        Clock::Utc
+    let fire = if matches!(tz, Tz::UTC | Tz::Etc__UTC) {
+        search(spec, Clock::Utc, start, Pass::First)
     } else if spec.debian() {
-        Clock::Fixup(tz)
+        spec.dst.passes().iter().filter_map(|pass| search(spec, Clock::Fixup(tz), start, *pass)).min()
     } else {
-        Clock::Zoned(tz)
+        search(spec, Clock::Zoned(tz), start, Pass::First)
     };
+    DateTime::from_timestamp(fire?, 0)
+}
+
+/// One forward search in `clock` (`pass`: which instant a fixed time in a repeated hour
+/// takes, `Fixup` only): the first fire strictly after `start`, in epoch seconds.
+fn search(spec: &CronSpec, clock: Clock, start: i64, pass: Pass) -> Option<i64> {
     let mut c = Cursor {
         spec,
         clock,
+        pass,
         dt: naive(start)?,
         fold: Fold::Fixed(false),
         known: None,
@@ -120,18 +131,19 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
     };
     match clock {
         Clock::Utc => {}
-        Clock::Fixup(tz) => c.dt = naive(start + i64::from(zone::offset_at(tz, start)?))?,
+        Clock::Fixup(tz) => c.dt = pass.search_from(tz, start)?,
         Clock::Zoned(tz) => c.set_instant(start, zone::offset_at(tz, start)?)?,
     }
     // cronsim can yield a fire at or before the start when the start is in
     // the second pass of a repeated hour (Fixup mode reads wall times with
-    // fold=0); those are skipped by continuing the same iteration.
+    // fold=0); those are skipped by continuing the same iteration, as are wall
+    // times the DST choice places nowhere.
     let mut window = CRONSIM_YEARS;
     for _ in 0..GUARD {
         c.tick(1)?;
         while c.advance(window).is_none() {
             if let (true, Clock::Zoned(tz)) = (c.looped, clock) {
-                return DateTime::from_timestamp(wall::search(spec, tz, start)?, 0);
+                return wall::search(spec, tz, start);
             }
             if !(c.gave_up && window == CRONSIM_YEARS) {
                 return None;
@@ -140,9 +152,8 @@ pub(crate) fn next_after(spec: &CronSpec, after: DateTime<Utc>, tz: Tz) -> Optio
             c.gave_up = false;
             window = FAR_YEARS;
         }
-        let fire = c.finish()?;
-        if fire > start {
-            return DateTime::from_timestamp(fire, 0);
+        if let Some(fire) = c.finish()?.filter(|fire| *fire > start) {
+            return Some(fire);
         }
     }
     None
@@ -374,28 +385,30 @@ impl Cursor<'_> {
         Some(true)
     }
 
-    /// The end of cronsim's `__next__`: the fire instant in UTC seconds.
-    fn finish(&mut self) -> Option<i64> {
-        match self.clock {
-            Clock::Utc => Some(secs(self.dt)),
-            Clock::Zoned(tz) => Some(self.instant(tz)),
-            Clock::Fixup(tz) => {
-                for _ in 0..GUARD {
-                    match zone::classify(tz, self.dt) {
-                        // `while is_imaginary(result): self.dt += 1 minute`,
-                        // jumping straight to the first minute past the gap.
-                        Wall::Skipped { .. } => {
-                            let minutes = match zone::gap_end(tz, self.dt) {
-                                Some(end) if end > self.dt => (secs(end) - secs(self.dt) + 59) / 60,
-                                _ => 1,
-                            };
-                            self.dt = self.dt.checked_add_signed(TimeDelta::minutes(minutes))?;
-                        }
-                        wall => return Some(secs(self.dt) - i64::from(wall.offset(false))),
-                    }
+    /// The end of cronsim's `__next__`: the fire instant in UTC seconds, or `Some(None)`
+    /// for a fixed time (`Fixup`) that the job's DST choice places nowhere
+    /// ([`Dst::place`](super::dst::Dst::place)).
+    fn finish(&mut self) -> Option<Option<i64>> {
+        let tz = match self.clock {
+            Clock::Utc => return Some(Some(secs(self.dt))),
+            Clock::Zoned(tz) => return Some(Some(self.instant(tz))),
+            Clock::Fixup(tz) => tz,
+        };
+        for _ in 0..GUARD {
+            match self.spec.dst.place(self.pass, zone::classify(tz, self.dt)) {
+                Placement::At(offset) => return Some(Some(secs(self.dt) - i64::from(offset))),
+                Placement::Nowhere => return Some(None),
+                // `while is_imaginary(result): self.dt += 1 minute`,
+                // jumping straight to the first minute past the gap.
+                Placement::GapEnd => {
+                    let minutes = match zone::gap_end(tz, self.dt) {
+                        Some(end) if end > self.dt => (secs(end) - secs(self.dt) + 59) / 60,
+                        _ => 1,
+                    };
+                    self.dt = self.dt.checked_add_signed(TimeDelta::minutes(minutes))?;
                 }
-                None
             }
         }
+        None
     }
 }

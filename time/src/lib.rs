@@ -14,6 +14,8 @@
 //!   jumps where they provably equal cronsim's tick loops.
 //! * `wall.rs`: a plain wall-clock search, used only where cronsim would
 //!   loop forever (and as a cross-check in the unit tests).
+//! * `dst.rs`: a job's DST choice ([`Dst`]) and the one point of the search it
+//!   decides: how a fixed time in a skipped or repeated hour becomes instants.
 //! * `zone.rs`: wall-clock/UTC conversion with Python `zoneinfo` semantics
 //!   (`fold`, imaginary times) on top of chrono-tz.
 //!
@@ -64,6 +66,10 @@
 //!   transition, taken from chrono-tz's `GapInfo` (exact, from the zone's
 //!   table), falling back to the offset at the UTC instant `local - 15h` at
 //!   the ends of the table.
+//! * A job may choose otherwise for fixed times ([`Schedule::with_dst`]): [`Dst::Skip`]
+//!   drops a time in a skipped hour, [`Dst::Twice`] fires a time in a repeated hour in
+//!   both passes. "Fixed" is exactly the test above (5 fields, minute and hour not
+//!   starting with `*`); the choice changes nothing else (`dst.rs`).
 //! * `next_after` is strictly after `after`. cronsim itself can yield a fire
 //!   at or before its start when the start is in the second pass of a
 //!   repeated hour (it reads wall times with fold=0); we skip such fires by
@@ -92,6 +98,7 @@
 //!   both day fields must match (`0 0 30 2 *`) is ported, counting `NW` too.
 
 mod cron;
+mod dst;
 mod fields;
 mod hashed;
 mod iter;
@@ -104,6 +111,7 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Datelike, Utc};
 pub use chrono_tz::Tz;
+pub use dst::Dst;
 
 use cron::CronSpec;
 
@@ -213,6 +221,26 @@ impl Schedule {
             Kind::Cron(Box::new(CronSpec::parse(&split(text))?))
         };
         Ok(Schedule { expr: expr.into_owned().into_boxed_str(), kind })
+    }
+
+    /// The schedule with DST choice `dst` for its fixed times ([`Dst`]); `parse` gives
+    /// [`Dst::Debian`]. Kept only where it can change a fire (a cron expression); `@every`,
+    /// `@at` and never-firing schedules are unaffected by any choice.
+    #[must_use]
+    pub fn with_dst(mut self, dst: Dst) -> Schedule {
+        if let Kind::Cron(spec) = &mut self.kind {
+            spec.dst = dst;
+        }
+        self
+    }
+
+    /// The DST choice it fires by ([`Schedule::with_dst`]); [`Dst::Debian`] for schedules
+    /// no choice affects.
+    pub fn dst(&self) -> Dst {
+        match &self.kind {
+            Kind::Cron(spec) => spec.dst,
+            _ => Dst::Debian,
+        }
     }
 
     /// A schedule that never fires (its expression is empty): for jobs that only other

@@ -286,6 +286,7 @@ fn schedule_is_small_and_shareable() {
     assert!(std::mem::size_of::<cron::CronSpec>() <= 64);
 }
 
+mod dst;
 mod hashed;
 mod properties;
 

@@ -1,5 +1,5 @@
 //! Serde forms that users write by hand: durations as `30s` / `1h30m`, `lock` as a bool
-//! or a name, and `shell` as a bare command string.
+//! or a name, `shell` as a bare command string, and `dst` by its name.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -78,6 +78,20 @@ pub mod lock {
             }
         }
         d.deserialize_any(LockVisitor)
+    }
+}
+
+/// `dst = "debian" | "skip" | "twice"`: the time crate's `Dst` by its name (that crate has
+/// no serde). Anything else is refused in one line naming the field and the three choices.
+pub mod dst {
+    use super::*;
+    use cronrun_time::Dst;
+
+    pub fn serialize<S: Serializer>(dst: &Dst, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(dst.as_str())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dst, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
     }
 }
 

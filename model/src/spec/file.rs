@@ -79,6 +79,7 @@ mod tests {
 name = "every-field"
 schedule = "0 3 * * *"
 timezone = "Europe/Berlin"
+dst = "twice"
 timeout = "1h30m"
 overlap = "queue"
 lock = true
@@ -117,7 +118,8 @@ shell = "echo plain"
         assert_eq!(again, jobs, "{written}");
         // Defaults are left out, as in KV.
         let plain = jobs[2].to_jobs_toml().unwrap();
-        assert!(!plain.contains("timezone") && !plain.contains("retries"), "{plain}");
+        assert!(!plain.contains("timezone") && !plain.contains("retries") && !plain.contains("dst"), "{plain}");
+        assert!(jobs[0].to_jobs_toml().unwrap().contains("dst = \"twice\""));
     }
 
     #[test]
@@ -137,6 +139,15 @@ shell = "echo plain"
                 .unwrap_err()
                 .to_string();
         assert!(err.contains("job 1 (\"a\"): schedule:"), "{err}");
+
+        let err = parse_jobs_file(
+            "[[job]]\nname = \"a\"\nschedule = \"30 2 * * *\"\ndst = \"sometimes\"\nshell = \"x\"\n",
+            "jobs.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("jobs.toml:4: dst \"sometimes\" is not a choice"), "{err}");
+        assert!(err.contains("\"skip\" or \"twice\"") && !err.contains('\n'), "{err}");
 
         let dup = "[[job]]\nname = \"a\"\nschedule = \"@daily\"\nshell = \"x\"\n";
         let err = parse_jobs_file(&format!("{dup}{dup}"), "f").unwrap_err().to_string();

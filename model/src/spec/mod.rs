@@ -44,6 +44,11 @@ pub struct JobSpec {
     /// IANA zone the schedule is read in. Default `UTC`.
     #[serde(default = "defaults::timezone", skip_serializing_if = "defaults::stored_timezone")]
     pub timezone: String,
+    /// What a fixed time (`30 2 * * *`) that daylight saving time skips or repeats does:
+    /// `debian` (default: Debian cron's rule as cronsim implements it), `skip` or `twice`
+    /// (see `cronrun_time::Dst`). Other schedules follow the wall clock whatever it says.
+    #[serde(default, with = "codec::dst", skip_serializing_if = "defaults::stored_default")]
+    pub dst: cronrun_time::Dst,
     /// A shell job: exactly one of `shell` and `wasm` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellSpec>,
@@ -320,6 +325,7 @@ impl JobSpec {
             name: name.into(),
             schedule: schedule.into(),
             timezone: defaults::timezone(),
+            dst: cronrun_time::Dst::default(),
             shell: Some(shell),
             wasm: None,
             timeout: None,
@@ -388,7 +394,9 @@ impl JobSpec {
     }
 
     /// The parsed schedule and zone; `validate` has checked both. A job with `after` or
-    /// `on` and no schedule gets one that never fires; `H` items resolve by the job's name.
+    /// `on` and no schedule gets one that never fires; `H` items resolve by the job's name,
+    /// and fixed times in a skipped or repeated hour fire as the job's `dst` says. Every
+    /// fire computed for a job (the scheduler, catch-up, `ls`, the dashboard) comes from here.
     pub fn parsed_schedule(&self) -> Result<(Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         let schedule = match self.schedule.trim() {
             "" if !self.after.is_empty() || self.on.is_some() => Arc::new(cronrun_time::Schedule::never()),
@@ -399,7 +407,7 @@ impl JobSpec {
                      for a job that runs when another's run ends or per message",
                 ));
             }
-            _ => crate::shared::schedule(&self.schedule, &self.name)
+            _ => crate::shared::schedule(&self.schedule, &self.name, self.dst)
                 .map_err(|e| Error::invalid("schedule", format!("schedule: {e}")))?,
         };
         let tz = cronrun_time::parse_timezone(&self.timezone)

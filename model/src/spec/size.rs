@@ -64,6 +64,7 @@ impl JobSpec {
             name,
             schedule,
             timezone,
+            dst: _,
             shell,
             wasm,
             timeout: _,

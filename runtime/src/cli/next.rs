@@ -1,7 +1,9 @@
-//! `cronrun next EXPR [--tz ZONE] [--from INSTANT] [-n N] [--job NAME]`: fire times,
-//! computed offline. Fires are searched as far as the grammar reaches (a year field's
-//! years up to 2199); with none at all after the start, one line says why and the exit is
-//! non-zero. `H` items resolve for `--job` as the scheduler resolves that job's.
+//! `cronrun next EXPR [--tz ZONE] [--dst CHOICE] [--from INSTANT] [-n N] [--job NAME]`:
+//! fire times, computed offline. Fires are searched as far as the grammar reaches (a year
+//! field's years up to 2199); with none at all after the start, one line says why and the
+//! exit is non-zero. `H` items resolve for `--job` as the scheduler resolves that job's;
+//! `--dst` places fixed times in a skipped or repeated hour as a job's `dst` does (the
+//! spec is not read: give the job's choice).
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -9,7 +11,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, fmt_time};
-use crate::schedule::{Schedule, parse_timezone};
+use crate::schedule::{Dst, Schedule, parse_timezone};
 
 #[derive(Args)]
 pub struct NextArgs {
@@ -18,6 +20,10 @@ pub struct NextArgs {
     /// IANA time zone [default: UTC]
     #[arg(long, default_value = "UTC")]
     pub tz: String,
+    /// What a fixed time in a skipped or repeated hour does, as a job's `dst`: debian
+    /// (once, at the gap's end or in the first pass), skip or twice [default: debian]
+    #[arg(long)]
+    pub dst: Option<String>,
     /// Start after this RFC 3339 instant [default: now]
     #[arg(long)]
     pub from: Option<String>,
@@ -31,7 +37,7 @@ pub struct NextArgs {
 }
 
 pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
-    let schedule = parse(&a.expr, a.job.as_deref())?;
+    let schedule = parse(&a.expr, a.job.as_deref())?.with_dst(parse_dst(a.dst.as_deref())?);
     let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
     let mut at: DateTime<Utc> = match &a.from {
         Some(s) => DateTime::parse_from_rfc3339(s)
@@ -62,6 +68,11 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
         Some(job) => ctx.print(&json!({ "job": job, "resolved": schedule.expr(), "fires": utc }), text),
         None => ctx.print(&utc, text),
     }
+}
+
+/// `--dst`: a job's `dst` choice by name, the default without one.
+pub fn parse_dst(dst: Option<&str>) -> Result<Dst> {
+    dst.map_or(Ok(Dst::default()), |d| d.parse().map_err(|e| anyhow::anyhow!("--dst: {e}")))
 }
 
 /// `expr`, its `H` items resolved for `job` (refused without one, saying to give it).

@@ -92,6 +92,8 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
                 // As it fires: `H` items resolved for the job (its spec keeps them as written).
                 "schedule": s.schedule.expr(),
                 "timezone": s.tz.name(),
+                // As it fires too: `debian` where no choice can matter (`@every`, `@at`).
+                "dst": s.schedule.dst().as_str(),
                 "schedule_words": words::describe_job(s.schedule.expr(), s.after(), s.on()),
                 "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
                 "pool": &*s.pool,

@@ -120,6 +120,23 @@ mod tests {
         JobSummary::of(&JobSpec::from_json(json.as_bytes()).unwrap()).unwrap()
     }
 
+    /// `latest` asks the job's schedule for a missed fire's successor, so the job's `dst`
+    /// counts: with `twice`, 01:30 EDT on New York's fall-back day (1 Nov 2026) is followed
+    /// an hour later by 01:30 EST, missed as well; by default by the next day's.
+    #[test]
+    fn catch_up_latest_finds_the_successor_the_jobs_dst_choice_gives() {
+        let fire = DateTime::from_timestamp(1_793_511_000, 0).unwrap(); // 2026-11-01T05:30:00Z, 01:30 EDT
+        let now = fire + TimeDelta::minutes(65); // both passes of 01:30 are past, by over a minute
+        for (dst, runs) in [("twice", false), ("debian", true), ("skip", true)] {
+            let json = format!(
+                r#"{{"name":"j","schedule":"30 1 * * *","timezone":"America/New_York","dst":"{dst}","shell":"true","catchup":"latest","catchup_window":"2h"}}"#
+            );
+            let job = JobSummary::of(&JobSpec::from_json(json.as_bytes()).unwrap()).unwrap();
+            let verdict = judge(&job, fire, now, Duration::from_secs(60));
+            assert_eq!(matches!(verdict, Verdict::Run(Trigger::Catchup)), runs, "dst {dst}");
+        }
+    }
+
     /// Decisions on a fixed instant, no clock involved: (policy, deadline, fire minutes
     /// before now, verdict).
     #[test]

@@ -87,7 +87,9 @@ fn prefetch_ahead(ahead: &[Arc<CatalogJob>]) {
 /// Whether two revisions of a job fire at the same instants.
 fn same_schedule(a: &CatalogJob, b: &CatalogJob) -> bool {
     match (&a.summary, &b.summary) {
-        (Ok(a), Ok(b)) => a.schedule.expr() == b.schedule.expr() && a.tz == b.tz,
+        (Ok(a), Ok(b)) => {
+            a.schedule.expr() == b.schedule.expr() && a.schedule.dst() == b.schedule.dst() && a.tz == b.tz
+        }
         _ => false,
     }
 }
@@ -286,6 +288,29 @@ mod tests {
 
     fn t(s: i64) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(s)
+    }
+
+    /// The queue's fires are the job's as its `dst` places them (`JobSpec::parsed_schedule`):
+    /// New York's fall-back day (1 Nov 2026) twice, its spring-forward day (8 Mar) not.
+    #[test]
+    fn fires_follow_the_jobs_dst_choice() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let cases = [
+            ("30 1 * * *", "twice", "2026-10-31T12:00:00Z", ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"]),
+            ("30 1 * * *", "debian", "2026-10-31T12:00:00Z", ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
+            ("30 2 * * *", "skip", "2026-03-07T12:00:00Z", ["2026-03-09T06:30:00Z", "2026-03-10T06:30:00Z"]),
+            ("30 2 * * *", "debian", "2026-03-07T12:00:00Z", ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]),
+        ];
+        for (schedule, dst, from, expected) in cases {
+            let mut spec =
+                JobSpec::shell("a", schedule, ShellSpec { command: Some("true".into()), ..Default::default() });
+            (spec.timezone, spec.dst) = ("America/New_York".into(), dst.parse().unwrap());
+            let mut q = FireQueue::default();
+            q.upsert(Arc::new(CatalogJob::from_spec(&spec, 1)), at(from));
+            let fires: Vec<_> =
+                std::iter::from_fn(|| q.pop_due(at("2026-12-31T00:00:00Z"))).take(2).map(|d| d.fire).collect();
+            assert_eq!(fires, expected.map(at), "{schedule} dst {dst}");
+        }
     }
 
     #[test]

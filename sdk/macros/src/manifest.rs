@@ -50,6 +50,7 @@ fn nth(entries: &[(String, Value)], i: usize) -> usize {
 pub const KEYS: &[&str] = &[
     "schedule",
     "timezone",
+    "dst",
     "timeout",
     "overlap",
     "lock",

@@ -70,7 +70,7 @@ fn refuses_unknown_keys_naming_the_key_and_the_choices() {
     let e = build(&[s("schedule", "* * * * *"), s("colour", "red")]).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("colour"));
     assert!(e.message.contains("unknown key `colour`"), "{}", e.message);
-    assert!(e.message.contains("schedule, timezone, timeout, overlap"), "{}", e.message);
+    assert!(e.message.contains("schedule, timezone, dst, timeout, overlap"), "{}", e.message);
     // What deploy takes from the deployment, not the plugin, is no key of the attribute.
     for key in ["name", "wasm", "shell", "paused", "labels", "history", "output_lines", "notify"] {
         let e = build(&[s("schedule", "* * * * *"), s(key, "x")]).unwrap_err();
@@ -128,6 +128,7 @@ fn refuses_what_deploy_refuses_with_the_models_message() {
         (vec![int("retries", 1), s("backoff", "2days")], r#""retries":{"max":1,"backoff":"2days"}"#, "backoff", "over the limit"),
         (vec![int("retries", 101)], r#""retries":{"max":101}"#, "retries", "at most 100"),
         (vec![s("overlap", "sometimes")], r#""overlap":"sometimes""#, "overlap", "unknown variant `sometimes`"),
+        (vec![s("dst", "sometimes")], r#""dst":"sometimes""#, "dst", "\"skip\" or \"twice\""),
         (vec![s("catchup", "some")], r#""catchup":"some""#, "catchup", "unknown variant `some`"),
         // Lock and pool names end up in KV keys and NATS subjects: no wildcards, no dots.
         (vec![s("lock", "a.*")], r#""lock":"a.*""#, "lock", "must be 1 to 64 of A-Z a-z 0-9 _ -"),

@@ -43,6 +43,7 @@ fn a_stored_spec_leaves_out_each_field_at_its_default_and_reads_back_the_same() 
     let shown = serde_json::to_value(&plain).unwrap();
     let defaulted = [
         "timezone",
+        "dst",
         "overlap",
         "lock",
         "catchup",
@@ -59,6 +60,8 @@ fn a_stored_spec_leaves_out_each_field_at_its_default_and_reads_back_the_same() 
     }
     let set = [
         ("timezone", r#""Europe/Berlin""#),
+        ("dst", r#""skip""#),
+        ("dst", r#""twice""#),
         ("overlap", r#""queue""#),
         ("lock", r#""db""#),
         ("catchup", r#""latest""#),
@@ -87,6 +90,31 @@ fn a_stored_spec_leaves_out_each_field_at_its_default_and_reads_back_the_same() 
     assert!(String::from_utf8_lossy(&wasm(r#","allow_kv":true"#)).contains(r#""allow_kv":true"#));
 }
 
+/// `dst` is read by name, refused otherwise in one line that names the field and the
+/// three choices, and reaches the schedule every fire of the job is computed from.
+#[test]
+fn dst_is_one_of_three_names_and_the_jobs_schedule_fires_by_it() {
+    let with = |dst: &str| {
+        JobSpec::from_json(format!(r#"{{"name":"a","schedule":"30 2 * * *","shell":"x","dst":{dst}}}"#).as_bytes())
+    };
+    for (written, dst) in [
+        ("\"debian\"", cronrun_time::Dst::Debian),
+        ("\"skip\"", cronrun_time::Dst::Skip),
+        ("\"twice\"", cronrun_time::Dst::Twice),
+    ] {
+        let spec = with(written).unwrap();
+        assert_eq!((spec.dst, spec.parsed_schedule().unwrap().0.dst()), (dst, dst), "{written}");
+    }
+    for bad in ["\"sometimes\"", "\"Skip\"", "1", "null"] {
+        let err = with(bad).unwrap_err().to_string();
+        assert!(err.starts_with("dst: ") && !err.contains('\n'), "{bad}: {err}");
+        assert!(
+            !bad.starts_with('"') || err.contains("\"debian\" (the default), \"skip\" or \"twice\""),
+            "{bad}: {err}"
+        );
+    }
+}
+
 #[test]
 fn lock_true_means_own_name() {
     let spec = JobSpec::from_json(br#"{"name":"a","schedule":"@hourly","shell":"x","lock":true}"#).unwrap();
@@ -100,6 +128,7 @@ fn errors_name_the_field() {
     assert_eq!(field_of(&format!("{{{base},\"colour\":1}}")), "colour");
     assert_eq!(field_of(&format!("{{{base},\"timeout\":\"soon\"}}")), "timeout");
     assert_eq!(field_of(&format!("{{{base},\"overlap\":\"never\"}}")), "overlap");
+    assert_eq!(field_of(&format!("{{{base},\"dst\":\"sometimes\"}}")), "dst");
     assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":1,\"x\":2}}}}")), "retries.x");
     assert_eq!(field_of(&format!("{{{base},\"retries\":{{\"max\":-1}}}}")), "retries.max");
     assert_eq!(field_of(&format!("{{{base},\"timezone\":\"Mars/Olympus\"}}")), "timezone");
@@ -292,10 +321,11 @@ mod properties {
 
     use super::*;
 
-    const FIELDS: [&str; 23] = [
+    const FIELDS: [&str; 24] = [
         "name",
         "schedule",
         "timezone",
+        "dst",
         "shell",
         "wasm",
         "timeout",

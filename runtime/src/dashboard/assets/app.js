@@ -268,7 +268,8 @@ function jobsPage(gen, params) {
 }
 
 function jobRow(j) {
-  const raw = [j.schedule, j.timezone].filter(Boolean).join(' · ');
+  const dst = j.dst && j.dst !== 'debian' ? 'dst ' + j.dst : null;
+  const raw = [j.schedule, j.timezone, dst].filter(Boolean).join(' · ');
   const next = j.next || [];
   const rate = j.success_rate;
   let last = DASH;
