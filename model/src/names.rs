@@ -74,6 +74,11 @@ impl Names {
     pub fn secrets_bucket(&self) -> String {
         format!("{}_secrets", self.ns)
     }
+
+    /// Named calendars of days jobs exclude (`cronrun calendar set`).
+    pub fn calendars_bucket(&self) -> String {
+        format!("{}_calendars", self.ns)
+    }
     pub fn plugins_store(&self) -> String {
         format!("{}_plugins", self.ns)
     }

@@ -122,8 +122,11 @@ impl Api<'_> {
     /// reads the bucket whole. Runners resolve a run's `env` and `config` with it, and
     /// schedulers a webhook's URL and headers (docs/security.md says why they need it).
     fn read_secrets_by_name(&mut self, names: &Names) {
-        let bucket = names.secrets_bucket();
-        let stream = kv_stream(&bucket);
+        self.read_by_name(&names.secrets_bucket());
+    }
+    /// Reading `bucket` key by key (see `read_secrets_by_name`).
+    fn read_by_name(&mut self, bucket: &str) {
+        let stream = kv_stream(bucket);
         self.add(format!("$JS.API.STREAM.INFO.{stream}"));
         self.add(format!("$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.>"));
     }
@@ -196,6 +199,11 @@ impl Names {
                 api.read_stream(&secrets);
                 api.add(format!("$JS.API.STREAM.CREATE.{secrets}"));
                 api.add(kv_write(self.secrets_bucket(), ">"));
+                // Calendars: `calendar set` writes them (creating the bucket at the first).
+                let calendars = kv_stream(&self.calendars_bucket());
+                api.read_stream(&calendars);
+                api.add(format!("$JS.API.STREAM.CREATE.{calendars}"));
+                api.add(kv_write(self.calendars_bucket(), ">"));
                 // The stream of jobs' trigger subjects, kept up to date by `apply`.
                 let messages = self.messages_stream();
                 for action in ["INFO", "CREATE", "UPDATE"] {
@@ -214,6 +222,7 @@ impl Names {
                 }
                 api.read_stream(&self.logs_stream());
                 api.read_stream(&self.events_stream());
+                api.read_stream(&kv_stream(&self.calendars_bucket()));
                 // Reading makes and ends consumers of its own; the schedulers' durables are
                 // not its own to delete, nor their names to take.
                 publish_deny = self.durables_api();
@@ -255,6 +264,8 @@ impl Names {
                 api.add(self.wildcard("notify"));
                 // A webhook's URL and headers may name secrets, resolved at delivery.
                 api.read_secrets_by_name(self);
+                // The calendars a job excludes, read as its fires come.
+                api.read_by_name(&self.calendars_bucket());
                 // Chains: the one `chains` consumer of the runs bucket (created and
                 // deleted as any consumer of a layout stream), pulled from and acknowledged.
                 let runs = kv_stream(&self.runs_bucket());
@@ -280,6 +291,8 @@ impl Names {
                 api.read_stream(&obj_stream(&self.plugins_store()));
                 // A run's `env` and `config` may name secrets, resolved when it starts.
                 api.read_secrets_by_name(self);
+                // The dashboard's next fires skip the days of the calendars a job excludes.
+                api.read_by_name(&self.calendars_bucket());
                 let dispatch = self.dispatch_stream();
                 // The pool consumers: created once, then pulled from and acknowledged.
                 api.add(format!("$JS.API.CONSUMER.CREATE.{dispatch}.>"));

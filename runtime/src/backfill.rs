@@ -13,24 +13,25 @@ use crate::dispatch::{DispatchMsg, Outcome, dispatch};
 use crate::error::Error;
 use crate::record::{Status, Trigger, backfill_run_id, fire_run_id, run_key};
 use crate::spec::{JobSpec, Overlap};
-use crate::store::Store;
+use crate::store::{Excluded, Store};
 
 /// The most fires one backfill may be asked to run (`--max`'s ceiling).
 pub const MAX_FIRES: usize = 100_000;
 
-/// The fires of `spec`'s schedule in `[from, to)`, as the scheduler fires them; `None`
-/// when there are more than `max`.
+/// The fires of `spec`'s schedule in `[from, to)` outside the days of the calendars it
+/// excludes (`excluded`, as read), as the scheduler fires them; `None` when there are
+/// more than `max`.
 pub fn fires(
     spec: &JobSpec,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    excluded: &Excluded,
     max: usize,
 ) -> Result<Option<Vec<DateTime<Utc>>>, Error> {
     let (schedule, tz) = spec.parsed_schedule()?;
     // The first fire at or after `from`: the one after the instant just before it.
     let start = from - chrono::Duration::milliseconds(1);
     let mut fires = Vec::new();
-    for fire in schedule.fires_after(start, tz).take_while(|fire| *fire < to) {
+    for fire in excluded.fires_after(&schedule, start, tz).take_while(|fire| *fire < to) {
         if fires.len() == max {
             return Ok(None);
         }
@@ -97,6 +98,10 @@ mod tests {
         JobSpec { timezone: timezone.into(), ..JobSpec::shell("report", schedule, shell) }
     }
 
+    fn none() -> Excluded {
+        Excluded::default()
+    }
+
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
     }
@@ -105,12 +110,12 @@ mod tests {
     fn the_range_holds_its_start_not_its_end_and_is_bounded() {
         let daily = spec("0 6 * * *", "UTC");
         let (from, to) = (at("2026-11-01T06:00:00Z"), at("2026-11-04T06:00:00Z"));
-        let got = fires(&daily, from, to, 10).unwrap().unwrap();
+        let got = fires(&daily, (from, to), &none(), 10).unwrap().unwrap();
         let want: Vec<_> = ["2026-11-01T06:00:00Z", "2026-11-02T06:00:00Z", "2026-11-03T06:00:00Z"].map(at).into();
         assert_eq!(got, want);
-        assert_eq!(fires(&daily, from, to, 3).unwrap().map(|f| f.len()), Some(3), "exactly max is allowed");
-        assert_eq!(fires(&daily, from, to, 2).unwrap(), None, "more than max is refused");
-        assert_eq!(fires(&daily, to, from, 10).unwrap(), Some(vec![]), "an inverted range holds nothing");
+        assert_eq!(fires(&daily, (from, to), &none(), 3).unwrap().map(|f| f.len()), Some(3), "exactly max is allowed");
+        assert_eq!(fires(&daily, (from, to), &none(), 2).unwrap(), None, "more than max is refused");
+        assert_eq!(fires(&daily, (to, from), &none(), 10).unwrap(), Some(vec![]), "an inverted range holds nothing");
     }
 
     #[test]
@@ -118,17 +123,19 @@ mod tests {
         // 02:30 in New York on 8 March 2026 falls in the skipped hour: Debian's rule fires
         // it once, at the end of the gap (03:00 EDT = 07:00 UTC).
         let ny = spec("30 2 * * *", "America/New_York");
-        let got = fires(&ny, at("2026-03-07T00:00:00Z"), at("2026-03-10T00:00:00Z"), 10).unwrap().unwrap();
+        let got = fires(&ny, (at("2026-03-07T00:00:00Z"), at("2026-03-10T00:00:00Z")), &none(), 10).unwrap().unwrap();
         let want: Vec<_> = ["2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"].map(at).into();
         assert_eq!(got, want);
         // The job's `dst`: `twice` runs 01:30 in both passes of New York's repeated hour.
         let twice = JobSpec { dst: cronrun_time::Dst::Twice, ..spec("30 1 * * *", "America/New_York") };
-        let got = fires(&twice, at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z"), 10).unwrap().unwrap();
+        let got =
+            fires(&twice, (at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z")), &none(), 10).unwrap().unwrap();
         assert_eq!(got, ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"].map(at).to_vec());
         let hashed = spec("H 6 * * *", "UTC");
         let resolved = crate::schedule::Schedule::resolve("H 6 * * *", "report").unwrap().into_owned();
         let minute: u32 = resolved.split(' ').next().unwrap().parse().unwrap();
-        let got = fires(&hashed, at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z"), 10).unwrap().unwrap();
+        let got =
+            fires(&hashed, (at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z")), &none(), 10).unwrap().unwrap();
         assert_eq!(got, vec![at("2026-11-01T06:00:00Z") + chrono::Duration::minutes(minute.into())]);
     }
 }

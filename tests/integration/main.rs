@@ -11,6 +11,8 @@
 //! - `sharding`: shards spread over schedulers joining, stopping and dying.
 //! - `catchup`: fires missed while no scheduler ran.
 //! - `backfill`: `cronrun backfill`: each past fire once, repeated or interrupted.
+//! - `calendars`: a job's `exclude`: next, backfill and the scheduler agree; changes count
+//!   from the next fire; bad calendars refused.
 //! - `overlap`: overlap policies and locks shared across agents.
 //! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
 //! - `supervisor`: a shell run's first process, alone: its stop signal, how it starts a
@@ -44,6 +46,7 @@ mod procs;
 
 mod accounts;
 mod backfill;
+mod calendars;
 mod catchup;
 mod chains;
 mod dashboard;

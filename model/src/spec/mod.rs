@@ -12,6 +12,7 @@
 //!   names and values of secrets.
 
 pub mod after;
+pub mod calendar;
 pub mod codec;
 mod file;
 pub mod http_grant;
@@ -49,6 +50,10 @@ pub struct JobSpec {
     /// (see `cronrun_time::Dst`). Other schedules follow the wall clock whatever it says.
     #[serde(default, with = "codec::dst", skip_serializing_if = "defaults::stored_default")]
     pub dst: cronrun_time::Dst,
+    /// Calendars (`cronrun calendar set`) whose days this job's fires skip: a fire whose
+    /// local date is in one of them does not run. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
     /// A shell job: exactly one of `shell` and `wasm` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellSpec>,
@@ -326,6 +331,7 @@ impl JobSpec {
             schedule: schedule.into(),
             timezone: defaults::timezone(),
             dst: cronrun_time::Dst::default(),
+            exclude: Vec::new(),
             shell: Some(shell),
             wasm: None,
             timeout: None,

@@ -65,6 +65,7 @@ impl JobSpec {
             schedule,
             timezone,
             dst: _,
+            exclude,
             shell,
             wasm,
             timeout: _,
@@ -90,7 +91,7 @@ impl JobSpec {
         if input_schema.is_some() || !notify.is_empty() || !after.is_empty() || on.is_some() {
             return None;
         }
-        let own = strings_max([name, schedule, timezone, pool, description].into_iter().chain(lock));
+        let own = strings_max([name, schedule, timezone, pool, description].into_iter().chain(lock).chain(exclude));
         let labels = strings_max(labels.iter().flat_map(|(k, v)| [k, v]));
         Some(FIXED_MAX + own + labels + shell.as_ref().map_or(0, shell_max) + wasm.as_ref().map_or(0, wasm_max))
     }

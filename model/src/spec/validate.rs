@@ -60,6 +60,7 @@ impl JobSpec {
     pub fn checked(&self) -> Result<(std::sync::Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         validate_job_name(&self.name)?;
         let parsed = self.parsed_schedule()?;
+        super::calendar::validate_exclude(&self.exclude)?;
         super::after::validate(&self.name, &self.after)?;
         if let Some(on) = &self.on {
             on.validate()?;

@@ -69,6 +69,7 @@ struct Rare {
     notify: Vec<crate::spec::notify::Notify>,
     after: Vec<After>,
     on: Option<OnMessage>,
+    exclude: Vec<String>,
 }
 
 impl JobSummary {
@@ -90,9 +91,15 @@ impl JobSummary {
             catchup_window: spec.catchup_window,
             history: spec.history.clone(),
             wasm: spec.wasm.is_some(),
-            rare: (!spec.notify.is_empty() || !spec.after.is_empty() || spec.on.is_some()).then(|| {
-                Box::new(Rare { notify: spec.notify.clone(), after: spec.after.clone(), on: spec.on.clone() })
-            }),
+            rare: (!spec.notify.is_empty() || !spec.after.is_empty() || spec.on.is_some() || !spec.exclude.is_empty())
+                .then(|| {
+                    Box::new(Rare {
+                        notify: spec.notify.clone(),
+                        after: spec.after.clone(),
+                        on: spec.on.clone(),
+                        exclude: spec.exclude.clone(),
+                    })
+                }),
         }
     }
 
@@ -109,6 +116,11 @@ impl JobSummary {
     /// The subject whose messages start runs of this one.
     pub fn on(&self) -> Option<&OnMessage> {
         self.rare.as_ref().and_then(|r| r.on.as_ref())
+    }
+
+    /// The calendars whose days the job's fires skip.
+    pub fn exclude(&self) -> &[String] {
+        self.rare.as_ref().map_or(&[], |r| &r.exclude)
     }
 }
 

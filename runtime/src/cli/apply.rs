@@ -42,6 +42,7 @@ pub(super) async fn check_specs(store: &crate::store::Store, specs: &[JobSpec], 
     for spec in specs {
         store.names.check_grants(spec)?;
     }
+    super::calendar::check_named(store, specs).await.with_context(|| origin.to_string())?;
     for upstream in store.check_chains(specs).await.with_context(|| origin.to_string())? {
         eprintln!("warning: no job {upstream:?} exists yet: the jobs after it start once it is added and runs");
     }

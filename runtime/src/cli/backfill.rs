@@ -68,7 +68,8 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
     if to > Utc::now() {
         bail!("--to {} is in the future: a backfill runs past fires; the schedule runs the rest", a.to);
     }
-    let Some(all) = fires(&spec, from, to, a.max)? else {
+    let excluded = store.calendars.excluded(&spec.exclude).await?;
+    let Some(all) = fires(&spec, (from, to), &excluded, a.max)? else {
         bail!(
             "{} holds more than {} fires from {} to {}: narrow the range or raise --max (at most {MAX_FIRES})",
             a.job,

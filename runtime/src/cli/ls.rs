@@ -10,14 +10,21 @@ pub async fn run(ctx: &Ctx) -> Result<()> {
     let store = ctx.store().await?;
     let jobs = store.list_jobs().await?;
     let now = Utc::now();
+    // The calendars jobs exclude, read once each.
+    let mut excluded = std::collections::HashMap::new();
+    for spec in jobs.iter().filter_map(|j| j.spec.as_ref().ok()).filter(|s| !s.exclude.is_empty()) {
+        excluded.insert(spec.name.clone(), store.calendars.excluded(&spec.exclude).await?);
+    }
+    let none = crate::store::Excluded::default();
     let rows: Vec<serde_json::Value> = jobs
         .iter()
         .map(|job| match &job.spec {
             Ok(spec) => {
+                let excluded = excluded.get(&spec.name).unwrap_or(&none);
                 let next = spec
                     .parsed_schedule()
                     .ok()
-                    .and_then(|(s, tz)| if spec.paused { None } else { s.next_after(now, tz) });
+                    .and_then(|(s, tz)| if spec.paused { None } else { excluded.next_after(&s, now, tz) });
                 json!({
                     "name": job.name, "revision": job.revision, "schedule": spec.schedule,
                     "triggers": crate::spec::on::describe_triggers(&spec.after, spec.on.as_ref()),

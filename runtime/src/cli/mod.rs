@@ -7,6 +7,7 @@ mod auth;
 mod backfill;
 #[cfg(feature = "bench")]
 mod bench;
+mod calendar;
 mod deploy;
 mod diff;
 mod export;
@@ -114,6 +115,9 @@ pub enum Command {
     Trigger(trigger::TriggerArgs),
     /// Run the fires of a past range of a job's schedule, each once
     Backfill(backfill::BackfillArgs),
+    /// Calendars of days the jobs naming them in `exclude` do not fire: set, ls, get, rm
+    #[command(subcommand)]
+    Calendar(calendar::CalendarCommand),
     /// List kept runs: one job's or all, by status and age
     Runs(runs::RunsArgs),
     /// Print a run's output; -f follows it until the run ends
@@ -282,12 +286,13 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Resume(a) => pause::run(&ctx, a, false).await,
         Command::Trigger(a) => trigger::run(&ctx, a).await,
         Command::Backfill(a) => backfill::run(&ctx, a).await,
+        Command::Calendar(a) => calendar::run(&ctx, a).await,
         Command::Runs(a) => runs::run(&ctx, a).await,
         Command::Logs(a) => logs::run(&ctx, a).await,
         Command::Kill(a) => kill::run(&ctx, a).await,
         Command::Secret(a) => secret::run(&ctx, a).await,
         Command::Notifications(a) => notifications::run(&ctx, a).await,
-        Command::Next(a) => next::run(&ctx, a),
+        Command::Next(a) => next::run(&ctx, a).await,
         Command::Validate(a) => validate::run(&ctx, a).await,
         Command::Status => status::run(&ctx).await,
         Command::Watch(a) => watch::run(&ctx, a).await,

@@ -3,7 +3,8 @@
 //! field's years up to 2199); with none at all after the start, one line says why and the
 //! exit is non-zero. `H` items resolve for `--job` as the scheduler resolves that job's;
 //! `--dst` places fixed times in a skipped or repeated hour as a job's `dst` does (the
-//! spec is not read: give the job's choice).
+//! spec is not read: give the job's choice). `--exclude CALENDAR` passes over the days of
+//! a stored calendar as a job's `exclude` does (the one case that reads NATS).
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -12,6 +13,7 @@ use serde_json::json;
 
 use super::{Ctx, fmt_time};
 use crate::schedule::{Dst, Schedule, parse_timezone};
+use crate::store::Excluded;
 
 #[derive(Args)]
 pub struct NextArgs {
@@ -34,10 +36,18 @@ pub struct NextArgs {
     /// resolved expression and the fires)
     #[arg(long)]
     pub job: Option<String>,
+    /// A stored calendar whose days are passed over, as a job's `exclude` (repeatable)
+    #[arg(long = "exclude", value_name = "CALENDAR")]
+    pub exclude: Vec<String>,
 }
 
-pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
+pub async fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
     let schedule = parse(&a.expr, a.job.as_deref())?.with_dst(parse_dst(a.dst.as_deref())?);
+    crate::spec::calendar::validate_exclude(&a.exclude).map_err(|e| anyhow::anyhow!("--exclude: {e}"))?;
+    let excluded = match a.exclude.is_empty() {
+        true => Excluded::default(),
+        false => excluded(ctx, &a.exclude).await?,
+    };
     let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;
     let mut at: DateTime<Utc> = match &a.from {
         Some(s) => DateTime::parse_from_rfc3339(s)
@@ -47,7 +57,10 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
     };
     let first = schedule.first_fire_after(at, tz).map_err(|why| anyhow::anyhow!("schedule {:?}: {why}", a.expr))?;
     let mut fires = Vec::new();
-    let mut next = Some(first);
+    let mut next = match excluded.by(first, tz) {
+        None => Some(first),
+        Some(_) => excluded.next_after(&schedule, first, tz),
+    };
     while fires.len() < a.count {
         let Some(fire) = next else {
             eprintln!("no more fires after {} (fewer than the {} asked for)", fmt_time(&at), a.count);
@@ -55,7 +68,7 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
         };
         fires.push(fire);
         at = fire;
-        next = schedule.next_after(at, tz);
+        next = excluded.next_after(&schedule, at, tz);
     }
     let utc: Vec<String> = fires.iter().map(fmt_time).collect();
     let text = || {
@@ -68,6 +81,15 @@ pub fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
         Some(job) => ctx.print(&json!({ "job": job, "resolved": schedule.expr(), "fires": utc }), text),
         None => ctx.print(&utc, text),
     }
+}
+
+/// The calendars of `--exclude`, each of which must exist.
+async fn excluded(ctx: &Ctx, names: &[String]) -> Result<Excluded> {
+    let store = ctx.store().await?;
+    if let Some(missing) = store.calendars.missing(names).await?.first() {
+        anyhow::bail!("--exclude {missing}: no such calendar; `cronrun calendar ls` lists them");
+    }
+    Ok(store.calendars.excluded(names).await?)
 }
 
 /// `--dst`: a job's `dst` choice by name, the default without one.

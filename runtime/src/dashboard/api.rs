@@ -1,6 +1,7 @@
 //! The dashboard's JSON API and the SSE of a run's output. Lists come from memory (the
 //! agent's catalog and `RunsView`); one job, one run and the status read NATS.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use super::{Admin, ApiError, Dashboard, RunsView, STREAM_LIFETIME, Viewer, words
 use crate::catalog::CatalogJob;
 use crate::names::validate_job_name;
 use crate::schedule::Schedule;
+use crate::store::Excluded;
 
 /// Jobs per page at most.
 const MAX_PER_PAGE: usize = 500;
@@ -53,29 +55,57 @@ pub async fn jobs(_: Viewer, State(d): State<Arc<Dashboard>>, Query(q): Query<Jo
     let needle = q.q.trim().to_lowercase();
     let mut jobs = d.all_jobs();
     jobs.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
+    let excluded = excluded_of(&d, &jobs).await;
+    let excluded = |name: &str| excluded.get(name).cloned().unwrap_or_default();
     if q.filter != Filter::All {
         jobs.retain(|job| match (q.filter, &job.summary) {
             (Filter::Failing, Err(_)) => true,
             (Filter::Failing, Ok(_)) => d.view.summary(&job.name).failing(),
             (Filter::Paused, summary) => summary.as_ref().is_ok_and(|s| s.paused),
-            (_, summary) => summary.as_ref().is_ok_and(|s| is_late(&d, &job.name, s, now)),
+            (_, summary) => summary.as_ref().is_ok_and(|s| is_late(&d, &job.name, s, now, &excluded(&job.name))),
         });
     }
     jobs.sort_by(|a, b| a.name.cmp(&b.name));
     let per = q.per.unwrap_or(50).clamp(1, MAX_PER_PAGE);
-    let page: Vec<Value> =
-        jobs.iter().skip(q.page.saturating_mul(per)).take(per).map(|job| job_row(&d, job, now)).collect();
+    let page: Vec<Value> = jobs
+        .iter()
+        .skip(q.page.saturating_mul(per))
+        .take(per)
+        .map(|job| job_row(&d, job, now, &excluded(&job.name)))
+        .collect();
     Json(json!({ "total": jobs.len(), "page": q.page, "per": per, "jobs": page }))
+}
+
+/// The calendars each of `jobs` that excludes some holds (none while NATS is not reached,
+/// or one cannot be read: the dashboard then shows the fires as the schedule has them).
+async fn excluded_of(d: &Dashboard, jobs: &[Arc<CatalogJob>]) -> HashMap<String, Excluded> {
+    let mut excluded = HashMap::new();
+    let Ok(store) = d.reader() else { return excluded };
+    for job in jobs {
+        let Ok(summary) = &job.summary else { continue };
+        if !summary.exclude().is_empty()
+            && let Ok(calendars) = store.calendars.excluded(summary.exclude()).await
+        {
+            excluded.insert(job.name.to_string(), calendars);
+        }
+    }
+    excluded
 }
 
 /// Whether the job is late now (see `RunsView::is_late`); a job the view has not noted
 /// yet is not.
-fn is_late(d: &Dashboard, name: &str, job: &crate::catalog::JobSummary, now: DateTime<Utc>) -> bool {
+fn is_late(
+    d: &Dashboard,
+    name: &str,
+    job: &crate::catalog::JobSummary,
+    now: DateTime<Utc>,
+    excluded: &Excluded,
+) -> bool {
     let revised = d.view.revised_at(name).unwrap_or(now);
-    RunsView::is_late(job, &d.view.summary(name), revised, now)
+    RunsView::is_late(job, &d.view.summary(name), (revised, now), excluded)
 }
 
-fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
+fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>, excluded: &Excluded) -> Value {
     let runs = d.view.summary(&job.name);
     let mut row = json!({
         "name": &*job.name,
@@ -95,10 +125,10 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
                 // As it fires too: `debian` where no choice can matter (`@every`, `@at`).
                 "dst": s.schedule.dst().as_str(),
                 "schedule_words": words::describe_job(s.schedule.expr(), s.after(), s.on()),
-                "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3) },
+                "next": if s.paused { Vec::new() } else { next_fires(&s.schedule, s.tz, now, 3, excluded) },
                 "pool": &*s.pool,
                 "paused": s.paused,
-                "late": is_late(d, &job.name, s, now),
+                "late": is_late(d, &job.name, s, now, excluded),
             });
             if let (Value::Object(row), Value::Object(fields)) = (&mut row, fields) {
                 row.extend(fields);
@@ -108,10 +138,10 @@ fn job_row(d: &Dashboard, job: &CatalogJob, now: DateTime<Utc>) -> Value {
     row
 }
 
-/// The next `n` fires after `now`, written in the job's zone.
-fn next_fires(schedule: &Schedule, tz: Tz, now: DateTime<Utc>, n: usize) -> Vec<String> {
-    schedule
-        .fires_after(now, tz)
+/// The next `n` fires after `now` outside the days of `excluded`, in the job's zone.
+fn next_fires(schedule: &Schedule, tz: Tz, now: DateTime<Utc>, n: usize, excluded: &Excluded) -> Vec<String> {
+    excluded
+        .fires_after(schedule, now, tz)
         .take(n)
         .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z").to_string())
         .collect()
@@ -131,8 +161,9 @@ pub async fn job(
     let (spec, words, next, invalid) = match &stored.spec {
         Ok(spec) => {
             let parsed = spec.parsed_schedule();
+            let excluded = store.calendars.excluded(&spec.exclude).await?;
             let next = match &parsed {
-                Ok((s, tz)) if !spec.paused => next_fires(s, *tz, Utc::now(), 5),
+                Ok((s, tz)) if !spec.paused => next_fires(s, *tz, Utc::now(), 5, &excluded),
                 _ => Vec::new(),
             };
             // In words as it fires: `H` items as the job's slots ("at minute 25").

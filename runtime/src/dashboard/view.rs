@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::JobSummary;
 use crate::record::{RunRecord, Status, Trigger};
+use crate::store::Excluded;
 use crate::store::Store;
 
 /// Runs kept per job: the last status, the success rate and the durations sparkline.
@@ -125,7 +126,13 @@ impl RunsView {
     /// than `LATE_AFTER`, or a fire after the later of `revised` (since when the view has
     /// known the job as it is) and its last fire with a run, that has no run `LATE_AFTER`
     /// (and its jitter) past it. A paused job is never late.
-    pub fn is_late(job: &JobSummary, runs: &RunsSummary, revised: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    /// Fires on the days of the calendars it excludes (`excluded`) are no fires.
+    pub fn is_late(
+        job: &JobSummary,
+        runs: &RunsSummary,
+        (revised, now): (DateTime<Utc>, DateTime<Utc>),
+        excluded: &Excluded,
+    ) -> bool {
         let grace = TimeDelta::from_std(LATE_AFTER + job.jitter).unwrap_or(TimeDelta::MAX);
         if job.paused {
             return false;
@@ -134,7 +141,7 @@ impl RunsView {
             return true;
         }
         let from = runs.last_fire.map_or(revised, |fire| fire.max(revised));
-        job.schedule.next_after(from, job.tz).is_some_and(|due| due + grace < now)
+        excluded.next_after(&job.schedule, from, job.tz).is_some_and(|due| due + grace < now)
     }
 
     /// Follows the runs bucket until `cancel`, watching again after a lost watch.
@@ -303,6 +310,19 @@ mod tests {
     }
 
     #[test]
+    fn a_fire_on_a_day_the_job_excludes_is_never_late() {
+        let (job, none, revised) = (hourly(false), RunsSummary::default(), at("2026-01-01T00:30:00Z"));
+        let calendar = crate::spec::calendar::Calendar::parse("holidays", "2026-01-01", "t").unwrap();
+        let holidays = Excluded::of(vec![calendar]);
+        assert!(RunsView::is_late(&job, &none, (revised, at("2026-01-01T02:01:00Z")), &Excluded::default()));
+        assert!(!RunsView::is_late(&job, &none, (revised, at("2026-01-01T23:59:00Z")), &holidays), "all day excluded");
+        assert!(
+            RunsView::is_late(&job, &none, (revised, at("2026-01-02T00:01:00Z")), &holidays),
+            "the next day's fire"
+        );
+    }
+
+    #[test]
     fn late_means_a_fire_without_a_run_or_a_run_left_queued() {
         let job = hourly(false);
         let none = RunsSummary::default();
@@ -310,17 +330,31 @@ mod tests {
         // (now, late)
         let cases = [("2026-01-01T00:59:00Z", false), ("2026-01-01T01:00:20Z", false), ("2026-01-01T01:00:31Z", true)];
         for (now, late) in cases {
-            assert_eq!(RunsView::is_late(&job, &none, revised, at(now)), late, "{now}");
+            assert_eq!(RunsView::is_late(&job, &none, (revised, at(now)), &Excluded::default()), late, "{now}");
         }
-        assert!(!RunsView::is_late(&hourly(true), &none, revised, at("2026-01-01T05:00:00Z")), "paused");
+        assert!(
+            !RunsView::is_late(&hourly(true), &none, (revised, at("2026-01-01T05:00:00Z")), &Excluded::default()),
+            "paused"
+        );
         // Added (or changed, or resumed) at 11:30: the 11:00 fire was not its to miss.
-        assert!(!RunsView::is_late(&job, &none, at("2026-01-01T11:30:00Z"), at("2026-01-01T11:40:00Z")));
+        assert!(!RunsView::is_late(
+            &job,
+            &none,
+            (at("2026-01-01T11:30:00Z"), at("2026-01-01T11:40:00Z")),
+            &Excluded::default()
+        ));
 
         let view = RunsView::default();
         view.apply(&record("j", "a", "2026-01-01T01:00:00Z", Status::Succeeded, Trigger::Schedule));
         let runs = view.summary("j");
-        assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T01:59:00Z")), "the 01:00 fire ran");
-        assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:01:00Z")), "02:00 has no run");
+        assert!(
+            !RunsView::is_late(&job, &runs, (revised, at("2026-01-01T01:59:00Z")), &Excluded::default()),
+            "the 01:00 fire ran"
+        );
+        assert!(
+            RunsView::is_late(&job, &runs, (revised, at("2026-01-01T02:01:00Z")), &Excluded::default()),
+            "02:00 has no run"
+        );
         // A manual, chained, message or backfilled run is not the fire, nor is its retry.
         for (run, trigger) in [
             ("m", Trigger::Manual),
@@ -331,17 +365,38 @@ mod tests {
         ] {
             view.apply(&record("j", run, "2026-01-01T02:00:30Z", Status::Succeeded, trigger));
         }
-        assert!(RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:01:00Z")));
+        assert!(RunsView::is_late(
+            &job,
+            &view.summary("j"),
+            (revised, at("2026-01-01T02:01:00Z")),
+            &Excluded::default()
+        ));
         // Its record pruned (history 0), the fire that ran is still known.
         view.remove("j", "a");
-        assert!(!RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T01:59:00Z")));
+        assert!(!RunsView::is_late(
+            &job,
+            &view.summary("j"),
+            (revised, at("2026-01-01T01:59:00Z")),
+            &Excluded::default()
+        ));
 
         view.apply(&record("j", "b", "2026-01-01T02:00:00Z", Status::Queued, Trigger::Schedule));
         let runs = view.summary("j");
-        assert!(!RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:00:20Z")), "queued, not for long");
-        assert!(RunsView::is_late(&job, &runs, revised, at("2026-01-01T02:00:40Z")), "queued 40 s");
+        assert!(
+            !RunsView::is_late(&job, &runs, (revised, at("2026-01-01T02:00:20Z")), &Excluded::default()),
+            "queued, not for long"
+        );
+        assert!(
+            RunsView::is_late(&job, &runs, (revised, at("2026-01-01T02:00:40Z")), &Excluded::default()),
+            "queued 40 s"
+        );
         // A retry waits out its backoff queued: not late for that.
         view.apply(&record("j", "b", "2026-01-01T02:00:00Z", Status::Queued, Trigger::Retry));
-        assert!(!RunsView::is_late(&job, &view.summary("j"), revised, at("2026-01-01T02:05:00Z")));
+        assert!(!RunsView::is_late(
+            &job,
+            &view.summary("j"),
+            (revised, at("2026-01-01T02:05:00Z")),
+            &Excluded::default()
+        ));
     }
 }

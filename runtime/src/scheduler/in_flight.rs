@@ -23,10 +23,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{Instrument, debug, error, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::{Due, shards};
+use crate::catalog::JobSummary;
 use crate::dispatch::{DispatchMsg, dispatch};
+use crate::error::Error;
 use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
 
@@ -147,7 +149,14 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
         };
         let mut backoff = Duration::from_millis(100);
         loop {
-            match dispatch(&store, &summary.pool, &msg, now).await {
+            let outcome = match excluded_by(&store, summary, due.fire).await {
+                Ok(Some(calendar)) => {
+                    return info!(calendar, "fire not run: its date is in a calendar the job excludes");
+                }
+                Ok(None) => dispatch(&store, &summary.pool, &msg, now).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
                 Ok(outcome) => return debug!(?outcome, "dispatch"),
                 Err(e) if Instant::now() + backoff < give_up => {
                     warn!("dispatch failed, retrying in {backoff:?}: {e}");
@@ -160,6 +169,16 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
     }
     .instrument(span)
     .await;
+}
+
+/// The calendar of those the job excludes whose days hold `fire`'s local date, read now
+/// (through the calendars' cache of a second): a calendar changed counts from the next fire.
+async fn excluded_by(store: &Store, job: &JobSummary, fire: DateTime<Utc>) -> Result<Option<String>, Error> {
+    if job.exclude().is_empty() {
+        return Ok(None);
+    }
+    let excluded = store.calendars.excluded(job.exclude()).await?;
+    Ok(excluded.by(fire, job.tz).map(str::to_string))
 }
 
 /// A delay in `[0, max)` fixed by job and fire, so every scheduler picks the same one:

@@ -8,8 +8,10 @@
 //! - `plugins.rs`: Wasm components in the object store, by digest.
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
 //! - `secrets.rs`: secrets by name, read at each run and delivery, never by viewers.
+//! - `calendars.rs`: named calendars of days jobs exclude, read as their fires come.
 //! - `usage.rs`: how full the layout's streams are against their limits.
 
+pub mod calendars;
 mod control;
 mod jobs;
 pub mod kv;
@@ -28,6 +30,7 @@ use async_nats::jetstream;
 use crate::error::Error;
 use crate::names::Names;
 
+pub use calendars::{Calendars, Excluded};
 pub use jobs::StoredJob;
 pub use kv::{Bucket, Revision};
 pub use layout::{LEASE_MARKER_TTL, LayoutOptions, MIN_STREAM_BYTES, Missing};
@@ -48,6 +51,8 @@ pub struct Store {
     pub leases: Bucket,
     /// Secrets by name, opened at their first use (see `secrets`).
     pub secrets: Secrets,
+    /// Calendars by name, opened at their first use (see `calendars`).
+    pub calendars: Calendars,
     /// The most a run record may take as JSON: the server's max payload (at most 1 MiB)
     /// less room for headers, so that a record write is never refused for its size.
     pub record_budget: usize,
@@ -80,6 +85,7 @@ impl Store {
         let max_payload = client.server_info().max_payload;
         let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
         let secrets = Secrets::new(js.clone(), &names);
+        let calendars = Calendars::new(js.clone(), &names);
         Ok(Self {
             names,
             record_budget,
@@ -88,6 +94,7 @@ impl Store {
             runs: Bucket::new(runs, js.clone()),
             leases: Bucket::new(leases, js.clone()),
             secrets,
+            calendars,
             js,
             actor: None,
         })

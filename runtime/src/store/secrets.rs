@@ -204,7 +204,7 @@ pub fn missing(name: &str) -> Error {
 
 /// Whether opening a bucket failed because its stream does not exist (rather than NATS
 /// being away, or the identity lacking the right to ask).
-fn names_a_missing_stream(e: &async_nats::jetstream::context::KeyValueError) -> bool {
+pub(super) fn names_a_missing_stream(e: &async_nats::jetstream::context::KeyValueError) -> bool {
     use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
     let asked = std::error::Error::source(e).and_then(|s| s.downcast_ref::<GetStreamError>());
     asked.is_some_and(|e| {
