@@ -5,6 +5,7 @@
 //! convention has it; bucket names and subjects keep the namespace as given.
 
 use crate::error::Error;
+use crate::jsapi::JsApi;
 
 /// The default namespace.
 pub const DEFAULT_NAMESPACE: &str = "cronrun";
@@ -23,6 +24,9 @@ pub fn validate_job_name(name: &str) -> Result<(), Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
     ns: String,
+    /// The JetStream API this deployment's clients address (a domain's, for clients on a
+    /// leaf node of the hub): where the store's own requests and KV puts go.
+    api: JsApi,
 }
 
 impl Names {
@@ -37,7 +41,18 @@ impl Names {
                 format!("namespace {namespace:?} must be 1 to 32 characters of A-Z a-z 0-9 _ -"),
             ));
         }
-        Ok(Self { ns: namespace.to_string() })
+        Ok(Self { ns: namespace.to_string(), api: JsApi::local() })
+    }
+
+    /// These names for a client that reaches JetStream through `api` (see `jsapi`).
+    pub fn with_js_api(mut self, api: JsApi) -> Self {
+        self.api = api;
+        self
+    }
+
+    /// The JetStream API this client addresses.
+    pub fn js_api(&self) -> &JsApi {
+        &self.api
     }
 
     pub fn namespace(&self) -> &str {

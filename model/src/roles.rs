@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 
+use crate::jsapi::JsApi;
 use crate::names::{Names, lease_keys, pattern_covers};
 
 /// What an identity is for. An agent holds the roles it runs (`scheduler`, `runner`);
@@ -73,6 +74,28 @@ impl Permissions {
         self
     }
 
+    /// These permissions with, beside each subject of the publish lists, its form in the
+    /// JetStream domain of `api` (see `jsapi`), so that one authorization serves clients
+    /// of the hub (plain forms) and of its leaf nodes (domain forms). Never a right more:
+    /// an allowed domain form reaches through the hub's mapping exactly the plain subject
+    /// it mirrors, and every refusal is refused in its domain form too (a refusal's form
+    /// may refuse more, never less). An allowed pattern whose token after `$JS.API.` is a
+    /// wildcard gets no domain form: `$JS.<d>.API.>` would also reach `$JS.<d>.API.$KV.>`,
+    /// every key of every bucket. Subscriptions are to inboxes and plain subjects: as they are.
+    pub fn with_domain_forms(mut self, api: &JsApi) -> Permissions {
+        let mirrors = |list: &[String], allow: bool| -> Vec<String> {
+            list.iter()
+                .filter(|p| !allow || !api_token_is_wildcard(p))
+                .filter_map(|p| api.domain_form(p))
+                .filter(|d| !list.contains(d))
+                .collect()
+        };
+        let (publish, deny) = (mirrors(&self.publish, true), mirrors(&self.publish_deny, false));
+        self.publish.extend(publish);
+        self.publish_deny.extend(deny);
+        self
+    }
+
     /// Whether a publish to `subject` is allowed.
     pub fn may_publish(&self, subject: &str) -> bool {
         self.publish.iter().any(|p| pattern_covers(p, subject))
@@ -83,6 +106,12 @@ impl Permissions {
     pub fn may_subscribe(&self, subject: &str) -> bool {
         self.subscribe.iter().any(|p| pattern_covers(p, subject))
     }
+}
+
+/// Whether `pattern` is `$JS.API.*…` or `$JS.API.>`: a pattern of the whole API, whose
+/// domain form would reach the KV and object store subjects too.
+fn api_token_is_wildcard(pattern: &str) -> bool {
+    pattern.strip_prefix("$JS.API.").is_some_and(|rest| matches!(rest.split('.').next(), Some("*" | ">")))
 }
 
 /// The inbox prefix of the identity with public key `public_key`: its replies and the
@@ -360,8 +389,16 @@ mod tests {
     /// (role, subject, may publish): the lines of the README's permission table that matter most.
     #[test]
     fn roles_publish_only_what_they_need() {
+        for &(role, subject, allowed) in PUBLISH_CASES {
+            assert_eq!(perms(role).may_publish(subject), allowed, "{} publish {subject}", role.as_str());
+        }
+    }
+
+    /// (role, subject, may publish), for `roles_publish_only_what_they_need` and the domain
+    /// forms' test.
+    const PUBLISH_CASES: &[(Role, &str, bool)] = {
         use Role::*;
-        let cases = [
+        &[
             (Admin, "$KV.cronrun_jobs.backup", true),
             (Admin, "$O.cronrun_plugins.M.abc", true),
             (Admin, "cronrun.ctl.run.j.r.kill", true),
@@ -482,11 +519,8 @@ mod tests {
             (Viewer, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets", false),
             (Viewer, "$JS.API.CONSUMER.CREATE.KV_cronrun_secrets.x.$KV.cronrun_secrets.>", false),
             (Viewer, "$KV.cronrun_secrets.tok", false),
-        ];
-        for (role, subject, allowed) in cases {
-            assert_eq!(perms(role).may_publish(subject), allowed, "{} publish {subject}", role.as_str());
-        }
-    }
+        ]
+    };
 
     #[test]
     fn beyond_their_inbox_runners_subscribe_to_kills_and_admins_to_their_answers_only() {
@@ -541,6 +575,50 @@ mod tests {
         for role in Role::ALL {
             assert!(!perms(role).may_subscribe("$KV.cronrun_secrets.tok"), "{role:?}");
         }
+    }
+
+    /// With the domain forms of `hub`, every role may publish a subject's domain form exactly
+    /// when it may publish the subject, may still publish every plain subject it could, and
+    /// gains nothing that no plain subject of its lists mirrors.
+    #[test]
+    fn domain_forms_mirror_each_right_and_refusal_and_add_none() {
+        let hub = JsApi::domain("hub").unwrap();
+        for role in Role::ALL {
+            let plain = perms(role);
+            let both = plain.clone().with_domain_forms(&hub);
+            for subject in PUBLISH_CASES.iter().map(|c| c.1).chain(plain.publish.iter().map(String::as_str)) {
+                let allowed = plain.may_publish(subject);
+                assert_eq!(both.may_publish(subject), allowed, "{role:?} {subject}");
+                assert_eq!(both.may_publish(&hub.subject(subject)), allowed, "{role:?} {}", hub.subject(subject));
+            }
+            for s in both.publish.iter().filter(|s| !plain.publish.contains(s)) {
+                assert!(plain.publish.iter().any(|p| hub.domain_form(p).as_ref() == Some(s)), "{role:?}: {s}");
+            }
+            for s in &plain.publish_deny {
+                assert!(both.publish_deny.contains(&hub.subject(s)), "{role:?}: refusal {s}");
+            }
+            assert_eq!(both.subscribe, plain.subscribe, "{role:?}");
+            // No other domain, no object store through the domain, no `$OBJ`.
+            for other in ["$JS.edge.API.STREAM.INFO.KV_cronrun_jobs", "$JS.hub.API.$O.cronrun_plugins.C.x"] {
+                assert!(!both.may_publish(other), "{role:?} {other}");
+            }
+            // Without a domain, nothing changes.
+            assert_eq!(plain.clone().with_domain_forms(&JsApi::local()), plain);
+        }
+        // A wildcard over the whole API is not mirrored (its form would reach every key);
+        // a refusal is, even where it refuses more.
+        let wide = Permissions {
+            publish: vec!["$JS.API.>".into(), "$JS.API.*.INFO.x".into(), "$KV.b.>".into()],
+            subscribe: vec![],
+            publish_deny: vec!["$JS.API.*.DELETE.>".into(), "$KV.b.secret".into()],
+        }
+        .with_domain_forms(&hub);
+        assert!(!wide.may_publish("$JS.hub.API.$KV.other.k"));
+        assert!(!wide.may_publish("$JS.hub.API.STREAM.INFO.x"));
+        assert!(wide.may_publish("$JS.hub.API.$KV.b.k"));
+        assert!(!wide.may_publish("$JS.hub.API.$KV.b.secret"));
+        assert!(!wide.may_publish("$KV.b.secret"));
+        assert!(wide.publish_deny.contains(&"$JS.hub.API.*.DELETE.>".to_string()));
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub async fn run(
     if let Some(addr) = &config.http.listen {
         let dashboard = crate::dashboard::DashboardConfig {
             nats: config.nats.clone(),
-            namespace: config.namespace.clone(),
+            names: config.names()?,
             viewer_creds: config.http.viewer_creds.clone(),
             admin_creds: config.http.admin_creds.clone(),
             token_file: config.http.token_file.clone(),
@@ -191,7 +191,7 @@ async fn run_roles(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), Error> {
-    let names = Names::new(&config.namespace)?;
+    let names = config.names()?;
     let schedules = config.roles.contains(&Role::Scheduler);
     let server_time = crate::server_time::ServerTime::new(config.scheduler.max_clock_offset);
     let _ = health.server_time.set(server_time.clone());

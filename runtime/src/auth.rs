@@ -162,7 +162,10 @@ fn pretty(block: &serde_json::Value) -> Result<String, Error> {
 pub fn identity_permissions(names: &Names, roles: &[Role], inbox: &str, guest_publish: &[String]) -> Permissions {
     let all = roles.iter().map(|&role| names.permissions(role, inbox, guest_publish));
     // Reduced, not folded from an empty set: the union keeps what both sides deny.
-    all.reduce(Permissions::union).unwrap_or_default()
+    let union = all.reduce(Permissions::union).unwrap_or_default();
+    // With a JetStream domain, the plain forms for clients of the hub and the domain's for
+    // clients of its leaf nodes: one authorization for both (docs/deploy.md, "Leaf nodes").
+    union.with_domain_forms(names.js_api())
 }
 
 /// `permissions` in nats-server's form.

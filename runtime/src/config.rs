@@ -21,6 +21,12 @@ pub struct AgentConfig {
     pub creds: Option<String>,
     /// Prefix of every NATS name. Default `cronrun`.
     pub namespace: String,
+    /// The JetStream domain of the servers holding the layout, for an agent connected to
+    /// a leaf node of them (its own server has no JetStream, or another domain): its
+    /// requests then go to `$JS.<domain>.API.…`, which crosses the leaf link where
+    /// `$JS.API.…` does not (docs/deploy.md, "Leaf nodes"). Default: none (the API of the
+    /// servers it is connected to).
+    pub jetstream_domain: Option<String>,
     /// This agent's name in leases, records and `status`. Default: the host name.
     pub name: String,
     /// `scheduler`, `runner` or both. Default both.
@@ -72,6 +78,7 @@ impl Default for AgentConfig {
             nats: "nats://127.0.0.1:4222".into(),
             creds: None,
             namespace: crate::names::DEFAULT_NAMESPACE.into(),
+            jetstream_domain: None,
             name: default_name(),
             roles: vec![Role::Scheduler, Role::Runner],
             layout: LayoutOptions::default(),
@@ -102,8 +109,14 @@ impl AgentConfig {
         Ok(config)
     }
 
+    /// The names of this agent's deployment, addressing JetStream through its domain.
+    pub fn names(&self) -> Result<crate::names::Names, Error> {
+        let api = crate::model::jsapi::JsApi::new(self.jetstream_domain.as_deref())?;
+        Ok(crate::names::Names::new(&self.namespace)?.with_js_api(api))
+    }
+
     pub fn validate(&self) -> Result<(), Error> {
-        crate::names::Names::new(&self.namespace)?;
+        self.names()?;
         crate::names::validate_job_name(&self.name).map_err(|_| {
             Error::invalid("name", format!("agent name {:?} must be 1 to 128 of A-Z a-z 0-9 _ -", self.name))
         })?;

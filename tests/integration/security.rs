@@ -289,6 +289,7 @@ async fn auth_init_writes_a_config_the_server_accepts() {
         (&["--guest-publish", ">"], "could reach $JS.>"),
         (&["--routes", "n1:6222,evil@n2:6222"], "give host:port"),
         (&["--routes", "nats://n1:6222"], "give host:port"),
+        (&["--jetstream-domain", "a.b"], "JetStream domain \"a.b\""),
     ] {
         let conf = std::fs::read(ids.join("auth.conf")).unwrap();
         let refused = init(args);
@@ -297,6 +298,20 @@ async fn auth_init_writes_a_config_the_server_accepts() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         assert_eq!(std::fs::read(ids.join("auth.conf")).unwrap(), conf, "{args:?}: nothing written");
     }
+    // With the hub's JetStream domain each identity also gets the domain's forms of its
+    // JetStream subjects (for the clients of leaf nodes), and only those.
+    let runner = std::process::Command::new(BIN)
+        .args(["auth", "permissions", "runner", "--jetstream-domain", "hub"])
+        .output()
+        .unwrap();
+    let runner: serde_json::Value = serde_json::from_slice(&runner.stdout).unwrap();
+    let allowed: Vec<&str> = runner["publish"]["allow"].as_array().unwrap().iter().filter_map(|s| s.as_str()).collect();
+    for subject in
+        ["$KV.cronrun_runs.>", "$JS.hub.API.$KV.cronrun_runs.>", "$JS.hub.API.CONSUMER.MSG.NEXT.CRONRUN_DISPATCH.>"]
+    {
+        assert!(allowed.contains(&subject), "{subject}: {allowed:?}");
+    }
+    assert!(!allowed.iter().any(|s| s.starts_with("$JS.hub.API.$KV.cronrun_jobs")), "{allowed:?}");
     let cluster = std::fs::read_to_string(ids.join("cluster-auth.conf")).unwrap();
     assert!(cluster.contains("nats-route://cronrun-route:") && cluster.contains("@n2:6222"), "{cluster}");
 

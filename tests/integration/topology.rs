@@ -32,9 +32,11 @@ fn ran(dir: &std::path::Path, name: &str) -> Vec<(String, String)> {
     text.lines().filter_map(|l| l.split_once(' ')).map(|(site, run)| (site.into(), run.into())).collect()
 }
 
-/// The leaf's runner, `edge`: runner identity, pool `edge` only, connected to the leaf.
+/// The leaf's runner, `edge`: runner identity, pool `edge` only, connected to the leaf and
+/// addressing the hub's JetStream through its domain.
 fn edge_runner(site: &LeafSite) -> Agent {
-    let toml = config("edge", "roles = [\"runner\"]", "pools = [\"edge\"]");
+    let top = format!("roles = [\"runner\"]\njetstream_domain = \"{HUB_DOMAIN}\"");
+    let toml = config("edge", &top, "pools = [\"edge\"]");
     site.nats.agent_via(&site.leaf_url, "edge", &toml, &[("CRONRUN_TEST_SITE", "edge")])
 }
 
@@ -45,7 +47,6 @@ async fn hub_agent(site: &LeafSite) -> Agent {
     hub
 }
 
-#[ignore = "JetStream requests do not cross a leaf link to the hub in nats-server 2.14 (docs/deploy.md)"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runner_on_a_leaf_node_runs_its_pools_jobs_and_reports_records_and_output_to_the_hub() {
     let started = Instant::now();
@@ -73,10 +74,26 @@ async fn a_runner_on_a_leaf_node_runs_its_pools_jobs_and_reports_records_and_out
     assert!(record.output.iter().any(|l| l.contains("hello from the edge")), "{:?}", record.output);
     let logs = site.nats.ok(&["logs", &at_edge]);
     assert!(logs.contains("hello from the edge"), "cronrun logs: {logs}");
+    // The CLI on the edge reads it too, through the hub's domain; without it, JetStream
+    // is out of its reach (the leaf link denies `$JS.API.>`).
+    let on_edge = |domain: Option<&str>| {
+        let mut command = site.nats.command();
+        command.env("CRONRUN_NATS", &site.leaf_url).args(["logs", &at_edge]);
+        match domain {
+            Some(domain) => command.env("CRONRUN_JETSTREAM_DOMAIN", domain),
+            None => command.env_remove("CRONRUN_JETSTREAM_DOMAIN"),
+        };
+        command.output().unwrap()
+    };
+    let out = on_edge(Some(HUB_DOMAIN));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("hello from the edge"), "{said} {:?}", out.stderr);
+    let out = on_edge(None);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("--jetstream-domain"), "without the domain: {said}");
     println!("leaf site: edge and hub runs each ran once, where their pool is, in {:?}", started.elapsed());
 }
 
-#[ignore = "JetStream requests do not cross a leaf link to the hub in nats-server 2.14 (docs/deploy.md)"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leaf_link_that_drops_loses_the_edge_run_stops_its_process_and_nothing_runs_twice_when_it_returns() {
     let started = Instant::now();

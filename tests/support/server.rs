@@ -24,6 +24,13 @@ pub const GUEST_SUBJECTS: [&str; 3] = ["demo.>", "greetings.>", "orders.>"];
 /// A test server's authentication: the identities of `cronrun auth init` under
 /// `<dir>/ids`, plus `test`, an unrestricted identity for what tests read and break.
 pub fn secure(dir: &Path) -> (String, String) {
+    secure_in_domain(dir, None)
+}
+
+/// `secure`, with the permissions `cronrun auth init --jetstream-domain <domain>` writes:
+/// each subject also in the domain's form, for the clients of a leaf node.
+pub fn secure_in_domain(dir: &Path, domain: Option<&str>) -> (String, String) {
+    let names = Names::new("cronrun").unwrap().with_js_api(cronrun::model::jsapi::JsApi::new(domain).unwrap());
     let ids = Identities::ensure(&dir.join("ids")).unwrap();
     let test_seed = dir.join("ids/test.nk");
     if !test_seed.exists() {
@@ -32,7 +39,7 @@ pub fn secure(dir: &Path) -> (String, String) {
     let seed = std::fs::read_to_string(&test_seed).unwrap();
     let test_user = serde_json::json!({ "nkey": nkeys::KeyPair::from_seed(seed.trim()).unwrap().public_key() });
     let guests: Vec<String> = GUEST_SUBJECTS.iter().map(|s| s.to_string()).collect();
-    let block = ids.authorization(&Names::new("cronrun").unwrap(), &guests, &[], &[test_user]).unwrap();
+    let block = ids.authorization(&names, &guests, &[], &[test_user]).unwrap();
     (block, test_seed.to_string_lossy().into_owned())
 }
 

@@ -219,7 +219,8 @@ mod tests {
 
     #[test]
     fn plain_lists_and_icalendar_all_day_events_give_the_days_they_show() {
-        let cases: [(&str, Vec<(&str, &str)>, i64); 3] = [
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, i64);
+        let cases: [Case; 3] = [
             (
                 "2026-12-25\n# a comment\n\n2026-12-24..2026-12-26  # Christmas\n2027-01-01\n",
                 vec![("2026-12-24", "2026-12-26"), ("2027-01-01", "2027-01-01")],

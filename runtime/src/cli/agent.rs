@@ -47,6 +47,9 @@ impl AgentArgs {
         if ctx.global.namespace != crate::names::DEFAULT_NAMESPACE {
             config.namespace = ctx.global.namespace.clone();
         }
+        if let Some(domain) = &ctx.global.jetstream_domain {
+            config.jetstream_domain = Some(domain.clone());
+        }
         if let Some(name) = &self.name {
             config.name = name.clone();
         }

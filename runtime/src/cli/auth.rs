@@ -237,7 +237,8 @@ fn permissions(ctx: &Ctx, a: PermissionsArgs) -> Result<()> {
         bail!("role {:?} is not one of admin, viewer, scheduler, runner", a.role);
     };
     // A .creds user keeps the default inbox prefix.
-    let p = ctx.names()?.permissions(role, "_INBOX", &a.guest_publish);
+    let names = ctx.names()?;
+    let p = names.permissions(role, "_INBOX", &a.guest_publish).with_domain_forms(names.js_api());
     let text = serde_json::to_string_pretty(&server_permissions(&p)).context("printing permissions")?;
     super::out(&text)?;
     Ok(())

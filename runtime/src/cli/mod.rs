@@ -59,6 +59,11 @@ pub struct Global {
     /// Prefix of every bucket, stream and subject
     #[arg(long, global = true, env = "CRONRUN_NAMESPACE", default_value = "cronrun")]
     pub namespace: String,
+    /// The JetStream domain of the servers holding the layout, for a client of a leaf node
+    /// of them: JetStream requests go to `$JS.<domain>.API`, which crosses the leaf link.
+    /// With `auth init`: also allow every identity the domain's forms of its subjects
+    #[arg(long, global = true, env = "CRONRUN_JETSTREAM_DOMAIN")]
+    pub jetstream_domain: Option<String>,
     /// Output format
     #[arg(long, global = true, value_enum, default_value = "text")]
     pub output: Output,
@@ -181,7 +186,8 @@ impl Ctx {
     }
 
     pub fn names(&self) -> Result<Names> {
-        Ok(Names::new(&self.global.namespace)?)
+        let api = crate::model::jsapi::JsApi::new(self.global.jetstream_domain.as_deref())?;
+        Ok(Names::new(&self.global.namespace)?.with_js_api(api))
     }
 
     pub async fn store(&self) -> Result<Store> {

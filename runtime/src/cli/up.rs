@@ -15,7 +15,6 @@ use super::deploy::DeployArgs;
 use super::{Ctx, Global, Output};
 use crate::auth::Identities;
 use crate::embedded::{EmbeddedNats, ServerOptions};
-use crate::names::Names;
 use crate::spec::parse_jobs_file;
 use crate::store::Store;
 
@@ -82,7 +81,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
                     a.port
                 );
             }
-            let names = Names::new(&config.namespace)?;
+            let names = config.names()?;
             super::auth::check_publish_subjects(&names, "--guest-publish", &a.guest_publish)?;
             super::auth::check_publish_subjects(&names, "--publish", &a.publish)?;
             let ids = Identities::ensure(&crate::auth::up_identities_dir(&dir))?;
@@ -185,7 +184,7 @@ fn run_jobs_as_nobody_if_root(runner: &mut crate::runner::RunnerConfig) {
 /// Adds the example jobs if the deployment has no jobs at all.
 async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<String>) -> Result<()> {
     let client = crate::connect::connect(&config.nats, admin_creds.as_deref(), "cronrun-up examples").await?;
-    let store = Store::open(client, Names::new(&config.namespace)?, &config.layout)
+    let store = Store::open(client, config.names()?, &config.layout)
         .await?
         .acting_as(&crate::auth::actor(admin_creds.as_deref()));
     if !store.list_jobs().await?.is_empty() {
@@ -204,6 +203,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
             nats: Some(config.nats.clone()),
             creds: admin_creds,
             namespace: config.namespace.clone(),
+            jetstream_domain: config.jetstream_domain.clone(),
             output: Output::Text,
             log_format: Output::Text,
         },

@@ -41,7 +41,8 @@ use view::RunsView;
 /// Where the dashboard connects and who it is: from the agent's configuration.
 pub struct DashboardConfig {
     pub nats: String,
-    pub namespace: String,
+    /// The deployment's names, with the JetStream API its stores address.
+    pub names: crate::names::Names,
     /// The identity it reads with; None: the agent's connection.
     pub viewer_creds: Option<String>,
     pub admin_creds: Option<String>,
@@ -97,7 +98,7 @@ impl Dashboard {
             cancel: cancel.clone(),
         });
         if dashboard.token.is_some() {
-            let names = crate::names::Names::new(&config.namespace)?;
+            let names = config.names.clone();
             // Reading does not wait for the admin identity: a bad one leaves the dashboard
             // read-only, saying why in the agent's log.
             let reader = {

@@ -20,6 +20,7 @@ use super::kv::Bucket;
 use super::layout::LEASE_MARKER_TTL;
 use super::secrets::names_a_missing_stream;
 use crate::error::{Error, ErrorKind};
+use crate::model::jsapi::JsApi;
 use crate::names::Names;
 use crate::schedule::Schedule;
 use crate::spec::calendar::{Calendar, validate_calendar_name};
@@ -34,6 +35,8 @@ pub struct Calendars {
     bucket: String,
     /// The jobs bucket's stream, whose placement the calendars bucket takes when created.
     jobs_stream: String,
+    /// The JetStream API's prefix (a domain's, for clients on a leaf node).
+    api: JsApi,
     opened: Arc<tokio::sync::OnceCell<kv::Store>>,
     read: Arc<Mutex<Reads>>,
 }
@@ -102,6 +105,7 @@ impl Calendars {
             js,
             bucket: names.calendars_bucket(),
             jobs_stream: format!("KV_{}", names.jobs_bucket()),
+            api: names.js_api().clone(),
             opened: Arc::default(),
             read: Arc::default(),
         }
@@ -123,7 +127,7 @@ impl Calendars {
     pub async fn get(&self, name: &str) -> Result<Option<Calendar>, Error> {
         validate_calendar_name(name)?;
         let Some(store) = self.open().await? else { return Ok(None) };
-        match Bucket::new(store.clone(), self.js.clone()).get(name).await? {
+        match Bucket::new(store.clone(), self.js.clone(), &self.api).get(name).await? {
             None => Ok(None),
             Some(stored) => Calendar::from_json(&stored.value).map(Some),
         }
@@ -170,7 +174,7 @@ impl Calendars {
         };
         let value = serde_json::to_vec(calendar)
             .map_err(|e| Error::new(ErrorKind::Other, format!("encoding calendar {}: {e}", calendar.name)))?;
-        Bucket::new(store, self.js.clone()).put(&calendar.name, Bytes::from(value), None).await
+        Bucket::new(store, self.js.clone(), &self.api).put(&calendar.name, Bytes::from(value), None).await
     }
 
     /// Removes calendar `name`. False when there was none.
@@ -179,14 +183,14 @@ impl Calendars {
             return Ok(false);
         }
         let Some(store) = self.open().await? else { return Ok(false) };
-        Bucket::new(store.clone(), self.js.clone()).purge(name, LEASE_MARKER_TTL).await?;
+        Bucket::new(store.clone(), self.js.clone(), &self.api).purge(name, LEASE_MARKER_TTL).await?;
         Ok(true)
     }
 
     /// Every calendar, by name.
     pub async fn list(&self) -> Result<Vec<Calendar>, Error> {
         let Some(store) = self.open().await? else { return Ok(Vec::new()) };
-        let mut names = Bucket::new(store.clone(), self.js.clone()).keys(">").await?;
+        let mut names = Bucket::new(store.clone(), self.js.clone(), &self.api).keys(">").await?;
         names.sort();
         let mut calendars = Vec::with_capacity(names.len());
         for name in names {

@@ -28,6 +28,7 @@ mod usage;
 use async_nats::jetstream;
 
 use crate::error::Error;
+use crate::model::jsapi::JsApi;
 use crate::names::Names;
 
 pub use calendars::{Calendars, Excluded};
@@ -80,24 +81,30 @@ impl Store {
         opts: &LayoutOptions,
         missing: Missing,
     ) -> Result<Self, Error> {
-        let js = jetstream::new(client.clone());
-        let (jobs, runs, leases) = layout::ensure(&js, &names, opts, missing).await?;
+        let js = js_context(client.clone(), names.js_api());
+        let (jobs, runs, leases) =
+            layout::ensure(&js, &names, opts, missing).await.map_err(|e| hint_domain(e, names.js_api()))?;
         let max_payload = client.server_info().max_payload;
         let record_budget = max_payload.min(1024 * 1024).saturating_sub(RECORD_HEADROOM).max(4 * 1024);
         let secrets = Secrets::new(js.clone(), &names);
         let calendars = Calendars::new(js.clone(), &names);
         Ok(Self {
-            names,
             record_budget,
             client,
-            jobs: Bucket::new(jobs, js.clone()),
-            runs: Bucket::new(runs, js.clone()),
-            leases: Bucket::new(leases, js.clone()),
+            jobs: Bucket::new(jobs, js.clone(), names.js_api()),
+            runs: Bucket::new(runs, js.clone(), names.js_api()),
+            leases: Bucket::new(leases, js.clone(), names.js_api()),
             secrets,
             calendars,
             js,
+            names,
             actor: None,
         })
+    }
+
+    /// The JetStream API of this store's names.
+    pub fn js_api(&self) -> &JsApi {
+        self.names.js_api()
     }
 
     /// This store with every job write and event marked as made by `by` (see
@@ -108,4 +115,27 @@ impl Store {
         self.actor = Some(by.into());
         self
     }
+}
+
+/// A JetStream context of `client` for `api`: the servers' own API, or a domain's, whose
+/// requests (and KV puts of async-nats's own) go to `$JS.<domain>.API.…` (see `jsapi`).
+pub fn js_context(client: async_nats::Client, api: &JsApi) -> jetstream::Context {
+    match api.domain_name() {
+        Some(domain) => jetstream::with_domain(client, domain),
+        None => jetstream::new(client),
+    }
+}
+
+/// `error` with what to do when it says JetStream is out of reach and no domain is set:
+/// the likeliest cause is a leaf node without JetStream, whose link denies `$JS.API.>`.
+fn hint_domain(error: Error, api: &JsApi) -> Error {
+    let unreachable = ["JetStream unavailable", "no responders"].iter().any(|s| error.message().contains(s));
+    if !unreachable || api.domain_name().is_some() || *error.kind() != crate::error::ErrorKind::Nats {
+        return error;
+    }
+    Error::nats(
+        error.message(),
+        "connected to a leaf node of the servers with JetStream? set their domain with \
+         `jetstream_domain` in cronrun.toml or --jetstream-domain (docs/deploy.md, \"Leaf nodes\")",
+    )
 }

@@ -95,7 +95,7 @@ impl Store {
             );
         }
         let kv = self.js.get_key_value(&name).await.map_err(|e| Error::nats(&format!("opening {name}"), e))?;
-        Ok(Bucket::sourced(kv, self.js.clone()))
+        Ok(Bucket::sourced(kv, self.js.clone(), self.js_api()))
     }
 
     /// The snapshots of the index (see `scheduler::snapshot`), made if missing, with as
@@ -110,7 +110,7 @@ impl Store {
             ..Default::default()
         };
         let kv = super::layout::ensure_kv(&self.js, super::layout::Missing::Create, config).await?;
-        Ok(Bucket::new(kv, self.js.clone()))
+        Ok(Bucket::new(kv, self.js.clone(), self.js_api()))
     }
 
     /// Waits until the server has filed every job written so far in the index: a new

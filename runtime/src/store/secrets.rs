@@ -16,6 +16,7 @@ use futures::future::try_join_all;
 use super::kv::{Bucket, WRITTEN_BY};
 use super::layout::LEASE_MARKER_TTL;
 use crate::error::{Error, ErrorKind};
+use crate::model::jsapi::JsApi;
 use crate::names::Names;
 use crate::spec::secret::{MAX_SECRET_BYTES, SecretValues, check_secret_value, validate_secret_name};
 
@@ -26,6 +27,8 @@ const HEADERS_ROOM: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct Secrets {
     js: jetstream::Context,
+    /// The API `js` addresses (see `Bucket::new`).
+    api: JsApi,
     bucket: String,
     /// The jobs bucket's stream, whose placement the secrets bucket takes when created.
     jobs_stream: String,
@@ -49,6 +52,7 @@ impl Secrets {
     pub fn new(js: jetstream::Context, names: &Names) -> Self {
         Self {
             js,
+            api: names.js_api().clone(),
             bucket: names.secrets_bucket(),
             jobs_stream: format!("KV_{}", names.jobs_bucket()),
             opened: Arc::default(),
@@ -145,7 +149,7 @@ impl Secrets {
     /// names are read without values, then each one's last write for its time).
     pub async fn list(&self) -> Result<Vec<SecretInfo>, Error> {
         let Some(store) = self.open().await? else { return Ok(Vec::new()) };
-        let keys = Bucket::new(store.clone(), self.js.clone()).keys(">").await?;
+        let keys = Bucket::new(store.clone(), self.js.clone(), &self.api).keys(">").await?;
         let infos = keys.into_iter().map(|name| async move {
             let subject = format!("$KV.{}.{name}", self.bucket);
             let last = store.stream.direct_get_last_for_subject(&subject).await;
@@ -161,7 +165,7 @@ impl Secrets {
     }
 
     fn writer(&self, store: kv::Store) -> Bucket {
-        let bucket = Bucket::new(store, self.js.clone());
+        let bucket = Bucket::new(store, self.js.clone(), &self.api);
         match &self.by {
             Some(by) => bucket.signed_by(by),
             None => bucket,

@@ -53,7 +53,7 @@ impl Bucket {
         let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| fail(&e))?;
         let subjects: Vec<String> = filters.iter().map(|filter| format!("{prefix}{filter}")).collect();
         let request = serde_json::json!({ "multi_last": subjects }).to_string();
-        let subject = format!("$JS.API.DIRECT.GET.KV_{}", self.name());
+        let subject = self.api.request(&format!("DIRECT.GET.KV_{}", self.name()));
         client.publish_with_reply(subject, inbox, request.into()).await.map_err(|e| fail(&e))?;
         let mut values = Vec::new();
         loop {

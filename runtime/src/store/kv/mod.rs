@@ -18,6 +18,7 @@ use async_nats::jetstream::{self};
 use bytes::Bytes;
 
 use crate::error::{Error, ErrorKind};
+use crate::model::jsapi::JsApi;
 
 mod last;
 mod read;
@@ -65,6 +66,9 @@ impl Removal {
 pub struct Bucket {
     pub kv: Kv,
     js: jetstream::Context,
+    /// The API `js` addresses: the subjects this bucket publishes to itself (writes and
+    /// direct gets) take its form, as async-nats's own requests through `js` do.
+    api: JsApi,
     /// The `WRITTEN_BY` header of this handle's writes.
     by: Option<std::sync::Arc<str>>,
     /// A bucket the server sources from another (the schedules index): a key's revision
@@ -112,14 +116,15 @@ impl Fenced {
 }
 
 impl Bucket {
-    pub fn new(kv: Kv, js: jetstream::Context) -> Self {
-        Self { kv, js, by: None, sourced: false }
+    /// `kv` written through `js`, a context opened for `api` (see `Store::open`).
+    pub fn new(kv: Kv, js: jetstream::Context, api: &JsApi) -> Self {
+        Self { kv, js, api: api.clone(), by: None, sourced: false }
     }
 
     /// A bucket the server copies from another one: read only, with the revisions of the
     /// original (see `sourced`).
-    pub fn sourced(kv: Kv, js: jetstream::Context) -> Self {
-        Self { kv, js, by: None, sourced: true }
+    pub fn sourced(kv: Kv, js: jetstream::Context, api: &JsApi) -> Self {
+        Self { kv, js, api: api.clone(), by: None, sourced: true }
     }
 
     /// This bucket with every write marked as made by `by`.
@@ -287,7 +292,7 @@ impl Bucket {
         if let Some(ttl) = ttl {
             headers.insert(MESSAGE_TTL, format!("{}s", ttl.as_secs().max(1)).as_str());
         }
-        let subject = format!("$KV.{}.{key}", self.name());
+        let subject = self.api.kv_put(self.name(), key);
         let ack = self
             .js
             .publish_with_headers(subject, headers, value)
