@@ -271,6 +271,11 @@ pub mod lease_keys {
     pub fn lock(name: &str) -> String {
         format!("lock.{name}")
     }
+    /// The fires of `job` backfilled so far (`cronrun backfill`), as ranges: written by
+    /// admins, kept without TTL (one key per job backfilled, whatever the runs).
+    pub fn backfilled(job: &str) -> String {
+        format!("backfilled.{job}")
+    }
     /// A scheduler's presence; `holder` is `<agent name>/<instance>`.
     pub fn scheduler(holder: &str) -> String {
         format!("scheduler.{}", holder.replace('/', "."))

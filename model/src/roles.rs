@@ -219,6 +219,8 @@ impl Names {
                 for bucket in [self.jobs_bucket(), self.runs_bucket(), self.job_kv_bucket()] {
                     api.add(kv_write(bucket, ">"));
                 }
+                // What `backfill` has run, so that it never runs a fire twice.
+                api.add(kv_write(self.leases_bucket(), &lease_keys::backfilled("*")));
                 api.add(format!("$O.{}.>", self.plugins_store()));
                 // Secrets: `secret set` writes them (creating the bucket at the first),
                 // `secret ls` lists them with an ordered consumer, `apply` checks that the

@@ -47,7 +47,10 @@ async fn a_backfill_runs_each_past_fire_once_however_often_it_is_repeated_or_int
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
-    apply(&nats, &job("report", "0 * * * *", nats.dir.path(), 1));
+    // History of two runs: the records of most backfilled fires are pruned as it goes.
+    let report =
+        job("report", "0 * * * *", nats.dir.path(), 1).replace("shell =", "history = { succeeded = 2 }\nshell =");
+    apply(&nats, &report);
     let to = hour(Utc::now());
     let from = to - chrono::Duration::hours(6);
     let fires: Vec<DateTime<Utc>> = (0..6).map(|h| from + chrono::Duration::hours(h)).collect();
@@ -89,6 +92,13 @@ async fn a_backfill_runs_each_past_fire_once_however_often_it_is_repeated_or_int
     let records: Vec<serde_json::Value> =
         serde_json::from_str(&nats.ok(&["runs", "report", "--output", "json"])).unwrap();
     assert!(records.iter().all(|r| r["trigger"] == "backfill" && r["status"] == "succeeded"), "{records:?}");
+
+    // The job removed and made again under its name backfills its fires afresh.
+    nats.ok(&["rm", "report"]);
+    apply(&nats, &report);
+    let plan: serde_json::Value =
+        serde_json::from_str(&nats.ok(&[&range[..], &["--dry-run", "--output", "json"]].concat())).unwrap();
+    assert_eq!(plan["to_run"].as_array().unwrap().len(), 6, "{plan}");
 }
 
 /// `--overlap allow` starts every backfilled run at once, though the job's own policy

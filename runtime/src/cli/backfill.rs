@@ -13,7 +13,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, fmt_time};
-use crate::backfill::{MAX_FIRES, Plan, dispatch_fire, fires, plan};
+use crate::backfill::{MAX_FIRES, Plan, dispatch_fire, fires, mark, neighbours, plan};
 use crate::dispatch::Outcome;
 use crate::record::Status;
 use crate::spec::Overlap;
@@ -78,9 +78,14 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
             fmt_time(&to)
         );
     };
-    let plan = plan(&store, &a.job, all, a.rerun).await?;
+    let plan = plan(&store, &a.job, &all, a.rerun).await?;
     if a.dry_run {
         return print_plan(ctx, &a.job, &plan);
+    }
+    // Fires found backfilled by their records alone (a backfill stopped between its
+    // dispatch and its mark) join the ranges before their records are pruned.
+    for fire in &plan.backfilled {
+        mark(&store, &a.job, neighbours(&all, *fire), *fire).await?;
     }
     ctx.warn_if_unserved(&store, &spec.pool).await;
     let mut progress = Progress::new(plan.to_run.len());
@@ -99,6 +104,7 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
         }
         let (key, sent) = dispatch_fire(&store, (&spec, job.revision), *fire, Some(overlap)).await?;
         outcome.dispatched += usize::from(sent == Outcome::Dispatched);
+        mark(&store, &a.job, neighbours(&all, *fire), *fire).await?;
         if overlap == Overlap::Queue {
             let status = tokio::select! {
                 record = super::trigger::wait_final(&store, &key) => record?.status,

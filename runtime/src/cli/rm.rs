@@ -63,7 +63,13 @@ pub(super) async fn remove(
     ctx.audit(store, name, crate::events::EventKind::Removed, detail).await;
     let (records, job_kv) = match keep_history {
         true => (0, 0),
-        false => (store.purge_runs(name).await?, purge_job_kv(store, name).await?),
+        false => {
+            // What was backfilled goes with the runs: a job made again under the name
+            // backfills its fires afresh.
+            let backfilled = crate::names::lease_keys::backfilled(name);
+            store.leases.purge(&backfilled, crate::store::LEASE_MARKER_TTL).await?;
+            (store.purge_runs(name).await?, purge_job_kv(store, name).await?)
+        }
     };
     Ok(Removed { removed: name.to_string(), run_records_removed: records, kv_keys_removed: job_kv })
 }
