@@ -211,7 +211,7 @@ mod tests {
         let h = |n: i64| at("2026-11-01T00:00:00Z") + chrono::Duration::hours(n);
         let fires: Vec<_> = (0..6).map(h).collect();
         let mut done = Backfilled::default();
-        let mut add = |done: &mut Backfilled, n: i64| done.add(neighbours(&fires, h(n)), h(n));
+        let add = |done: &mut Backfilled, n: i64| done.add(neighbours(&fires, h(n)), h(n));
         for n in [0, 1, 2, 4] {
             add(&mut done, n);
         }
