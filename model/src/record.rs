@@ -24,6 +24,21 @@ pub enum Trigger {
     Backfill,
 }
 
+impl Trigger {
+    /// The name in run records (serde's), e.g. `schedule`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Retry => "retry",
+            Trigger::Catchup => "catchup",
+            Trigger::Chain => "chain",
+            Trigger::Message => "message",
+            Trigger::Backfill => "backfill",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -269,6 +284,14 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_triggers_name_is_the_one_run_records_hold() {
+        use Trigger::*;
+        for trigger in [Schedule, Manual, Retry, Catchup, Chain, Message, Backfill] {
+            assert_eq!(serde_json::to_value(trigger).unwrap(), trigger.as_str(), "{trigger:?}");
+        }
+    }
 
     fn with_output(lines: Vec<String>, error: Option<String>) -> RunRecord {
         let t = Utc.with_ymd_and_hms(2026, 11, 21, 19, 30, 0).unwrap();

@@ -41,6 +41,10 @@ pub async fn run(
     // Installed before anything is counted: what is recorded earlier is lost.
     crate::metrics::handle();
     crate::metrics::set_job_series_max(config.http.metrics_jobs.unwrap_or(crate::metrics::JOB_SERIES_DEFAULT));
+    // Before any run is dispatched or claimed: their spans would not be made.
+    let telemetry = crate::telemetry::start(&config.telemetry, &config.name).map_err(|e| {
+        Error::new(crate::ErrorKind::Other, format!("starting telemetry: {}", crate::telemetry::error_chain(&e)))
+    })?;
     // The agent's services beside its roles: stopped after the roles, watched meanwhile.
     let services_stop = CancellationToken::new();
     let mut services = Watched::default();
@@ -66,6 +70,10 @@ pub async fn run(
     // Bounded: the HTTP listener waits for open requests, live output streams among them.
     if tokio::time::timeout(Duration::from_secs(2), services.join_all()).await.is_err() {
         warn!("the HTTP listener still had requests open 2 s after the stop");
+    }
+    // Last: the spans of the runs that ended in the stop go too.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
     }
     result
 }

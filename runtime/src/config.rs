@@ -10,6 +10,7 @@ use crate::notify::NotifyConfig;
 use crate::runner::RunnerConfig;
 use crate::scheduler::SchedulerConfig;
 use crate::store::LayoutOptions;
+use crate::telemetry::TelemetryConfig;
 use crate::wasm::WasmConfig;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -39,6 +40,8 @@ pub struct AgentConfig {
     pub http: HttpConfig,
     /// Notification secrets and defaults (see `notify`).
     pub notify: NotifyConfig,
+    /// A trace per run over OTLP/HTTP (see `telemetry`).
+    pub telemetry: TelemetryConfig,
 }
 
 /// `[http]`: the agent's HTTP listener (see `http`).
@@ -87,6 +90,7 @@ impl Default for AgentConfig {
             wasm: WasmConfig::default(),
             http: HttpConfig::default(),
             notify: NotifyConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -128,6 +132,7 @@ impl AgentConfig {
         }
         self.wasm.validate()?;
         self.notify.validate()?;
+        self.telemetry.traces_url()?;
         if let Some(user) = &self.runner.default_user
             && self.roles.contains(&Role::Runner)
         {

@@ -60,23 +60,29 @@ pub async fn dispatch_with_input(
     input: Option<serde_json::Value>,
     now: DateTime<Utc>,
 ) -> Result<Outcome, Error> {
+    let began = std::time::SystemTime::now();
     let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
     record.attempt = msg.attempt;
     record.dispatched_at = Some(now);
     record.input = input;
-    let queued = match store.create_run(&record).await {
-        Ok(revision) => Queued { revision, record },
+    let (queued, created) = match store.create_run(&record).await {
+        Ok(revision) => (Queued { revision, record }, true),
         Err(e) if *e.kind() == ErrorKind::AlreadyExists => {
             let existing = store.get_run(&msg.job, &msg.run_id).await?;
             if existing.record.status != Status::Queued || existing.record.attempt != msg.attempt {
                 return Ok(Outcome::Duplicate);
             }
-            Queued { revision: existing.revision, record: existing.record }
+            (Queued { revision: existing.revision, record: existing.record }, false)
         }
         Err(e) => return Err(e),
     };
     let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
-    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }, &msg_id).await?;
+    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }, &msg_id, began).await?;
+    // The fire span once, by whoever created the record (a dispatch published again after
+    // a dispatcher's crash, or a race between two, would repeat its fixed id).
+    if created {
+        crate::telemetry::fire_span(store.names.namespace(), msg, now, std::time::SystemTime::now());
+    }
     publish_event(store, &Event::new(&msg.job, &msg.run_id, EventKind::Dispatched, msg.attempt, now)).await;
     Ok(Outcome::Dispatched)
 }
@@ -162,7 +168,8 @@ fn next_attempt(record: &mut RunRecord, now: DateTime<Utc>) {
 /// `Nats-Msg-Id`.
 pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
     let msg = queued_msg(queued, start_at);
-    publish(store, pool, &msg, &format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt)).await
+    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
+    publish(store, pool, &msg, &msg_id, std::time::SystemTime::now()).await
 }
 
 /// `publish_queued` for an attempt dispatched before whose runner let it go unstarted
@@ -172,7 +179,8 @@ pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at:
 pub async fn publish_again(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
     let revision = queued.revision;
     let msg = queued_msg(queued, start_at);
-    publish(store, pool, &msg, &format!("{}.{}.{}.r{revision}", msg.job, msg.run_id, msg.attempt)).await
+    let msg_id = format!("{}.{}.{}.r{revision}", msg.job, msg.run_id, msg.attempt);
+    publish(store, pool, &msg, &msg_id, std::time::SystemTime::now()).await
 }
 
 fn queued_msg(queued: Queued, start_at: DateTime<Utc>) -> DispatchMsg {
@@ -189,20 +197,45 @@ fn queued_msg(queued: Queued, start_at: DateTime<Utc>) -> DispatchMsg {
     }
 }
 
-async fn publish(store: &Store, pool: &str, msg: &DispatchMsg, msg_id: &str) -> Result<(), Error> {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", msg_id);
+/// Publishes `msg`, its dispatch span (begun at `began`) in its `traceparent` header
+/// when telemetry is on.
+async fn publish(
+    store: &Store,
+    pool: &str,
+    msg: &DispatchMsg,
+    msg_id: &str,
+    began: std::time::SystemTime,
+) -> Result<(), Error> {
+    let span = crate::telemetry::DispatchSpan::begin(store.names.namespace(), msg, began);
+    let headers = headers(msg_id, span.as_ref().map(|s| s.traceparent()));
     // Never an empty body: a runner could not tell which run it was.
     let body = serde_json::to_vec(msg)
         .map_err(|e| Error::new(ErrorKind::Other, format!("encoding the dispatch of {msg_id}: {e}")))?;
-    store
-        .js
-        .publish_with_headers(store.names.dispatch_subject(pool), headers, body.into())
-        .await
-        .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?
-        .await
-        .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?;
-    Ok(())
+    let published = async {
+        store
+            .js
+            .publish_with_headers(store.names.dispatch_subject(pool), headers, body.into())
+            .await
+            .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))?
+            .await
+            .map_err(|e| Error::nats(&format!("dispatching {msg_id}"), e))
+    };
+    let result = published.await.map(|_| ());
+    if let Some(span) = span {
+        span.end(result.as_ref().err().map(|e| e.to_string()));
+    }
+    result
+}
+
+/// A dispatch message's headers: its `Nats-Msg-Id`, and the `traceparent` of its dispatch
+/// span when there is one (telemetry on).
+fn headers(msg_id: &str, traceparent: Option<String>) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", msg_id);
+    if let Some(traceparent) = traceparent {
+        headers.insert(crate::telemetry::TRACEPARENT_HEADER, traceparent.as_str());
+    }
+    headers
 }
 
 #[cfg(test)]
@@ -273,6 +306,22 @@ mod tests {
                 prop_assert_eq!(again, msg);
             }
         }
+    }
+
+    #[test]
+    fn with_telemetry_off_a_dispatch_carries_no_traceparent_and_nothing_is_exported() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let msg: DispatchMsg = serde_json::from_slice(&valid()).unwrap();
+        // Nothing started telemetry in this process (only an agent does).
+        assert!(!crate::telemetry::enabled());
+        let span = crate::telemetry::DispatchSpan::begin("cronrun", &msg, std::time::SystemTime::now());
+        assert!(span.is_none(), "no dispatch span is made");
+        let headers = headers("job.20270115T080000Z.1", span.map(|s| s.traceparent()));
+        assert!(headers.get(crate::telemetry::TRACEPARENT_HEADER).is_none());
+        assert_eq!(headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("job.20270115T080000Z.1"));
+        let trace = crate::telemetry::RunTrace::new("cronrun", &msg, None, std::time::SystemTime::now());
+        assert_eq!(trace.traceparent(), None, "a job is given no TRACEPARENT");
+        crate::telemetry::fire_span("cronrun", &msg, at, std::time::SystemTime::now());
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
 //! - `http`: the agent's /livez, /readyz and /metrics; `metrics`: what /metrics counts;
 //!   `dashboard`: the web UI at `/`, on the same listener.
+//! - `telemetry`: a trace per run (`[telemetry]`), exported over OTLP/HTTP; the W3C
+//!   `traceparent` on dispatch messages and in jobs' `TRACEPARENT`.
 //! - `backfill`: the fires of a past range run now, each once.
 //! - `actions`: pause, resume, trigger, kill (CLI and dashboard); `status`: what
 //!   `cronrun status` shows; `logs`: a run's output read back from `CRONRUN_LOGS`.
@@ -62,6 +64,7 @@ pub mod silence;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod telemetry;
 
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};

@@ -43,6 +43,7 @@ pub struct Context {
     attempt: u32,
     trigger: Trigger,
     config: Vec<(String, String)>,
+    traceparent: Option<String>,
 }
 
 impl Context {
@@ -55,7 +56,14 @@ impl Context {
             attempt,
             trigger,
             config: Vec::new(),
+            traceparent: None,
         }
+    }
+
+    /// Sets the W3C trace context (for tests; the host passes the run's).
+    pub fn with_traceparent(mut self, traceparent: &str) -> Self {
+        self.traceparent = Some(traceparent.to_string());
+        self
     }
 
     /// Adds a config entry (for tests; the host passes the spec's `wasm.config`).
@@ -106,6 +114,15 @@ impl Context {
         &self.config
     }
 
+    /// The run's W3C trace context, `00-<trace id>-<span id>-01`, naming the runner's
+    /// span of this run: make the job's own spans its children and they join the run's
+    /// trace. None when the runner exports no traces (`[telemetry]` unset). The host
+    /// passes it as the guest's `TRACEPARENT` environment variable (the WASI environment:
+    /// `cronrun:job@0.1.0` has no field for it), read when the run starts.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+
     /// The run's input as JSON text: what `cronrun trigger JOB --input JSON` gave it; none
     /// for a run the schedule started. Every attempt of a run gets the same. This asks the
     /// host (a guest that never calls it does not import it, and runs on older runners).
@@ -129,6 +146,20 @@ impl From<wit::JobContext> for Context {
             attempt: c.attempt,
             trigger,
             config: c.config,
+            traceparent: std::env::var("TRACEPARENT").ok().filter(|v| !v.is_empty()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_made_by_hand_has_a_traceparent_only_when_given_one() {
+        let ctx = Context::new("job", "20261121T193000Z", "2026-11-21T19:30:00Z", 1, Trigger::Schedule);
+        assert_eq!(ctx.traceparent(), None);
+        let tp = "00-6efd78ebf353df77c9b8df331c7ec776-0102030405060708-01";
+        assert_eq!(ctx.with_traceparent(tp).traceparent(), Some(tp));
     }
 }

@@ -31,6 +31,7 @@
 //! - `accounts`: deployments in NATS accounts of their own; identities as `.creds` JWTs.
 //! - `deploy`: the nats-server configs in deploy/ are ones nats-server takes.
 //! - `observe`: the agent's /livez, /readyz and /metrics.
+//! - `traces`: `[telemetry]`: a trace per run, sent to a real OTLP/HTTP receiver.
 //! - `storage`: the layout sized within the storage JetStream gives; streams' use and limits.
 //! - `dashboard`: the web dashboard in a real headless Chromium.
 //! - `topology`: runners on a leaf node of the hub (its link cut and restored); two regions
@@ -74,6 +75,7 @@ mod sharding;
 mod storage;
 mod supervisor;
 mod topology;
+mod traces;
 mod up;
 mod wasm;
 mod wasm_agent;

@@ -178,6 +178,7 @@ impl Host {
             input: None,
             // Plain values: no secret to resolve.
             config: spec.resolved_config(&Default::default()).unwrap(),
+            traceparent: None,
         };
         // On its own task, as the runner does: the run's future is Send + 'static.
         let run = tokio::spawn(prepared.run(ctx, timeout, tx, cancel));
@@ -543,6 +544,7 @@ async fn bench_instantiate_and_call_hello() {
             trigger: Trigger::Manual,
             input: None,
             config: s.resolved_config(&Default::default()).unwrap(),
+            traceparent: None,
         };
         let t = Instant::now();
         let outcome = p.run(ctx, Some(Duration::from_secs(5)), tx, CancellationToken::new()).await;

@@ -8,6 +8,7 @@
 //!   jobs write to record their own executions.
 //! - `plugins.rs`: the example Wasm plugins, built once per test binary.
 //! - `receiver.rs`: a real HTTP server that records the webhooks it receives.
+//! - `otlp.rs`: the same server as an OTLP/HTTP collector: the spans it got, decoded.
 //! - `browser.rs`: a real headless Chromium over WebDriver, for the dashboard.
 //! - `proxy.rs`: a TCP proxy that holds what a client sends, for windows between the two,
 //!   or cuts every connection (a link that drops).
@@ -21,6 +22,7 @@ mod accounts;
 mod agents;
 mod browser;
 mod operator;
+mod otlp;
 mod plugins;
 mod proxy;
 mod receiver;
@@ -33,6 +35,7 @@ use std::time::{Duration, Instant};
 
 pub use agents::*;
 pub use browser::*;
+pub use otlp::*;
 pub use plugins::*;
 pub use proxy::*;
 pub use receiver::*;

@@ -37,6 +37,10 @@ pub struct JobContext {
     /// The spec's `wasm.config` as the guest reads it (`config::get`): the runner resolves
     /// the secrets it names when the run starts, so the values are never in the spec.
     pub config: std::collections::BTreeMap<String, String>,
+    /// W3C `traceparent` naming the run's span (telemetry on): the guest's `TRACEPARENT`
+    /// environment variable, the one variable its sandbox has. `cronrun:job@0.1.0` has no
+    /// field for it; the WASI environment every wasip2 guest reads needs none.
+    pub traceparent: Option<String>,
 }
 
 /// How a run ended.
@@ -129,14 +133,17 @@ impl PreparedWasm {
     ) -> Store<HostState> {
         let config = &self.inner.config;
         let grants = Grants::from_spec(&self.spec);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout)
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout)
             .stderr(stderr)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }))
-            .build();
+            .socket_addr_check(|_, _| Box::pin(async { false }));
+        if let Some(traceparent) = &ctx.traceparent {
+            wasi.env("TRACEPARENT", traceparent);
+        }
+        let wasi = wasi.build();
         let state = HostState {
             wasi,
             http: WasiHttpCtx::new(),

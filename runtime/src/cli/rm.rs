@@ -66,8 +66,11 @@ pub(super) async fn remove(
         false => {
             // What was backfilled goes with the runs: a job made again under the name
             // backfills its fires afresh.
+            // Looked for first: an identity from before backfill may not write the key.
             let backfilled = crate::names::lease_keys::backfilled(name);
-            store.leases.purge(&backfilled, crate::store::LEASE_MARKER_TTL).await?;
+            if store.leases.get(&backfilled).await?.is_some() {
+                store.leases.purge(&backfilled, crate::store::LEASE_MARKER_TTL).await?;
+            }
             (store.purge_runs(name).await?, purge_job_kv(store, name).await?)
         }
     };

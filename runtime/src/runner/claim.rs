@@ -21,6 +21,7 @@ use crate::record::Status;
 use crate::store::StoredRun;
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
+use crate::telemetry::{RunTrace, TRACEPARENT_HEADER};
 
 /// What becomes of the dispatch message.
 enum Disposition {
@@ -33,6 +34,7 @@ enum Disposition {
 
 /// Runs one dispatch message to its end and acks it (or hands it back).
 pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
+    let received = std::time::SystemTime::now();
     let dispatch: DispatchMsg = match serde_json::from_slice(&msg.payload) {
         Ok(d) => d,
         Err(e) => {
@@ -42,8 +44,10 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
         }
     };
     let span = info_span!("run", job = %dispatch.job, run = %dispatch.run_id, attempt = dispatch.attempt);
+    let traceparent = msg.headers.as_ref().and_then(|h| h.get(TRACEPARENT_HEADER)).map(|v| v.as_str());
+    let trace = RunTrace::new(ctx.store.names.namespace(), &dispatch, traceparent, received);
     async {
-        let ack = match claim(&ctx, &msg, &dispatch, &stops).await {
+        let ack = match claim(&ctx, &msg, &dispatch, &stops, trace).await {
             Ok(Disposition::Done) => msg.ack().await,
             Ok(Disposition::HandBack) => msg.ack_with(AckKind::Nak(None)).await,
             Ok(Disposition::Later(delay)) => msg.ack_with(AckKind::Nak(Some(delay))).await,
@@ -67,7 +71,13 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
 }
 
 /// Claims the run and runs it, unless another runner has it or had it.
-async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -> Result<Disposition, Error> {
+async fn claim(
+    ctx: &RunnerCtx,
+    msg: &Message,
+    d: &DispatchMsg,
+    stops: &Stops,
+    trace: RunTrace,
+) -> Result<Disposition, Error> {
     let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
     // The record as dispatched saves a read; after a redelivery it may be out of date.
     let stored = match (&d.queued, redelivered) {
@@ -107,7 +117,7 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
     };
     let fence = Fenced::at(stored.revision);
     let (record, renewed) = (stored.record, std::time::Instant::now());
-    let mut held = Held { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed };
+    let mut held = Held { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await
@@ -125,6 +135,14 @@ async fn claim(ctx: &RunnerCtx, msg: &Message, d: &DispatchMsg, stops: &Stops) -
         Ok(true) => Ok(Disposition::Done),
         Err(e) => Err(e),
     };
+    // A claim that ended before its run started (handed back, taken over, NATS trouble):
+    // its span ends here, saying why.
+    let why = match &result {
+        Ok(Disposition::HandBack) => Some("handed back: the runner is stopping".to_string()),
+        Err(e) => Some(e.to_string()),
+        Ok(_) => None,
+    };
+    held.trace.claim_ended(std::time::SystemTime::now(), None, why);
     match lease_end(&result, held.record.status) {
         LeaseEnd::Release => {}
         LeaseEnd::Expire => held.lease = None,

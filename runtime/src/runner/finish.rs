@@ -24,9 +24,27 @@ pub(super) struct Ended {
 }
 
 /// Records the end of the run, or queues its next attempt when the attempt failed and
-/// the job's retries allow one.
+/// the job's retries allow one; its `run` and `finish` spans go out.
 pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
+    let begun = std::time::SystemTime::now();
     let finished = ctx.clock.now();
+    if let Some(started) = held.record.started_at {
+        held.trace.ran(started, finished, ended.status, ended.error.as_deref());
+    }
+    let status = ended.status;
+    let result = record_end(ctx, held, spec, ended, finished).await;
+    held.trace.finished(begun, status, result.as_ref().err().map(|e| e.to_string()));
+    result
+}
+
+/// `finish` without its spans: the final record, or the next attempt queued.
+async fn record_end(
+    ctx: &RunnerCtx,
+    held: &mut Held,
+    spec: &JobSpec,
+    ended: Ended,
+    finished: chrono::DateTime<chrono::Utc>,
+) -> Result<(), Error> {
     let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
     let r = &mut held.record;
     r.finished_at = Some(finished);
@@ -101,6 +119,15 @@ pub(super) async fn finish_without_start(
     why: &str,
 ) -> Result<bool, Error> {
     info!("run {}: {why}", status.as_str());
+    let begun = std::time::SystemTime::now();
+    held.trace.claim_ended(begun, Some(status), (status == Status::Failed).then(|| why.to_string()));
+    let result = record_unstarted(ctx, held, status, why).await;
+    held.trace.finished(begun, status, result.as_ref().err().map(|e| e.to_string()));
+    result
+}
+
+/// `finish_without_start` without its spans.
+async fn record_unstarted(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
     held.record.status = status;
     held.record.error = Some(why.to_string());
     held.record.finished_at = Some(ctx.clock.now());

@@ -36,6 +36,8 @@ pub(super) struct Held {
     pub(super) alive: Option<PathBuf>,
     /// When the run's lease was last taken or renewed, as sent.
     pub(super) renewed: std::time::Instant,
+    /// The run's spans (see `telemetry`); inert when telemetry is off.
+    pub(super) trace: crate::telemetry::RunTrace,
 }
 
 impl Held {

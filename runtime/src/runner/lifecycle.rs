@@ -113,6 +113,7 @@ async fn run_claimed(
         scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at),
         alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl(ctx)))),
         input: held.record.input.as_ref().map(|input| input.to_string()),
+        traceparent: held.trace.traceparent(),
     };
     // Only a run that nothing can hold back (overlap allowed, no lock) confirms ahead of
     // the margin in a large group: the previous run of a job that guards its overlap may
@@ -203,6 +204,7 @@ async fn run_claimed(
         Made { revision, ready: Ok(ready), ticket }.discard().await;
         return Err(e);
     }
+    held.trace.claim_ended(std::time::SystemTime::now(), None, None);
 
     // 4. Release.
     let release = match ticket {

@@ -45,6 +45,10 @@ pub(super) struct RunInfo<'a> {
     pub alive: Option<(&'a Path, Duration)>,
     /// The run's input as JSON text (`trigger --input`), if it was given one.
     pub input: Option<String>,
+    /// W3C `traceparent` naming the run's span, when telemetry is on: a shell job's
+    /// `TRACEPARENT`, a guest's too (WASI environment), so the job's own spans join the
+    /// run's trace.
+    pub traceparent: Option<String>,
 }
 
 /// How the lifecycle stops a running job.

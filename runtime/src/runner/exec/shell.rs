@@ -205,6 +205,10 @@ fn job_env(
     set("CRONRUN_RUN_ID", run.run_id.into());
     set("CRONRUN_ATTEMPT", run.attempt.to_string().into());
     set("CRONRUN_SCHEDULED_AT", run.scheduled_at.to_rfc3339_opts(SecondsFormat::Millis, true).into());
+    // Last, as the variables above: the run's own, whatever the spec's `env` says.
+    if let Some(traceparent) = &run.traceparent {
+        set("TRACEPARENT", traceparent.into());
+    }
     env
 }
 

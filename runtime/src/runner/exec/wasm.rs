@@ -57,6 +57,7 @@ pub(super) async fn prepare(
         trigger: run.trigger,
         input: run.input.clone(),
         config,
+        traceparent: run.traceparent.clone(),
     };
     // The spec's timeout, else `[wasm] default_timeout`: no guest runs unbounded.
     let timeout = spec.timeout.unwrap_or(runtime.config().default_timeout);
