@@ -241,7 +241,9 @@ history = { succeeded = 2, failed = 2 }
     let [(_, leases_before, records_before), (_, leases_after, records_after)] = sampled[..] else {
         panic!("sampled {sampled:?}")
     };
-    assert!(leases_after <= leases_before + 4, "leases stream grew from {leases_before} to {leases_after}");
+    // Some 15 runs end in between: a message left per run lease would add 15. Under a
+    // loaded suite a few more leases are in flight at the second sample (seen: +5).
+    assert!(leases_after <= leases_before + 7, "leases stream grew from {leases_before} to {leases_after}");
     // Per job: the records kept, those awaiting the next prune, one in flight, and the
     // markers of the last prunes (they expire after 5 s): the count rises and falls with
     // the prunes, but never past this.

@@ -153,3 +153,20 @@ async fn a_retried_attempt_joins_its_runs_trace_under_the_same_fire() {
     assert_eq!(of_attempt("dispatch", "2").attr("cronrun.trigger"), Some("retry"));
     assert_eq!(of_attempt("run", "2").attr("cronrun.status"), Some("failed"));
 }
+
+/// A guest reads its run's trace context from the SDK (`ctx.traceparent()`): the example
+/// `hello` logs it, and it names the run's trace and its `run` span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_reads_its_runs_traceparent_from_the_sdk() {
+    let nats = Nats::start().await;
+    let collector = Receiver::start(0, 0).await;
+    let agent = traced_agent(&nats, &collector);
+    ready(&agent).await;
+    // `hello` fires every 10 seconds.
+    nats.ok(&["deploy", &plugin("hello").display().to_string()]);
+    let store = nats.store().await;
+    let run = a_run_ended(&store, "hello", Status::Succeeded).await;
+    let spans = spans_of(&collector, &run.run_id).await;
+    let expected = format!("traceparent 00-{}-{}-01", spans["run"].trace_id, spans["run"].span_id);
+    assert!(run.output.iter().any(|l| l.contains(&expected)), "{expected} not in {:?}", run.output);
+}

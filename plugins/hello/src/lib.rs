@@ -22,6 +22,10 @@ fn run(ctx: &Context) -> Result<Option<String>, String> {
         ctx.trigger(),
         ctx.scheduled_at()
     );
+    // Where the run exports traces: the job's own spans would be children of this.
+    if let Some(traceparent) = ctx.traceparent() {
+        log::info!("traceparent {traceparent}");
+    }
     if let Some(input) = ctx.input() {
         log::info!("input: {input}");
     }
