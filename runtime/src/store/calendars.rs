@@ -16,11 +16,9 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::kv::Bucket;
 use super::layout::LEASE_MARKER_TTL;
-use super::secrets::names_a_missing_stream;
+use super::on_demand::OnDemand;
 use crate::error::{Error, ErrorKind};
-use crate::model::jsapi::JsApi;
 use crate::names::Names;
 use crate::schedule::Schedule;
 use crate::spec::calendar::{Calendar, validate_calendar_name};
@@ -31,13 +29,7 @@ const FRESH: Duration = Duration::from_secs(1);
 /// A handle on the calendars bucket. Clones share the opened bucket and the cache.
 #[derive(Clone, Debug)]
 pub struct Calendars {
-    js: jetstream::Context,
-    bucket: String,
-    /// The jobs bucket's stream, whose placement the calendars bucket takes when created.
-    jobs_stream: String,
-    /// The JetStream API's prefix (a domain's, for clients on a leaf node).
-    api: JsApi,
-    opened: Arc<tokio::sync::OnceCell<kv::Store>>,
+    bucket: OnDemand,
     read: Arc<Mutex<Reads>>,
 }
 
@@ -101,33 +93,14 @@ fn start_of_next_day(t: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
 
 impl Calendars {
     pub fn new(js: jetstream::Context, names: &Names) -> Self {
-        Self {
-            js,
-            bucket: names.calendars_bucket(),
-            jobs_stream: format!("KV_{}", names.jobs_bucket()),
-            api: names.js_api().clone(),
-            opened: Arc::default(),
-            read: Arc::default(),
-        }
-    }
-
-    /// The bucket, or None when no calendar was ever set.
-    async fn open(&self) -> Result<Option<&kv::Store>, Error> {
-        if let Some(store) = self.opened.get() {
-            return Ok(Some(store));
-        }
-        match self.js.get_key_value(&self.bucket).await {
-            Ok(store) => Ok(Some(self.opened.get_or_init(|| async { store }).await)),
-            Err(e) if names_a_missing_stream(&e) => Ok(None),
-            Err(e) => Err(Error::nats(&format!("opening the calendars bucket {}", self.bucket), e)),
-        }
+        Self { bucket: OnDemand::new(js, names, names.calendars_bucket(), "calendars"), read: Arc::default() }
     }
 
     /// Calendar `name` as stored now, None if there is none.
     pub async fn get(&self, name: &str) -> Result<Option<Calendar>, Error> {
         validate_calendar_name(name)?;
-        let Some(store) = self.open().await? else { return Ok(None) };
-        match Bucket::new(store.clone(), self.js.clone(), &self.api).get(name).await? {
+        let Some(store) = self.bucket.open().await? else { return Ok(None) };
+        match self.bucket.bucket(store.clone()).get(name).await? {
             None => Ok(None),
             Some(stored) => Calendar::from_json(&stored.value).map(Some),
         }
@@ -168,13 +141,17 @@ impl Calendars {
 
     /// Stores `calendar`, creating the bucket with `replicas` if it does not exist yet.
     pub async fn set(&self, calendar: &Calendar, replicas: usize) -> Result<u64, Error> {
-        let store = match self.open().await? {
-            Some(store) => store.clone(),
-            None => self.create(replicas).await?,
+        let config = kv::Config {
+            description: "cronrun calendars: days the jobs that name them do not fire".into(),
+            history: 5,
+            num_replicas: replicas.max(1),
+            limit_markers: Some(LEASE_MARKER_TTL),
+            ..Default::default()
         };
+        let store = self.bucket.open_or_create(config).await?;
         let value = serde_json::to_vec(calendar)
             .map_err(|e| Error::new(ErrorKind::Other, format!("encoding calendar {}: {e}", calendar.name)))?;
-        Bucket::new(store, self.js.clone(), &self.api).put(&calendar.name, Bytes::from(value), None).await
+        self.bucket.bucket(store).put(&calendar.name, Bytes::from(value), None).await
     }
 
     /// Removes calendar `name`. False when there was none.
@@ -182,43 +159,21 @@ impl Calendars {
         if self.get(name).await?.is_none() {
             return Ok(false);
         }
-        let Some(store) = self.open().await? else { return Ok(false) };
-        Bucket::new(store.clone(), self.js.clone(), &self.api).purge(name, LEASE_MARKER_TTL).await?;
+        let Some(store) = self.bucket.open().await? else { return Ok(false) };
+        self.bucket.bucket(store.clone()).purge(name, LEASE_MARKER_TTL).await?;
         Ok(true)
     }
 
     /// Every calendar, by name.
     pub async fn list(&self) -> Result<Vec<Calendar>, Error> {
-        let Some(store) = self.open().await? else { return Ok(Vec::new()) };
-        let mut names = Bucket::new(store.clone(), self.js.clone(), &self.api).keys(">").await?;
+        let Some(store) = self.bucket.open().await? else { return Ok(Vec::new()) };
+        let mut names = self.bucket.bucket(store.clone()).keys(">").await?;
         names.sort();
         let mut calendars = Vec::with_capacity(names.len());
         for name in names {
             calendars.extend(self.get(&name).await?);
         }
         Ok(calendars)
-    }
-
-    /// Creates the bucket (an admin's first `calendar set`).
-    async fn create(&self, replicas: usize) -> Result<kv::Store, Error> {
-        let config = kv::Config {
-            bucket: self.bucket.clone(),
-            description: "cronrun calendars: days the jobs that name them do not fire".into(),
-            history: 5,
-            num_replicas: replicas.max(1),
-            limit_markers: Some(LEASE_MARKER_TTL),
-            placement: super::layout::placement_of(&self.js, &self.jobs_stream).await,
-            ..Default::default()
-        };
-        let store = match self.js.create_key_value(config).await {
-            Ok(store) => store,
-            Err(create) => self
-                .js
-                .get_key_value(&self.bucket)
-                .await
-                .map_err(|_| Error::nats(&format!("creating the calendars bucket {}", self.bucket), create))?,
-        };
-        Ok(self.opened.get_or_init(|| async { store }).await.clone())
     }
 }
 

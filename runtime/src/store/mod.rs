@@ -9,6 +9,7 @@
 //! - `pull.rs`: pulling from a consumer only into free slots (runner and notifier).
 //! - `secrets.rs`: secrets by name, read at each run and delivery, never by viewers.
 //! - `calendars.rs`: named calendars of days jobs exclude, read as their fires come.
+//! - `on_demand.rs`: a bucket outside the layout (secrets, calendars), made by its first write.
 //! - `usage.rs`: how full the layout's streams are against their limits.
 
 pub mod calendars;
@@ -18,6 +19,7 @@ pub mod kv;
 mod layout;
 pub mod lease;
 mod messages;
+mod on_demand;
 mod plugins;
 pub mod pull;
 mod runs;

@@ -15,8 +15,8 @@ use futures::future::try_join_all;
 
 use super::kv::{Bucket, WRITTEN_BY};
 use super::layout::LEASE_MARKER_TTL;
+use super::on_demand::OnDemand;
 use crate::error::{Error, ErrorKind};
-use crate::model::jsapi::JsApi;
 use crate::names::Names;
 use crate::spec::secret::{MAX_SECRET_BYTES, SecretValues, check_secret_value, validate_secret_name};
 
@@ -26,15 +26,7 @@ const HEADERS_ROOM: usize = 4096;
 /// A handle on the secrets bucket. Clones share the opened bucket (never a value).
 #[derive(Clone, Debug)]
 pub struct Secrets {
-    js: jetstream::Context,
-    /// The API `js` addresses (see `Bucket::new`).
-    api: JsApi,
-    bucket: String,
-    /// The jobs bucket's stream, whose placement the secrets bucket takes when created.
-    jobs_stream: String,
-    /// The bucket once found: opening it asks for its stream's info, a round trip that
-    /// each run would otherwise pay.
-    opened: Arc<tokio::sync::OnceCell<kv::Store>>,
+    bucket: OnDemand,
     /// Who this handle's writes are made by (the CLI's identity), for `secret ls`.
     by: Option<Arc<str>>,
 }
@@ -50,14 +42,7 @@ pub struct SecretInfo {
 
 impl Secrets {
     pub fn new(js: jetstream::Context, names: &Names) -> Self {
-        Self {
-            js,
-            api: names.js_api().clone(),
-            bucket: names.secrets_bucket(),
-            jobs_stream: format!("KV_{}", names.jobs_bucket()),
-            opened: Arc::default(),
-            by: None,
-        }
+        Self { bucket: OnDemand::new(js, names, names.secrets_bucket(), "secrets"), by: None }
     }
 
     /// This handle with every write marked as made by `by`.
@@ -67,19 +52,12 @@ impl Secrets {
     }
 
     pub fn bucket(&self) -> &str {
-        &self.bucket
+        self.bucket.name()
     }
 
     /// The bucket, or None when no secret was ever set (it does not exist).
     async fn open(&self) -> Result<Option<&kv::Store>, Error> {
-        if let Some(store) = self.opened.get() {
-            return Ok(Some(store));
-        }
-        match self.js.get_key_value(&self.bucket).await {
-            Ok(store) => Ok(Some(self.opened.get_or_init(|| async { store }).await)),
-            Err(e) if names_a_missing_stream(&e) => Ok(None),
-            Err(e) => Err(Error::nats(&format!("opening the secrets bucket {}", self.bucket), e)),
-        }
+        self.bucket.open().await
     }
 
     /// The value of secret `name`, None if there is none. A value not as `secret set`
@@ -127,10 +105,7 @@ impl Secrets {
     /// bucket with `replicas` if it does not exist yet. Returns the revision.
     pub async fn set(&self, name: &str, value: &str, replicas: usize) -> Result<u64, Error> {
         validate_secret_name(name)?;
-        let store = match self.open().await? {
-            Some(store) => store.clone(),
-            None => self.create(replicas).await?,
-        };
+        let store = self.bucket.open_or_create(config(replicas)).await?;
         self.writer(store).put(name, Bytes::copy_from_slice(value.as_bytes()), None).await
     }
 
@@ -149,9 +124,9 @@ impl Secrets {
     /// names are read without values, then each one's last write for its time).
     pub async fn list(&self) -> Result<Vec<SecretInfo>, Error> {
         let Some(store) = self.open().await? else { return Ok(Vec::new()) };
-        let keys = Bucket::new(store.clone(), self.js.clone(), &self.api).keys(">").await?;
+        let keys = self.bucket.bucket(store.clone()).keys(">").await?;
         let infos = keys.into_iter().map(|name| async move {
-            let subject = format!("$KV.{}.{name}", self.bucket);
+            let subject = format!("$KV.{}.{name}", self.bucket.name());
             let last = store.stream.direct_get_last_for_subject(&subject).await;
             let last = last.map_err(|e| Error::nats(&format!("reading when secret {name} was set"), e))?;
             let updated = chrono::DateTime::from_timestamp(last.time.unix_timestamp(), last.time.nanosecond())
@@ -165,54 +140,30 @@ impl Secrets {
     }
 
     fn writer(&self, store: kv::Store) -> Bucket {
-        let bucket = Bucket::new(store, self.js.clone(), &self.api);
+        let bucket = self.bucket.bucket(store);
         match &self.by {
             Some(by) => bucket.signed_by(by),
             None => bucket,
         }
     }
+}
 
-    /// Creates the bucket (an admin's first `secret set`); one created meanwhile by
-    /// another admin is used as it is.
-    async fn create(&self, replicas: usize) -> Result<kv::Store, Error> {
-        let config = kv::Config {
-            bucket: self.bucket.clone(),
-            description: "cronrun secrets: read by runners and schedulers, never by viewers".into(),
-            history: 1,
-            // The server refuses a much larger value however it is written (`nats kv put`);
-            // it counts the headers too (`Cronrun-By`), hence the room.
-            max_value_size: i32::try_from(MAX_SECRET_BYTES + HEADERS_ROOM).unwrap_or(i32::MAX),
-            num_replicas: replicas.max(1),
-            // A removed secret's marker does not stay for ever.
-            limit_markers: Some(LEASE_MARKER_TTL),
-            // Where the layout is ([layout] placement).
-            placement: super::layout::placement_of(&self.js, &self.jobs_stream).await,
-            ..Default::default()
-        };
-        let store = match self.js.create_key_value(config).await {
-            Ok(store) => store,
-            Err(create) => self
-                .js
-                .get_key_value(&self.bucket)
-                .await
-                .map_err(|_| Error::nats(&format!("creating the secrets bucket {}", self.bucket), create))?,
-        };
-        Ok(self.opened.get_or_init(|| async { store }).await.clone())
+/// The secrets bucket as the first `secret set` makes it, with `replicas`.
+fn config(replicas: usize) -> kv::Config {
+    kv::Config {
+        description: "cronrun secrets: read by runners and schedulers, never by viewers".into(),
+        history: 1,
+        // The server refuses a much larger value however it is written (`nats kv put`);
+        // it counts the headers too (`Cronrun-By`), hence the room.
+        max_value_size: i32::try_from(MAX_SECRET_BYTES + HEADERS_ROOM).unwrap_or(i32::MAX),
+        num_replicas: replicas.max(1),
+        // A removed secret's marker does not stay for ever.
+        limit_markers: Some(LEASE_MARKER_TTL),
+        ..Default::default()
     }
 }
 
 /// The error of a secret a spec names and the bucket does not hold.
 pub fn missing(name: &str) -> Error {
     Error::new(ErrorKind::NotFound, format!("secret {name} does not exist: set it with `cronrun secret set {name}`"))
-}
-
-/// Whether opening a bucket failed because its stream does not exist (rather than NATS
-/// being away, or the identity lacking the right to ask).
-pub(super) fn names_a_missing_stream(e: &async_nats::jetstream::context::KeyValueError) -> bool {
-    use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind};
-    let asked = std::error::Error::source(e).and_then(|s| s.downcast_ref::<GetStreamError>());
-    asked.is_some_and(|e| {
-        matches!(e.kind(), GetStreamErrorKind::JetStream(js)
-            if js.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND)
-    })
 }
