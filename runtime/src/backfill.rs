@@ -145,8 +145,11 @@ pub struct Plan {
     pub to_run: Vec<DateTime<Utc>>,
     /// Fires whose own run started on schedule (any status but `skipped`), left out.
     pub ran_on_schedule: Vec<DateTime<Utc>>,
-    /// Fires backfilled before (a record under their backfill id).
+    /// Fires backfilled before (in the job's ranges, or a record under their backfill id).
     pub backfilled: Vec<DateTime<Utc>>,
+    /// Of those, the ones found by their record alone (a backfill stopped between its
+    /// dispatch and its mark): to join the ranges before their records are pruned.
+    pub unmarked: Vec<DateTime<Utc>>,
 }
 
 /// Sorts `fires` by the job's backfilled ranges and what its run records say of them.
@@ -156,8 +159,11 @@ pub async fn plan(store: &Store, job: &str, fires: &[DateTime<Utc>], rerun: bool
     let status = |run_id: &str| records.iter().find(|r| r.record.run_id == run_id).map(|r| r.record.status);
     let mut plan = Plan::default();
     for &fire in fires {
-        if done.contains(fire) || status(&backfill_run_id(fire)).is_some() {
+        if done.contains(fire) {
             plan.backfilled.push(fire);
+        } else if status(&backfill_run_id(fire)).is_some() {
+            plan.backfilled.push(fire);
+            plan.unmarked.push(fire);
         } else if !rerun && status(&fire_run_id(fire)).is_some_and(|s| s != Status::Skipped) {
             plan.ran_on_schedule.push(fire);
         } else {

@@ -82,9 +82,7 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
     if a.dry_run {
         return print_plan(ctx, &a.job, &plan);
     }
-    // Fires found backfilled by their records alone (a backfill stopped between its
-    // dispatch and its mark) join the ranges before their records are pruned.
-    for fire in &plan.backfilled {
+    for fire in &plan.unmarked {
         mark(&store, &a.job, neighbours(&all, *fire), *fire).await?;
     }
     ctx.warn_if_unserved(&store, &spec.pool).await;
