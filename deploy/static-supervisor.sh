@@ -3,7 +3,7 @@
 # built statically against musl. A runner execs it for every shell run; linked
 # dynamically against glibc, starting it costs about 0.8 ms of CPU (the loader, and glibc
 # asking the CPU for its features, which a VM answers slowly), static with musl 0.3 ms
-# (README, Benchmarks). It behaves the same: same code, same protocol line.
+# (docs/benchmarks.md). It behaves the same: same code, same protocol line.
 #   deploy/static-supervisor.sh [release|debug]      (default release)
 # Run it after the last `cargo build` (or test, run) of the cronrun package: each of
 # those puts cargo's own build back beside `cronrun`. deploy/install.sh takes the static

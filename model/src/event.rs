@@ -1,5 +1,5 @@
 //! Events on `CRONRUN_EVENTS` (`cronrun.events.<job>.<event>`). The kinds and their wire
-//! names are a public contract (README, NATS layout): consumers filter on the subject's
+//! names are a public contract (docs/nats.md): consumers filter on the subject's
 //! last token, so a name never changes once shipped. Most report what happened to a run;
 //! `changed`, `removed` and `kill_requested` are the audit trail of CLI writes, with `by`.
 

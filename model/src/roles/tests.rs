@@ -5,7 +5,7 @@ fn perms(role: Role) -> Permissions {
     Names::new("cronrun").unwrap().permissions(role, "_INBOX.UABC", &["orders.>".into()])
 }
 
-/// (role, subject, may publish): the lines of the README's permission table that matter most.
+/// (role, subject, may publish): the lines of docs/security.md's permission table that matter most.
 #[test]
 fn roles_publish_only_what_they_need() {
     for &(role, subject, allowed) in PUBLISH_CASES {

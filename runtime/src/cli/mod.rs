@@ -149,7 +149,7 @@ pub enum Command {
     },
     /// The man page, as roff: cronrun man > cronrun.1
     Man,
-    /// Measure lateness, dispatch throughput and scheduler load on this machine (results in the README)
+    /// Measure lateness, dispatch throughput and scheduler load on this machine (results in docs/benchmarks.md)
     #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
 }

@@ -195,7 +195,7 @@ async fn consumer(store: &Store, config: &NotifyConfig) -> Result<PullConsumer, 
             description: Some("cronrun notifications".into()),
             // Every event, those no rule needs acked unread (`handle`): with one filter per
             // watched kind instead, the server's search for the next message matching any
-            // of them took most of its CPU under load (see the README's benchmarks). An
+            // of them took most of its CPU under load (see docs/benchmarks.md). An
             // older agent's consumer with those filters is updated to this one.
             filter_subject: store.names.event_subject("*", "*"),
             deliver_policy: DeliverPolicy::New,

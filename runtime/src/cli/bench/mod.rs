@@ -1,5 +1,5 @@
 //! `cronrun bench lateness|throughput|nats|dispatch|load|scale|soak`: measurements on this
-//! machine, reported in the README (Benchmarks). Each starts its own nats-server in a temp
+//! machine, reported in docs/benchmarks.md. Each starts its own nats-server in a temp
 //! directory unless --nats is given, and works in a namespace of its own.
 //!
 //! - `lateness.rs`: fire to the job's own code of N jobs (every second, on one

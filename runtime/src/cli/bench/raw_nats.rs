@@ -3,7 +3,7 @@
 //! pull, two compare-and-sets and an ack. Beside `throughput` it shows what cronrun adds.
 //!
 //! That is 4 stored messages a run, where a cronrun run stores 13 under its public layout
-//! (README, NATS layout). With `--layout` each run also stores the rest, as cronrun does:
+//! (docs/nats.md). With `--layout` each run also stores the rest, as cronrun does:
 //! a run lease taken and released (a key with a TTL, then purged with a marker), the
 //! `dispatched`, `started` and `succeeded` events and three output lines and their end
 //! (core publishes into streams, unacknowledged), with a durable consumer acking each
