@@ -13,6 +13,26 @@ pub const EOF_HEADER: &str = "Cronrun-Eof";
 /// What a cut line ends with (the runtime's secret masking looks for it).
 pub const CUT_MARK: &str = " [line cut]";
 
+/// The lines one message of a run's live log holds. A message holds the lines of one
+/// stream (stdout, or stderr with [`STREAM_HEADER`]) printed within a short window, each
+/// ended by a newline; the run's end ([`EOF_HEADER`]) may carry its last lines. A runner
+/// from before batching published one line per message, without its newline: such a
+/// payload is that one line (an empty one too, unless it is the end).
+pub fn log_lines(payload: &[u8], end: bool) -> Vec<String> {
+    let text = String::from_utf8_lossy(payload);
+    match text.strip_suffix('\n') {
+        Some(lines) => lines.split('\n').map(str::to_string).collect(),
+        None if text.is_empty() && end => Vec::new(),
+        None => vec![text.into_owned()],
+    }
+}
+
+/// Adds `line` to a live log message's payload (see [`log_lines`]).
+pub fn push_log_line(payload: &mut String, line: &str) {
+    payload.push_str(line);
+    payload.push('\n');
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Stdout,
@@ -110,6 +130,29 @@ impl Tail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_message_holds_its_lines_in_either_form() {
+        let batch = |lines: &[&str]| {
+            let mut payload = String::new();
+            lines.iter().for_each(|line| push_log_line(&mut payload, line));
+            payload
+        };
+        let cases: [(&str, bool, &[&str]); 8] = [
+            (&batch(&["a", "", "b c"]), false, &["a", "", "b c"]),
+            (&batch(&[""]), false, &[""]),
+            (&batch(&["", ""]), true, &["", ""]),
+            (&batch(&["last"]), true, &["last"]),
+            // The end alone, and an older runner's one line per message.
+            ("", true, &[]),
+            ("", false, &[""]),
+            ("one line", false, &["one line"]),
+            ("ends", true, &["ends"]),
+        ];
+        for (payload, end, lines) in cases {
+            assert_eq!(log_lines(payload.as_bytes(), end), lines, "{payload:?} end {end}");
+        }
+    }
 
     #[test]
     fn a_cutter_fed_byte_by_byte_gives_the_same_lines() {

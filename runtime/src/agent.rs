@@ -201,6 +201,10 @@ async fn run_roles(
 ) -> Result<(), Error> {
     let names = config.names()?;
     let schedules = config.roles.contains(&Role::Scheduler);
+    let lifecycle = crate::store::Lifecycle {
+        every_run: config.events.lifecycle,
+        late_by_default: config.notify.default.iter().any(|rule| rule.late.is_some()),
+    };
     let server_time = crate::server_time::ServerTime::new(config.scheduler.max_clock_offset);
     let _ = health.server_time.set(server_time.clone());
     // The scheduler's store: on a connection of its own when it has an identity of its
@@ -211,7 +215,7 @@ async fn run_roles(
             let name = format!("cronrun-agent {} (scheduler)", config.name);
             let client = crate::connect::connect(&config.nats, Some(creds), &name).await?;
             let _ = health.scheduler_connection.set(client.clone());
-            Some(Store::open(client, names.clone(), &config.layout).await?)
+            Some(Store::open(client, names.clone(), &config.layout).await?.with_lifecycle(lifecycle))
         }
         _ => None,
     };
@@ -224,7 +228,8 @@ async fn run_roles(
             // Told to stop while waiting: an orderly stop.
             None => return Ok(()),
         },
-    };
+    }
+    .with_lifecycle(lifecycle);
     health.layout_ready(&store);
     let instance = format!("{}/{:08x}", config.name, rand::random::<u32>());
     info!(agent = %instance, roles = ?config.roles, namespace = %config.namespace, "agent starting");

@@ -42,6 +42,21 @@ pub struct AgentConfig {
     pub notify: NotifyConfig,
     /// A trace per run over OTLP/HTTP (see `telemetry`).
     pub telemetry: TelemetryConfig,
+    /// What this agent publishes on `CRONRUN_EVENTS` besides each run's end.
+    pub events: EventsConfig,
+}
+
+/// `[events]`: the events an agent publishes beyond those of every run (its end, retries,
+/// losses, misses). A run's `dispatched` and `started` events are stored messages too
+/// (one each per run), so they are opt-in: a run then stores at most 6 messages
+/// (docs/nats.md, "What a run stores").
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// Publish each run's `dispatched` (by its scheduler) and `started` (by its runner)
+    /// events. Default false: `dispatched` then goes out only for the fires of jobs whose
+    /// notification rules ask for `late`, the check it starts.
+    pub lifecycle: bool,
 }
 
 /// `[http]`: the agent's HTTP listener (see `http`).
@@ -91,6 +106,7 @@ impl Default for AgentConfig {
             http: HttpConfig::default(),
             notify: NotifyConfig::default(),
             telemetry: TelemetryConfig::default(),
+            events: EventsConfig::default(),
         }
     }
 }

@@ -83,8 +83,19 @@ pub async fn dispatch_with_input(
     if created {
         crate::telemetry::fire_span(store.names.namespace(), msg, now, std::time::SystemTime::now());
     }
-    publish_event(store, &Event::new(&msg.job, &msg.run_id, EventKind::Dispatched, msg.attempt, now)).await;
+    // A run someone asked for (the CLI, the dashboard's admin) keeps its event: with
+    // their name in `by`, it is the audit trail of manual runs.
+    if store.lifecycle.every_run || store.actor.is_some() {
+        publish_dispatched(store, msg, now).await;
+    }
     Ok(Outcome::Dispatched)
+}
+
+/// The run's `dispatched` event: for every run with `[events] lifecycle` (see
+/// `store::Lifecycle`), else for the runs people ask for and the fires whose `late`
+/// check it starts.
+pub async fn publish_dispatched(store: &Store, msg: &DispatchMsg, now: DateTime<Utc>) {
+    publish_event(store, &Event::new(&msg.job, &msg.run_id, EventKind::Dispatched, msg.attempt, now)).await;
 }
 
 /// Records a fire that will not run as a `skipped` run (create-if-absent: a fire that

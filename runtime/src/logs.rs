@@ -8,8 +8,16 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::output::{EOF_HEADER, STREAM_HEADER};
+use crate::output::{EOF_HEADER, STREAM_HEADER, log_lines};
 use crate::store::Store;
+
+/// What a run's log says, in order: its lines, then its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Logged {
+    Line(OutputLine),
+    /// The run's code ended, with this status (its record may not say so yet).
+    End(String),
+}
 
 /// One line of a run's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,14 +32,14 @@ pub struct OutputLine {
 const QUIET: Duration = Duration::from_secs(2);
 
 /// The output of `job.run_id` so far, then (with `follow`) what it prints until it ends.
-/// The lines come on the returned channel, which closes at the end, after an error if the
-/// stream failed; dropping the receiver stops the reader within `QUIET`.
+/// The lines come on the returned channel, then the end if the log has it; it closes
+/// after the end, or after an error if the stream failed; dropping the receiver stops the reader within `QUIET`.
 pub async fn read(
     store: &Store,
     job: &str,
     run_id: &str,
     follow: bool,
-) -> Result<mpsc::Receiver<Result<OutputLine, Error>>, Error> {
+) -> Result<mpsc::Receiver<Result<Logged, Error>>, Error> {
     fn failed(e: impl std::fmt::Display) -> Error {
         Error::nats("reading the logs stream", e)
     }
@@ -64,14 +72,15 @@ pub async fn read(
                 Err(_) => return,
             };
             let headers = message.headers.as_ref();
-            if headers.and_then(|h| h.get(EOF_HEADER)).is_some() {
-                return;
+            let end = headers.and_then(|h| h.get(EOF_HEADER)).map(|status| status.to_string());
+            let stderr = headers.and_then(|h| h.get(STREAM_HEADER)).is_some();
+            for text in log_lines(&message.payload, end.is_some()) {
+                if tx.send(Ok(Logged::Line(OutputLine { text, stderr }))).await.is_err() {
+                    return;
+                }
             }
-            let line = OutputLine {
-                text: String::from_utf8_lossy(&message.payload).into_owned(),
-                stderr: headers.and_then(|h| h.get(STREAM_HEADER)).is_some(),
-            };
-            if tx.send(Ok(line)).await.is_err() {
+            if let Some(status) = end {
+                let _ = tx.send(Ok(Logged::End(status))).await;
                 return;
             }
             let pending = message.info().map(|i| i.pending).unwrap_or(0);

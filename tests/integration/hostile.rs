@@ -76,14 +76,14 @@ async fn a_viewer_cannot_delete_or_take_the_schedulers_durable_consumers() {
 
 /// A running run's kill subject receives what a viewer's push consumer delivers there (the
 /// server checks no deliver subject against publish rights), here the run's own output
-/// lines `KILL` and `TERM`; and a bare `KILL` a runner publishes with no answer subject.
+/// lines `KILL` and `TERM` (apart: two messages); and a bare `KILL` a runner publishes with no answer subject.
 /// The runner ignores both, saying so, and the run goes on; `cronrun kill` still stops it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_is_taken_only_from_a_kill_request_not_from_a_consumer_delivering_there() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
-    nats.ok(&["add", "victim", "--schedule", "@yearly", "--", "echo KILL; echo TERM; sleep 60"]);
+    nats.ok(&["add", "victim", "--schedule", "@yearly", "--", "echo KILL; sleep 0.1; echo TERM; sleep 60"]);
     let key = nats.trigger("victim");
     let run_id = key.split_once('.').unwrap().1.to_string();
     let store = nats.store().await;

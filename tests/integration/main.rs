@@ -13,6 +13,7 @@
 //! - `backfill`: `cronrun backfill`: each past fire once, repeated or interrupted.
 //! - `calendars`: a job's `exclude`: next, backfill and the scheduler agree; changes count
 //!   from the next fire; bad calendars refused.
+//! - `cost`: what a run stores in NATS with the defaults, and what its readers see of it.
 //! - `overlap`: overlap policies and locks shared across agents.
 //! - `runner`: the shell runner: kill, timeouts, bounded output, live logs.
 //! - `supervisor`: a shell run's first process, alone: its stop signal, how it starts a
@@ -50,6 +51,7 @@ mod backfill;
 mod calendars;
 mod catchup;
 mod chains;
+mod cost;
 mod dashboard;
 mod deploy;
 mod dst;

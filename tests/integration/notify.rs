@@ -254,12 +254,16 @@ async fn a_lost_run_that_is_retried_is_not_told_as_lost_and_its_retry_is() {
 
 /// `late`: a fire whose run has not succeeded `late` after its instant is told once, with
 /// the run's status then; a fire that succeeded in time is not told. Two agents share the
-/// check, as every notice.
+/// check, as every notice; they publish the events of a deployment's defaults, where the
+/// `dispatched` event the check rides on goes out for these jobs alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not() {
     let nats = Nats::start().await;
     let receiver = Receiver::start(0, 0).await;
-    let agents = [nats.agent_with_tables("a1", &notify_tables()), nats.agent_with_tables("a2", &notify_tables())];
+    let agent = |name: &str| {
+        nats.agent_with_env(name, &format!("{}\n{}\n", default_events(&test_config(name)), notify_tables()), &[])
+    };
+    let agents = [agent("a1"), agent("a2")];
     for agent in &agents {
         ready(agent).await;
     }

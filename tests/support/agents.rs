@@ -115,14 +115,24 @@ pub fn test_config(name: &str) -> String {
     test_config_with_heartbeat(name, "1s")
 }
 
+/// `config` (from `test_config`) publishing the events a deployment has by default: no
+/// `dispatched` and `started` for every run.
+pub fn default_events(config: &str) -> String {
+    let lifecycle = "[events]\nlifecycle = true\n";
+    assert!(config.contains(lifecycle), "{config}");
+    config.replace(lifecycle, "")
+}
+
 /// Shards of test deployments: few, so that every agent of a test owns some.
 pub const TEST_SHARDS: u32 = 8;
 
 /// The run lease TTL is three heartbeats: on a cluster it must outlast a leader election.
-/// Shell jobs may run as root (CI runs as root); `security` tests the refusal.
+/// Shell jobs may run as root (CI runs as root); `security` tests the refusal. Every run's
+/// `started` event is published: the tests count them to see a second start (`events`
+/// tests the default, without them).
 fn test_config_with_heartbeat(name: &str, heartbeat: &str) -> String {
     format!(
-        "name = \"{name}\"\n[scheduler]\nshards = {TEST_SHARDS}\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
+        "name = \"{name}\"\n[events]\nlifecycle = true\n[scheduler]\nshards = {TEST_SHARDS}\nlease_ttl = \"2s\"\nlead = \"500ms\"\n\
          [runner]\nheartbeat = \"{heartbeat}\"\nkill_grace = \"1s\"\ndrain_timeout = \"5s\"\nallow_root = true\n"
     )
 }

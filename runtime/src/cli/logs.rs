@@ -21,8 +21,8 @@ pub async fn run(ctx: &Ctx, a: LogsArgs) -> Result<()> {
     let store = ctx.store().await?;
     store.get_run(job, run_id).await?;
     let mut lines = crate::logs::read(&store, job, run_id, a.follow).await?;
-    while let Some(line) = lines.recv().await {
-        let line = line?;
+    while let Some(logged) = lines.recv().await {
+        let crate::logs::Logged::Line(line) = logged? else { break };
         if line.stderr {
             eprintln!("{}", line.text);
         } else if !super::out(&line.text)? {

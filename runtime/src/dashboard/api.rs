@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::{Admin, ApiError, Dashboard, RunsView, STREAM_LIFETIME, Viewer, words};
 use crate::catalog::CatalogJob;
+use crate::logs::Logged;
 use crate::names::validate_job_name;
 use crate::schedule::Schedule;
 use crate::store::Excluded;
@@ -216,13 +217,15 @@ pub async fn output(
         async move {
             let (mut lines, permit) = state?;
             match lines.recv().await {
-                Some(Ok(line)) => {
+                Some(Ok(Logged::Line(line))) => {
                     // JSON-encoded: an event whose data is empty is not dispatched.
                     let event = Event::default().event(if line.stderr { "stderr" } else { "line" });
                     let event = event.data(Value::from(line.text).to_string());
                     Some((Ok(event), Some((lines, permit))))
                 }
-                // The end, or the stream lost: the page reads the record.
+                // The end as the log has it: the record may not say it yet.
+                Some(Ok(Logged::End(status))) => Some((Ok(Event::default().event("end").data(status)), None)),
+                // The stream lost: the page reads the record.
                 Some(Err(_)) | None => {
                     let status = store.get_run(&job, &run_id).await.map(|r| r.record.status.as_str()).unwrap_or("");
                     Some((Ok(Event::default().event("end").data(status)), None))

@@ -1,6 +1,6 @@
-//! The end of a run, whatever executed it: the final record (or the next attempt), the
-//! end of its log, its event, and history pruning; also the end of a run that never
-//! started (skipped, cancelled, failed to start).
+//! The end of a run, whatever executed it: the final record (or the next attempt), its
+//! event, and history pruning (its log ended with its code, see `running`); also the end
+//! of a run that never started (skipped, cancelled, failed to start), its log's end too.
 
 use std::time::Duration;
 
@@ -68,7 +68,6 @@ async fn record_end(
         held.release_guards().await;
         let (_, retrying) = queue_retry(&ctx.store, held.record.clone(), held.fence.revision, now).await?;
         held.hand_over_lease(wait).await;
-        publish_end(ctx, &job, &run_id, status).await;
         publish_event(&ctx.store, &event).await;
         publish_event(&ctx.store, &retrying).await;
         return Ok(());
@@ -77,7 +76,6 @@ async fn record_end(
     // write may wait for NATS (see `guards`).
     held.mark_guards_ended(finished).await;
     write_final(ctx, held).await?;
-    publish_end(ctx, &job, &run_id, status).await;
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
     ctx.prune(&job, &spec.history);

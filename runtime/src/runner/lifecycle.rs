@@ -240,7 +240,9 @@ async fn run_claimed(
         Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
     };
     held.record.started_at = Some(started);
-    publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
+    if ctx.store.lifecycle.every_run {
+        publish_event(&ctx.store, &Event::new(&d.job, &d.run_id, EventKind::Started, d.attempt, started)).await;
+    }
     // A backfilled fire is late by design: its lateness would only blur the histogram.
     let fire = Some(d.scheduled_at).filter(|_| d.trigger != Trigger::Backfill);
     let _running = crate::metrics::run_started(fire, started);

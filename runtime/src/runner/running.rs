@@ -86,6 +86,7 @@ pub(super) async fn supervise(
                 break (Ending::Killed(signal), code.stop(Stop::Signal(signal), grace).await);
             }
             Some(line) = lines.recv() => log.line(line).await,
+            _ = sleep_until(log.due()), if log.due().is_some() => log.flush().await,
             _ = heartbeat.tick(), if idle.is_some() => {
                 if kills.is_none() {
                     kills = kill_requests(ctx, &kill_subject).await;
@@ -121,10 +122,21 @@ pub(super) async fn supervise(
     drop(code);
 
     let (status, error, result) = ending_status(ending, exit.outcome, spec.timeout, &ctx.host);
+    // The log's end as the code's: followers learn it now, and a short run's lines go
+    // out with it, in one message. The record follows.
+    log.end(status).await;
     if let Some(text) = result {
         log.keep(text);
     }
     Ok(Ended { status, error, exit_code: exit.code, output: log.into_tail() })
+}
+
+/// Sleeps until `due`; never returns without one.
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How long subscribing to a run's kill requests may wait (for the connection).

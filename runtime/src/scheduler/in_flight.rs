@@ -27,7 +27,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::{Due, shards};
 use crate::catalog::JobSummary;
-use crate::dispatch::{DispatchMsg, dispatch};
+use crate::dispatch::{DispatchMsg, Outcome, dispatch, publish_dispatched};
 use crate::error::Error;
 use crate::record::{Trigger, fire_run_id};
 use crate::store::Store;
@@ -157,7 +157,12 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
                 Err(e) => Err(e),
             };
             match outcome {
-                Ok(outcome) => return debug!(?outcome, "dispatch"),
+                Ok(outcome) => {
+                    if outcome == Outcome::Dispatched && needs_dispatched_event(&store, summary) {
+                        publish_dispatched(&store, &msg, now).await;
+                    }
+                    return debug!(?outcome, "dispatch");
+                }
                 Err(e) if Instant::now() + backoff < give_up => {
                     warn!("dispatch failed, retrying in {backoff:?}: {e}");
                     tokio::time::sleep(backoff).await;
@@ -169,6 +174,17 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
     }
     .instrument(span)
     .await;
+}
+
+/// Whether a fire's `dispatched` event goes out though `dispatch` publishes none (no
+/// `[events] lifecycle`): the `late` check of the job's notification rules rides on it.
+fn needs_dispatched_event(store: &Store, job: &JobSummary) -> bool {
+    let lifecycle = store.lifecycle;
+    !lifecycle.every_run
+        && match job.notify() {
+            [] => lifecycle.late_by_default,
+            rules => rules.iter().any(|rule| rule.late.is_some()),
+        }
 }
 
 /// The calendar of those the job excludes whose days hold `fire`'s local date, read now

@@ -61,6 +61,20 @@ pub struct Store {
     pub record_budget: usize,
     /// Who this handle's job writes and events are made by (the CLI's identity).
     pub actor: Option<std::sync::Arc<str>>,
+    /// Which of a run's optional events this handle's dispatches and runs publish.
+    pub lifecycle: Lifecycle,
+}
+
+/// A run's `dispatched` and `started` events, published by an agent with `[events]
+/// lifecycle = true` only (each is a stored message per run). Without it `dispatched` goes
+/// out only where a `late` notice needs it: for jobs whose rules ask for `late`, or whose
+/// rules are the scheduler's `[notify] default` when that asks for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// `[events] lifecycle`: both events for every run.
+    pub every_run: bool,
+    /// `[notify] default` asks for `late` (jobs without rules of their own need `dispatched`).
+    pub late_by_default: bool,
 }
 
 /// Headers of a KV write (expected revision, TTL) and a margin.
@@ -101,12 +115,19 @@ impl Store {
             js,
             names,
             actor: None,
+            lifecycle: Lifecycle::default(),
         })
     }
 
     /// The JetStream API of this store's names.
     pub fn js_api(&self) -> &JsApi {
         self.names.js_api()
+    }
+
+    /// This store publishing the optional events `lifecycle` asks for.
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.lifecycle = lifecycle;
+        self
     }
 
     /// This store with every job write and event marked as made by `by` (see

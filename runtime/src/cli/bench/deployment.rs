@@ -410,6 +410,56 @@ impl CpuWindow {
     }
 }
 
+/// What the layout's streams (records, leases, dispatch, logs, events) stored over a
+/// window, per run: their last sequences at its start and end. The agents' own writes
+/// (presence, shard leases) count too; over thousands of runs they are a few.
+pub(super) struct StoredWindow {
+    from: Vec<(String, u64)>,
+}
+
+impl StoredWindow {
+    fn streams(store: &Store) -> [String; 5] {
+        let names = &store.names;
+        [
+            format!("KV_{}", names.runs_bucket()),
+            format!("KV_{}", names.leases_bucket()),
+            names.dispatch_stream(),
+            names.logs_stream(),
+            names.events_stream(),
+        ]
+    }
+
+    async fn last_sequences(store: &Store) -> Result<Vec<(String, u64)>> {
+        let mut sequences = Vec::new();
+        for name in Self::streams(store) {
+            let mut stream = store.js.get_stream(&name).await.with_context(|| format!("opening {name}"))?;
+            let last = stream.info().await.with_context(|| format!("reading {name}"))?.state.last_sequence;
+            sequences.push((name, last));
+        }
+        Ok(sequences)
+    }
+
+    pub async fn start(store: &Store) -> Result<Self> {
+        Ok(Self { from: Self::last_sequences(store).await? })
+    }
+
+    /// Stored messages per run since the start, in all and by stream, as JSON and as the
+    /// end of a line of text.
+    pub async fn report(&self, store: &Store, runs: usize) -> Result<(serde_json::Value, String)> {
+        let to = Self::last_sequences(store).await?;
+        let per_run = |n: u64| n as f64 / runs.max(1) as f64;
+        let by_stream: serde_json::Map<String, serde_json::Value> = self
+            .from
+            .iter()
+            .zip(&to)
+            .map(|((name, from), (_, to))| (name.clone(), per_run(to.saturating_sub(*from)).into()))
+            .collect();
+        let total: u64 = self.from.iter().zip(&to).map(|((_, from), (_, to))| to.saturating_sub(*from)).sum();
+        let text = format!("; stored messages per run: {:.2}", per_run(total));
+        Ok((serde_json::json!({ "total": per_run(total), "by_stream": by_stream }), text))
+    }
+}
+
 fn path_str(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use async_nats::jetstream::consumer::{DeliverPolicy, push};
 use futures::StreamExt;
 
-use crate::output::{EOF_HEADER, STREAM_HEADER};
+use crate::output::{EOF_HEADER, STREAM_HEADER, log_lines};
 use crate::store::Store;
 
 /// A read of the logs stream that delivers nothing for this long has stalled.
@@ -29,7 +29,7 @@ pub(super) struct Executions {
 }
 
 /// Counts the standard-output lines of each of `subjects` (logs subjects of runs) in the
-/// logs stream, in one pass over it (headers only).
+/// logs stream, in one pass over it.
 pub(super) async fn count(store: &Store, subjects: &HashSet<String>) -> Result<Executions> {
     let stream = store.js.get_stream(store.names.logs_stream()).await.context("opening the logs stream")?;
     let consumer = stream
@@ -37,7 +37,6 @@ pub(super) async fn count(store: &Store, subjects: &HashSet<String>) -> Result<E
             deliver_subject: store.client.new_inbox(),
             filter_subject: store.names.wildcard("logs"),
             deliver_policy: DeliverPolicy::All,
-            headers_only: true,
             ..Default::default()
         })
         .await
@@ -52,8 +51,10 @@ pub(super) async fn count(store: &Store, subjects: &HashSet<String>) -> Result<E
                 .context("the logs stream's read ended")?
                 .context("reading the logs stream")?;
             let headers = message.headers.as_ref();
-            let stdout_line = headers.is_none_or(|h| h.get(EOF_HEADER).is_none() && h.get(STREAM_HEADER).is_none());
-            tally.add(message.subject.as_str(), stdout_line);
+            let end = headers.is_some_and(|h| h.get(EOF_HEADER).is_some());
+            let stdout = headers.is_none_or(|h| h.get(STREAM_HEADER).is_none());
+            let lines = if stdout { log_lines(&message.payload, end).len() } else { 0 };
+            tally.add(message.subject.as_str(), lines);
             if message.info().map(|i| i.pending).unwrap_or(0) == 0 {
                 break;
             }
@@ -73,10 +74,10 @@ impl<'a> Tally<'a> {
         Self { subjects, lines: HashMap::with_capacity(subjects.len()) }
     }
 
-    /// A message of the logs stream: a line (standard output or error) or a run's end.
-    fn add(&mut self, subject: &str, stdout_line: bool) {
-        if let Some(subject) = self.subjects.get(subject).filter(|_| stdout_line) {
-            *self.lines.entry(subject.as_str()).or_default() += 1;
+    /// A message of the logs stream holding `stdout_lines` standard-output lines.
+    fn add(&mut self, subject: &str, stdout_lines: usize) {
+        if let Some(subject) = self.subjects.get(subject).filter(|_| stdout_lines > 0) {
+            *self.lines.entry(subject.as_str()).or_default() += stdout_lines as u32;
         }
     }
 
@@ -93,20 +94,22 @@ mod tests {
     #[test]
     fn a_run_is_doubled_by_a_second_stdout_line_and_unseen_without_one() {
         let runs: HashSet<String> = ["l.a.1", "l.a.2", "l.b.1"].map(String::from).into();
-        /// Messages of the stream: (subject, is a standard-output line).
-        type Messages<'a> = &'a [(&'a str, bool)];
+        /// Messages of the stream: (subject, its standard-output lines).
+        type Messages<'a> = &'a [(&'a str, usize)];
         // (messages, doubled, unseen)
-        let cases: [(Messages, usize, usize); 5] = [
-            (&[("l.a.1", true), ("l.a.2", true), ("l.b.1", true)], 0, 0),
-            (&[("l.a.1", true), ("l.a.1", false), ("l.a.2", true), ("l.b.1", true), ("l.b.1", false)], 0, 0),
-            (&[("l.a.1", true), ("l.a.1", true), ("l.a.2", true), ("l.b.1", true)], 1, 0),
-            (&[("l.a.1", true), ("l.a.9", true), ("l.a.9", true)], 0, 2),
+        let cases: [(Messages, usize, usize); 6] = [
+            (&[("l.a.1", 1), ("l.a.2", 1), ("l.b.1", 1)], 0, 0),
+            (&[("l.a.1", 1), ("l.a.1", 0), ("l.a.2", 1), ("l.b.1", 1), ("l.b.1", 0)], 0, 0),
+            (&[("l.a.1", 1), ("l.a.1", 1), ("l.a.2", 1), ("l.b.1", 1)], 1, 0),
+            // Two executions' lines in one batch (the end of a run).
+            (&[("l.a.1", 2), ("l.a.2", 1), ("l.b.1", 1)], 1, 0),
+            (&[("l.a.1", 1), ("l.a.9", 1), ("l.a.9", 1)], 0, 2),
             (&[], 0, 3),
         ];
         for (messages, doubled, unseen) in cases {
             let mut tally = Tally::new(&runs);
-            for (subject, stdout_line) in messages {
-                tally.add(subject, *stdout_line);
+            for (subject, stdout_lines) in messages {
+                tally.add(subject, *stdout_lines);
             }
             let e = tally.executions();
             assert_eq!((e.doubled, e.unseen), (doubled, unseen), "{messages:?}");

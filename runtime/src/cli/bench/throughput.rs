@@ -9,7 +9,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::deployment::CpuWindow;
+use super::deployment::{CpuWindow, StoredWindow};
 use super::{every_second_job, open, run_plugin, store_plugin};
 use crate::cli::Ctx;
 use crate::dispatch::{DispatchMsg, dispatch};
@@ -62,6 +62,7 @@ pub(super) async fn run(
     });
     let start = Instant::now();
     let cpu = CpuWindow::start(server_pid);
+    let stored = StoredWindow::start(&store).await?;
     let base = Utc::now();
     let mut in_flight = FuturesUnordered::new();
     for i in 0..runs {
@@ -90,6 +91,7 @@ pub(super) async fn run(
     }
     let finished = start.elapsed();
     let (cpu_json, cpu_text) = cpu.report(runs, "dispatcher and agent");
+    let (stored_json, stored_text) = stored.report(&store, runs).await?;
     // This invocation's runs only: the namespace may hold an earlier one's.
     let ours = format!("{}-b", fire_run_id(base));
     let all = store.list_all_runs().await?;
@@ -99,10 +101,11 @@ pub(super) async fn run(
     let rate = runs as f64 / finished.as_secs_f64();
     let kind = if wasm.is_some() { "wasm" } else { "shell" };
     let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
-                        "total_s": finished.as_secs_f64(), "runs_per_second": rate, "cpu_per_run": cpu_json });
+                        "total_s": finished.as_secs_f64(), "runs_per_second": rate, "cpu_per_run": cpu_json,
+                        "stored_per_run": stored_json });
     ctx.print(&value, || {
         format!(
-            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}",
+            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}{stored_text}",
             finished.as_secs_f64(),
             dispatched.as_secs_f64()
         )
