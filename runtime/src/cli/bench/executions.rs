@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use async_nats::jetstream::consumer::{DeliverPolicy, push};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use crate::output::{EOF_HEADER, STREAM_HEADER, log_lines};
@@ -26,6 +27,9 @@ pub(super) struct Executions {
     /// acknowledgement and may be dropped under load (the record still holds it), so this
     /// is not a lost run.
     pub unseen: usize,
+    /// When the server stored each run's first output (its first message with a
+    /// standard-output line): the job's effect, as a follower sees it.
+    pub first_stored: HashMap<String, DateTime<Utc>>,
 }
 
 /// Counts the standard-output lines of each of `subjects` (logs subjects of runs) in the
@@ -54,7 +58,10 @@ pub(super) async fn count(store: &Store, subjects: &HashSet<String>) -> Result<E
             let end = headers.is_some_and(|h| h.get(EOF_HEADER).is_some());
             let stdout = headers.is_none_or(|h| h.get(STREAM_HEADER).is_none());
             let lines = if stdout { log_lines(&message.payload, end).len() } else { 0 };
-            tally.add(message.subject.as_str(), lines);
+            let stored = message.info().ok().and_then(|info| {
+                DateTime::from_timestamp_nanos(info.published.unix_timestamp_nanos().try_into().ok()?).into()
+            });
+            tally.add(message.subject.as_str(), lines, stored);
             if message.info().map(|i| i.pending).unwrap_or(0) == 0 {
                 break;
             }
@@ -63,27 +70,32 @@ pub(super) async fn count(store: &Store, subjects: &HashSet<String>) -> Result<E
     Ok(tally.executions())
 }
 
-/// Standard-output lines by run.
+/// Standard-output lines by run, and when the first of them was stored.
 struct Tally<'a> {
     subjects: &'a HashSet<String>,
     lines: HashMap<&'a str, u32>,
+    first_stored: HashMap<String, DateTime<Utc>>,
 }
 
 impl<'a> Tally<'a> {
     fn new(subjects: &'a HashSet<String>) -> Self {
-        Self { subjects, lines: HashMap::with_capacity(subjects.len()) }
+        Self { subjects, lines: HashMap::with_capacity(subjects.len()), first_stored: HashMap::new() }
     }
 
-    /// A message of the logs stream holding `stdout_lines` standard-output lines.
-    fn add(&mut self, subject: &str, stdout_lines: usize) {
+    /// A message of the logs stream holding `stdout_lines` standard-output lines, stored
+    /// at `stored`.
+    fn add(&mut self, subject: &str, stdout_lines: usize, stored: Option<DateTime<Utc>>) {
         if let Some(subject) = self.subjects.get(subject).filter(|_| stdout_lines > 0) {
             *self.lines.entry(subject.as_str()).or_default() += stdout_lines as u32;
+            if let Some(at) = stored {
+                self.first_stored.entry(subject.clone()).or_insert(at);
+            }
         }
     }
 
-    fn executions(&self) -> Executions {
+    fn executions(self) -> Executions {
         let doubled = self.lines.values().filter(|n| **n > 1).count();
-        Executions { doubled, unseen: self.subjects.len() - self.lines.len() }
+        Executions { doubled, unseen: self.subjects.len() - self.lines.len(), first_stored: self.first_stored }
     }
 }
 
@@ -109,10 +121,22 @@ mod tests {
         for (messages, doubled, unseen) in cases {
             let mut tally = Tally::new(&runs);
             for (subject, stdout_lines) in messages {
-                tally.add(subject, *stdout_lines);
+                tally.add(subject, *stdout_lines, None);
             }
             let e = tally.executions();
             assert_eq!((e.doubled, e.unseen), (doubled, unseen), "{messages:?}");
         }
+    }
+
+    #[test]
+    fn a_runs_first_output_is_when_its_first_stdout_line_was_stored() {
+        let runs: HashSet<String> = ["l.a.1"].map(String::from).into();
+        let at = |s| DateTime::from_timestamp(s, 0);
+        let mut tally = Tally::new(&runs);
+        tally.add("l.a.1", 0, at(1));
+        tally.add("l.a.1", 1, at(2));
+        tally.add("l.a.1", 1, at(3));
+        tally.add("l.b.1", 1, at(0));
+        assert_eq!(tally.executions().first_stored, HashMap::from([("l.a.1".to_string(), at(2).unwrap())]));
     }
 }

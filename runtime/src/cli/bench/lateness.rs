@@ -55,8 +55,9 @@ impl Schedules {
 }
 
 /// Jobs fire on their schedules (every second by default) over a window after a warm-up. For each fire: from the fire to
-/// the job's own code (the clock a shell job's `date` or the `clock` guest printed) and to
-/// `started_at` (the runner's release of the run); and how many times each run's code
+/// the job's own code (the clock a shell job's `date` or the `clock` guest printed), to
+/// `started_at` (the runner's release of the run) and to its first output line stored in
+/// the logs stream (the job's effect as `logs -f` or a subscriber sees it); and how many times each run's code
 /// ran, by its output line in the logs stream (a run that ran twice fails the bench). The
 /// anchor runs after, over a window as long: NATS's own message scheduler for Wasm jobs, a
 /// plain spawn of the same commands for shell jobs. The agents run with production
@@ -109,7 +110,15 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // and before the anchor runs alone on the machine; the server stays.
     deployment.stop_agents().await?;
     let measured = measure(&store, &names, from, to).await?;
-    let executions = executions::count(&store, &measured.logs).await?;
+    let subjects: HashSet<String> = measured.logs.keys().cloned().collect();
+    let executions = executions::count(&store, &subjects).await?;
+    // The job's effect as a follower sees it: its first output line stored.
+    let mut effect_ms: Vec<f64> = executions
+        .first_stored
+        .iter()
+        .filter_map(|(subject, stored)| Some((*stored - *measured.logs.get(subject)?).num_microseconds()? as f64 / 1e3))
+        .collect();
+    effect_ms.sort_by(f64::total_cmp);
     drop(store);
 
     // Time to store the schedules before the first fire.
@@ -147,7 +156,8 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "runs_doubled": executions.doubled, "runs_line_unseen": executions.unseen,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
-        "dispatched_at_ms": figures(&measured.dispatched_ms),
+        "dispatched_at_ms": figures(&measured.dispatched_ms), "first_line_stored_ms": figures(&effect_ms),
+        "first_line_stored_p99_ratio": percentile(&effect_ms, 99.0) / percentile(&anchor_ms, 99.0),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
         "agent_cpu_per_run_ms": 1e3 * (agents_total / runs - command_cpu),
         "agents_idle_cpu_ms_per_s": 1e3 * idle_per_s,
@@ -196,7 +206,8 @@ fn text(v: &Value) -> String {
         "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise; by their output lines in the logs stream, {} ran more than \
          once, {} lines not seen there); fire to started_at p50 {:.1}, p99 {:.1} ms; \
-         fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; CPU over the window: nats-server {:.1} s, \
+         fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; fire to the first output line stored p50 {:.1}, \
+         p99 {:.1}, max {:.1} ms (p99 {:.2} x the anchor's); CPU over the window: nats-server {:.1} s, \
          the agents {:.1} s, their runs' processes {:.1} s; agent CPU per run{}: {:.2} ms, {:.2} ms less the agents' \
          idle work ({:.1} ms of CPU a second, before the jobs were added)\n\
          anchor, {}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} fires); p99 ratio {:.2}",
@@ -219,6 +230,10 @@ fn text(v: &Value) -> String {
         ms(&v["dispatched_at_ms"], "p50"),
         ms(&v["dispatched_at_ms"], "p99"),
         ms(&v["dispatched_at_ms"], "max"),
+        ms(&v["first_line_stored_ms"], "p50"),
+        ms(&v["first_line_stored_ms"], "p99"),
+        ms(&v["first_line_stored_ms"], "max"),
+        v["first_line_stored_p99_ratio"].as_f64().unwrap_or(f64::NAN),
         ms(&v["cpu_s"], "nats_server"),
         ms(&v["cpu_s"], "agents"),
         ms(&v["cpu_s"], "agents_children"),
@@ -297,8 +312,9 @@ struct Measured {
     /// ahead of the fire when it keeps up.
     dispatched_ms: Vec<f64>,
     not_succeeded: usize,
-    /// The logs subjects of the runs that ran: their executions are counted there.
-    logs: HashSet<String>,
+    /// The logs subjects of the runs that ran (their executions are counted there), with
+    /// each run's fire.
+    logs: HashMap<String, DateTime<Utc>>,
     /// Succeeded without printing a clock first.
     no_clock: usize,
 }
@@ -316,7 +332,7 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
         let printed = r.output.first().and_then(|line| line.trim().parse::<i64>().ok());
         match (r.status, r.started_at, printed) {
             (Status::Succeeded, Some(started), Some(ns)) => {
-                m.logs.insert(store.names.logs_subject(&r.job, &r.run_id));
+                m.logs.insert(store.names.logs_subject(&r.job, &r.run_id), at);
                 let ms = (ns - at.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6;
                 m.code_ms.push(ms);
                 m.code_ms_by_minute.entry((at - from).num_minutes()).or_default().push(ms);
