@@ -26,7 +26,7 @@ const STREAM: &str = "BENCH_ANCHOR";
 /// in is the one it fired for).
 pub(super) async fn nats_schedules(
     client: async_nats::Client,
-    schedules: &[String],
+    (schedules, replicas): (&[String], usize),
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<f64>> {
@@ -37,6 +37,7 @@ pub(super) async fn nats_schedules(
         subjects: vec!["anchor.>".into()],
         allow_message_schedules: true,
         allow_rollup: true,
+        num_replicas: replicas,
         ..Default::default()
     };
     let mut anchor = js.create_stream(config).await.context("creating the anchor stream")?;

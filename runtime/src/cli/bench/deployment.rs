@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
+use super::servers::Servers;
 use crate::auth::Identities;
-use crate::embedded::{EmbeddedNats, ServerOptions};
+use crate::embedded::ServerOptions;
 use crate::names::Names;
 use crate::store::{LayoutOptions, Store};
 
@@ -32,8 +33,10 @@ pub(super) struct Deployment {
     path: PathBuf,
     namespace: String,
     ids: Identities,
-    server_options: ServerOptions,
-    server: Option<EmbeddedNats>,
+    /// None once stopped.
+    servers: Option<Servers>,
+    /// The layout's replicas: one on each node.
+    layout: LayoutOptions,
     bench_password: String,
     pub url: String,
     pub agents: Vec<AgentProcess>,
@@ -50,11 +53,12 @@ pub(super) struct AgentProcess {
 }
 
 impl Deployment {
-    /// Starts nats-server and `agents` agents named a0, a1, ... and waits until each has
-    /// loaded its job catalog.
+    /// Starts nats-server (`nodes` of them: 1, or 3 for a cluster with the layout at three
+    /// replicas) and `agents` agents named a0, a1, ... and waits until each has loaded its
+    /// job catalog.
     /// `runner_toml`: lines added to the agents' `[runner]` table (a setting the workload
     /// needs beyond the defaults), or "".
-    pub async fn start(namespace: &str, agents: usize, runner_toml: &str) -> Result<Self> {
+    pub async fn start(namespace: &str, (agents, nodes): (usize, usize), runner_toml: &str) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("cronrun-bench-").tempdir().context("creating a temp dir")?;
         let path = dir.path().to_path_buf();
         let ids = Identities::ensure(&path.join("identities"))?;
@@ -66,15 +70,15 @@ impl Deployment {
             probe_creds: Some(path_str(&ids.path("admin"))),
             ..Default::default()
         };
-        let server = EmbeddedNats::start(&path.join("nats"), &server_options).await?;
+        let servers = Servers::start(&path.join("nats"), nodes, &server_options).await?;
         let mut deployment = Deployment {
             dir: Some(dir),
             path,
             namespace: namespace.into(),
             ids,
-            server_options: ServerOptions { port: server.port, ..server_options },
-            url: server.url.clone(),
-            server: Some(server),
+            url: servers.url.clone(),
+            layout: servers.layout(),
+            servers: Some(servers),
             bench_password,
             agents: Vec::new(),
             runner_toml: runner_toml.into(),
@@ -112,13 +116,13 @@ impl Deployment {
     pub async fn store(&self) -> Result<Store> {
         let admin = path_str(&self.ids.path("admin"));
         let client = crate::connect::connect(&self.url, Some(&admin), "cronrun-bench").await?;
-        Ok(Store::open(client, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
+        Ok(Store::open(client, Names::new(&self.namespace)?, &self.layout).await?)
     }
 
     /// A store as the unrestricted `bench` user: it may make what only agents make (the
     /// schedules index).
     pub async fn bench_store(&self) -> Result<Store> {
-        Ok(Store::open(self.bench_client().await?, Names::new(&self.namespace)?, &LayoutOptions::default()).await?)
+        Ok(Store::open(self.bench_client().await?, Names::new(&self.namespace)?, &self.layout).await?)
     }
 
     pub fn namespace(&self) -> &str {
@@ -133,7 +137,8 @@ impl Deployment {
     /// A client as the unrestricted `bench` user.
     pub async fn bench_client(&self) -> Result<async_nats::Client> {
         let options = async_nats::ConnectOptions::with_user_and_password("bench".into(), self.bench_password.clone());
-        options.connect(&self.url).await.context("connecting as the bench user")
+        let servers = self.url.split(',').map(str::parse).collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
+        options.connect(servers.as_slice()).await.context("connecting as the bench user")
     }
 
     /// Runs `cronrun ARGS` as the admin; fails with its stderr when it does.
@@ -167,11 +172,12 @@ impl Deployment {
             .context("finding a free port")?
             .port();
         let toml = format!(
-            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n[scheduler]\ncreds = \"{}\"\n\
-             {AGENT_TOML}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+            "name = \"{name}\"\nnamespace = \"{}\"\nnats = \"{}\"\ncreds = \"{}\"\n[layout]\nreplicas = {}\n\
+             [scheduler]\ncreds = \"{}\"\n{AGENT_TOML}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
             self.namespace,
             self.url,
             path_str(&self.ids.path("runner")),
+            self.layout.replicas,
             path_str(&self.ids.path("scheduler")),
             self.runner_toml,
         );
@@ -208,25 +214,28 @@ impl Deployment {
         Ok(())
     }
 
-    /// Kills nats-server with SIGKILL, as a crash would, and starts it again on its store
-    /// and port.
+    /// Kills nats-server (every node) with SIGKILL, as a crash would, and starts it again
+    /// on its store and port.
     pub async fn crash_and_restart_server(&mut self) -> Result<()> {
-        if let Some(server) = self.server.take() {
-            server.kill().await;
+        match self.servers.as_mut() {
+            Some(servers) => servers.crash_and_restart().await,
+            None => bail!("the deployment was stopped"),
         }
-        self.server = Some(EmbeddedNats::start(&self.path.join("nats"), &self.server_options).await?);
-        Ok(())
+    }
+
+    fn server_pids(&self) -> Vec<u32> {
+        self.servers.as_ref().map(Servers::pids).unwrap_or_default()
     }
 
     pub fn server_rss_kib(&self) -> u64 {
-        self.server.as_ref().and_then(EmbeddedNats::pid).map_or(0, rss_kib)
+        self.server_pids().into_iter().map(rss_kib).sum()
     }
 
     /// CPU used so far by nats-server, and by the agents together: their own (with the
     /// Wasm guests they run) and their children's (a shell run's supervisor and what it
     /// ran, once ended).
     pub fn cpu(&self) -> (Cpu, Cpu) {
-        let server = self.server.as_ref().and_then(EmbeddedNats::pid).map_or(Cpu::default(), Cpu::of);
+        let server = self.server_pids().into_iter().map(Cpu::of).fold(Cpu::default(), Cpu::add);
         (server, self.agents.iter().filter_map(|a| a.child.id()).map(Cpu::of).fold(Cpu::default(), Cpu::add))
     }
 
@@ -250,8 +259,8 @@ impl Deployment {
     /// step took, what stepped down).
     pub async fn stop(mut self) -> Result<()> {
         self.stop_agents().await?;
-        if let Some(server) = self.server.take() {
-            server.stop().await;
+        if let Some(servers) = self.servers.take() {
+            servers.stop().await;
         }
         if !keep(std::env::var_os(KEEP_ENV).as_deref()) {
             self.dir.take();
@@ -388,12 +397,13 @@ impl Cpu {
 /// over a timed window, per run: what `throughput` and `nats` report beside their rate.
 pub(super) struct CpuWindow {
     own: Cpu,
-    server: Option<(u32, Cpu)>,
+    /// The nats-server nodes' pids and their CPU at the start (none with `--nats`).
+    servers: Vec<(u32, Cpu)>,
 }
 
 impl CpuWindow {
-    pub fn start(server_pid: Option<u32>) -> Self {
-        Self { own: Cpu::of_self(), server: server_pid.map(|pid| (pid, Cpu::of(pid))) }
+    pub fn start(server_pids: &[u32]) -> Self {
+        Self { own: Cpu::of_self(), servers: server_pids.iter().map(|pid| (*pid, Cpu::of(*pid))).collect() }
     }
 
     /// Microseconds of CPU per run since the start, this process's and nats-server's, as
@@ -401,7 +411,8 @@ impl CpuWindow {
     pub fn report(&self, runs: usize, process: &str) -> (serde_json::Value, String) {
         let per_run = |cpu: Cpu| 1e6 * cpu.own / runs.max(1) as f64;
         let own = per_run(Cpu::of_self().since(self.own));
-        let server = self.server.map(|(pid, from)| per_run(Cpu::of(pid).since(from)));
+        let servers = self.servers.iter().map(|(pid, from)| Cpu::of(*pid).since(*from)).reduce(Cpu::add);
+        let server = servers.map(per_run);
         let text = match server {
             Some(server) => format!("; CPU per run: {process} {own:.0} us, nats-server {server:.0} us"),
             None => format!("; CPU per run: {process} {own:.0} us"),

@@ -28,6 +28,8 @@ pub(super) struct LatenessArgs {
     pub agents: usize,
     /// A component that logs its own clock first (plugins/clock), instead of a shell job.
     pub wasm: Option<PathBuf>,
+    /// nats-server nodes: 1, or 3 (a cluster, the layout and the anchor's stream at R3).
+    pub cluster: usize,
 }
 
 /// The jobs' schedules (six fields: NATS's scheduler takes the same for the anchor).
@@ -82,7 +84,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // A runner holds at most `slots` runs; one may be handed every job of an instant (of
     // one schedule; spread, jobs/60 an instant, and the slots are more than needed).
     let slots = a.jobs.max(crate::runner::RunnerConfig::default().slots);
-    let mut deployment = Deployment::start(NAMESPACE, a.agents, &format!("slots = {slots}\n")).await?;
+    let mut deployment = Deployment::start(NAMESPACE, (a.agents, a.cluster), &format!("slots = {slots}\n")).await?;
     let idle_per_s = idle_cpu(&deployment, a.seconds).await;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
     let plugin = match &a.wasm {
@@ -130,7 +132,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let mut command_cpu = 0.0;
     let (anchor_name, mut anchor_ms) = if plugin.is_some() {
         let client = deployment.bench_client().await?;
-        let late = anchor::nats_schedules(client, &schedules, from, to).await?;
+        let late = anchor::nats_schedules(client, (&schedules, a.cluster), from, to).await?;
         ("NATS message schedules, fire to stored", late)
     } else {
         let before = Cpu::of_self();
@@ -152,7 +154,7 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let runs = measured.code_ms.len().max(1) as f64;
     let agents_total = agents_cpu.own + agents_cpu.children;
     let value = json!({
-        "jobs": a.jobs, "schedule": described, "agents": a.agents, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
+        "jobs": a.jobs, "schedule": described, "agents": a.agents, "nats_servers": a.cluster, "runner_slots": slots, "seconds": a.seconds, "kind": kind,
         "fires_expected": expected, "fires_ran": measured.code_ms.len(), "fires_not_succeeded": measured.not_succeeded,
         "runs_doubled": executions.doubled, "runs_line_unseen": executions.unseen,
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
@@ -203,7 +205,7 @@ fn text(v: &Value) -> String {
         drift += &format!("\nthe latest fire instants (their slowest run): {}", worst.join(", "));
     }
     let summary = format!(
-        "{} {} jobs ({}) on {} agents ({} runner slots) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
+        "{} {} jobs ({}) on {} agents ({} runner slots; NATS: {}) over {} s: fire to the job's own code p50 {:.1} ms, p99 {:.1} ms, \
          max {:.1} ms ({} of {} fires ran, {} ended otherwise; by their output lines in the logs stream, {} ran more than \
          once, {} lines not seen there); fire to started_at p50 {:.1}, p99 {:.1} ms; \
          fire to dispatched_at p50 {:.1}, p99 {:.1}, max {:.1} ms; fire to the first output line stored p50 {:.1}, \
@@ -216,6 +218,7 @@ fn text(v: &Value) -> String {
         v["schedule"].as_str().unwrap_or_default(),
         v["agents"],
         v["runner_slots"],
+        if v["nats_servers"].as_u64() == Some(3) { "a cluster of three, R3" } else { "one server" },
         v["seconds"],
         ms(&v["job_code_ms"], "p50"),
         ms(&v["job_code_ms"], "p99"),

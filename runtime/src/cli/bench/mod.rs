@@ -23,6 +23,7 @@ mod lateness;
 mod load;
 mod raw_nats;
 mod scale;
+mod servers;
 mod soak;
 mod throughput;
 
@@ -30,7 +31,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use super::Ctx;
-use crate::embedded::{EmbeddedNats, ServerOptions};
+use crate::embedded::ServerOptions;
 use crate::names::Names;
 use crate::spec::{History, JobSpec, ShellSpec};
 use crate::store::{LayoutOptions, Store};
@@ -65,6 +66,10 @@ pub enum BenchKind {
         /// first, target/wasm32-wasip2/release/clock.wasm from plugins/build.sh
         #[arg(long)]
         wasm: Option<std::path::PathBuf>,
+        /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
+        /// replicas (R3), the production shape
+        #[arg(long, default_value_t = 1)]
+        cluster: usize,
     },
     /// Runs per second end to end: dispatched, run by an agent, recorded
     Throughput {
@@ -73,16 +78,24 @@ pub enum BenchKind {
         /// Run this Wasm component instead of a shell command
         #[arg(long)]
         wasm: Option<std::path::PathBuf>,
+        /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
+        /// replicas (R3), the production shape
+        #[arg(long, default_value_t = 1)]
+        cluster: usize,
     },
     /// What the same NATS work costs without cronrun: per run a KV create, a publish, a
     /// pull and ack and two compare-and-sets
     Nats {
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
-        /// Store all a run stores under the NATS layout (13 messages, not 4): its lease,
+        /// Store all a run stores under the NATS layout (8 messages, not 4): its lease,
         /// events and output too, with their readers
         #[arg(long)]
         layout: bool,
+        /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
+        /// replicas (R3), the production shape
+        #[arg(long, default_value_t = 1)]
+        cluster: usize,
     },
     /// Fires per second through the dispatch path (record create + publish)
     Dispatch {
@@ -157,26 +170,39 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
             let restart_every = std::time::Duration::from_secs(restart_every);
             return soak::run(ctx, soak::SoakArgs { jobs, minutes, agents, restart_every }).await;
         }
-        BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm } => {
-            let schedule = if spread { lateness::Schedules::Spread } else { lateness::Schedules::One(schedule) };
-            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules: schedule, seconds, agents, wasm })
+        BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm, cluster } => {
+            let schedules = if spread { lateness::Schedules::Spread } else { lateness::Schedules::One(schedule) };
+            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules, seconds, agents, wasm, cluster })
                 .await;
         }
         _ => {}
     }
+    let nodes = match a.what {
+        BenchKind::Throughput { cluster, .. } | BenchKind::Nats { cluster, .. } => cluster,
+        _ => 1,
+    };
+    if nodes != 1 && ctx.global.nats.is_some() {
+        anyhow::bail!("--cluster starts a cluster of its own: leave out --nats");
+    }
     let dir = tempfile::tempdir().context("creating a temp dir")?;
-    let (url, server) = match &ctx.global.nats {
+    let (url, servers) = match &ctx.global.nats {
         Some(url) => (url.clone(), None),
         None => {
-            let server = EmbeddedNats::start(dir.path(), &ServerOptions::default()).await?;
-            (server.url.clone(), Some(server))
+            let servers = servers::Servers::start(dir.path(), nodes, &ServerOptions::default()).await?;
+            (servers.url.clone(), Some(servers))
         }
     };
-    let server_pid = server.as_ref().and_then(EmbeddedNats::pid);
+    let server_pids = servers.as_ref().map(servers::Servers::pids).unwrap_or_default();
+    let server_pid = server_pids.first().copied();
+    let layout = servers.as_ref().map(servers::Servers::layout).unwrap_or_default();
     let result = match a.what {
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
-        BenchKind::Throughput { runs, wasm } => throughput::run(ctx, &url, runs, wasm, server_pid).await,
-        BenchKind::Nats { runs, layout } => raw_nats::run(ctx, &url, runs, layout, server_pid).await,
+        BenchKind::Throughput { runs, wasm, .. } => {
+            throughput::run(ctx, (&url, &layout), runs, wasm, &server_pids).await
+        }
+        BenchKind::Nats { runs, layout: stored, .. } => {
+            raw_nats::run(ctx, &url, runs, stored, (layout.replicas, &server_pids)).await
+        }
         BenchKind::Load { schedules, agents, probe } => {
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await
         }
@@ -186,15 +212,19 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         | BenchKind::Scale { .. }
         | BenchKind::IndexReader { .. } => Ok(()),
     };
-    if let Some(server) = server {
-        server.stop().await;
+    if let Some(servers) = servers {
+        servers.stop().await;
     }
     result
 }
 
 pub(super) async fn open(url: &str, namespace: &str) -> Result<Store> {
+    open_with(url, namespace, &LayoutOptions::default()).await
+}
+
+pub(super) async fn open_with(url: &str, namespace: &str, layout: &LayoutOptions) -> Result<Store> {
     let client = crate::connect::connect(url, None, "cronrun-bench").await?;
-    Ok(Store::open(client, Names::new(namespace)?, &LayoutOptions::default()).await?)
+    Ok(Store::open(client, Names::new(namespace)?, layout).await?)
 }
 
 /// Share `i` of `of` (1 to 64) of the shards, as `FIRST-LAST`: what one of `of` agents

@@ -2,13 +2,15 @@
 //! per run a KV create and a deduplicated publish to a work queue (256 in flight), then a
 //! pull, two compare-and-sets and an ack. Beside `throughput` it shows what cronrun adds.
 //!
-//! That is 4 stored messages a run, where a cronrun run stores 13 under its public layout
-//! (docs/nats.md). With `--layout` each run also stores the rest, as cronrun does:
-//! a run lease taken and released (a key with a TTL, then purged with a marker), the
-//! `dispatched`, `started` and `succeeded` events and three output lines and their end
-//! (core publishes into streams, unacknowledged), with a durable consumer acking each
-//! event (the notifier) and a watch handed each lease change (the reaper): what NATS
-//! itself costs for what a run stores, so that the gap to `throughput` is cronrun's own.
+//! That is 4 stored messages a run, where a cronrun run due at once with `overlap =
+//! "allow"` (as `throughput` runs them) stores 8 (docs/nats.md, What a run stores). With
+//! `--layout` each run also stores the rest, as cronrun does: a run lease taken and
+//! released (a key with a TTL, then purged with a marker), the `succeeded` event and
+//! three output lines with their end in one message (core publishes into streams,
+//! unacknowledged), with a durable consumer acking each event (the notifier) and a watch
+//! handed each lease change (the reaper): what NATS itself costs for what a run stores,
+//! so that the gap to `throughput` is cronrun's own. `--cluster 3`: every bucket and
+//! stream at three replicas on a local cluster.
 
 use std::time::{Duration, Instant};
 
@@ -36,15 +38,26 @@ const LINES: [&str; 3] = [
     "config keys: ",
 ];
 
-pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_pid: Option<u32>) -> Result<()> {
+pub(super) async fn run(
+    ctx: &Ctx,
+    url: &str,
+    runs: usize,
+    layout: bool,
+    (replicas, server_pids): (usize, &[u32]),
+) -> Result<()> {
     let client = crate::connect::connect(url, None, "cronrun-bench-nats").await?;
     let js = jetstream::new(client.clone());
     let layout = match layout {
-        true => Some(Layout::create(&js).await?),
+        true => Some(Layout::create(&js, replicas).await?),
         false => None,
     };
     let kv = js
-        .create_key_value(kv::Config { bucket: BUCKET.into(), history: 1, ..Default::default() })
+        .create_key_value(kv::Config {
+            bucket: BUCKET.into(),
+            history: 1,
+            num_replicas: replicas,
+            ..Default::default()
+        })
         .await
         .context("creating the bench bucket")?;
     let queue = js
@@ -53,6 +66,7 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_
             subjects: vec!["benchnats.work".into()],
             retention: stream::RetentionPolicy::WorkQueue,
             duplicate_window: Duration::from_secs(600),
+            num_replicas: replicas,
             ..Default::default()
         })
         .await
@@ -107,16 +121,13 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_
     });
 
     let start = Instant::now();
-    let cpu = CpuWindow::start(server_pid);
+    let cpu = CpuWindow::start(server_pids);
     let mut in_flight = FuturesUnordered::new();
     for i in 0..runs {
-        let (kv, js, layout) = (kv.clone(), js.clone(), layout.clone());
+        let (kv, js) = (kv.clone(), js.clone());
         in_flight.push(async move {
             let key = format!("run.{i:07}");
             let revision = kv.create(&key, Bytes::from_static(b"queued")).await?;
-            if let Some(layout) = &layout {
-                layout.event(&key, "dispatched").await?;
-            }
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Nats-Msg-Id", key.as_str());
             let body = format!("{key} {revision}");
@@ -142,15 +153,15 @@ pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, layout: bool, server_
     js.delete_key_value(BUCKET).await.ok();
     let stored = if let Some(layout) = layout {
         layout.delete(&js).await;
-        13
+        8
     } else {
         4
     };
-    let value = json!({ "runs": runs, "stored_per_run": stored, "total_s": took.as_secs_f64(),
+    let value = json!({ "runs": runs, "stored_per_run": stored, "replicas": replicas, "total_s": took.as_secs_f64(),
                         "runs_per_second": rate, "cpu_per_run": cpu_json });
     ctx.print(&value, || {
         format!(
-            "{runs} runs of raw NATS work ({stored} stored messages each) in {:.1}s: {rate:.0} runs/s{cpu_text}",
+            "{runs} runs of raw NATS work ({stored} stored messages each, R{replicas}) in {:.1}s: {rate:.0} runs/s{cpu_text}",
             took.as_secs_f64()
         )
     })
@@ -165,18 +176,24 @@ struct Layout {
 }
 
 impl Layout {
-    async fn create(js: &jetstream::Context) -> Result<Self> {
+    async fn create(js: &jetstream::Context, replicas: usize) -> Result<Self> {
         let leases = js
             .create_key_value(kv::Config {
                 bucket: LEASES.into(),
                 history: 1,
                 limit_markers: Some(LEASE_MARKER_TTL),
+                num_replicas: replicas,
                 ..Default::default()
             })
             .await
             .context("creating the bench leases bucket")?;
         for (name, subject) in [(EVENTS, "benchnats.events.>"), (LOGS, "benchnats.logs.>")] {
-            let config = stream::Config { name: name.into(), subjects: vec![subject.into()], ..Default::default() };
+            let config = stream::Config {
+                name: name.into(),
+                subjects: vec![subject.into()],
+                num_replicas: replicas,
+                ..Default::default()
+            };
             js.get_or_create_stream(config).await.with_context(|| format!("creating {name}"))?;
         }
         let notifier = js
@@ -203,11 +220,9 @@ impl Layout {
         Ok(Self { client, leases, readers: std::sync::Arc::new(tokio_util::task::AbortOnDropHandle::new(readers)) })
     }
 
-    /// A run's start: its lease taken (the lease's revision) and its `started` event.
+    /// A run's start: its lease taken (the lease's revision).
     async fn start(&self, key: &str) -> Result<u64> {
-        let lease = self.leases.create_with_ttl(key, Bytes::from_static(b"runner"), Duration::from_secs(30)).await?;
-        self.event(key, "started").await?;
-        Ok(lease)
+        Ok(self.leases.create_with_ttl(key, Bytes::from_static(b"runner"), Duration::from_secs(30)).await?)
     }
 
     async fn event(&self, key: &str, event: &str) -> Result<()> {
@@ -215,15 +230,14 @@ impl Layout {
         Ok(self.client.publish(format!("benchnats.events.{key}.{event}"), body.into()).await?)
     }
 
-    /// A `hello` run's three lines and their end, as a runner publishes them.
+    /// A `hello` run's three lines and their end in one message, as a runner publishes a
+    /// short run's output.
     async fn output(&self, key: &str) -> Result<()> {
-        let subject = format!("benchnats.logs.{key}");
-        for line in LINES {
-            self.client.publish(subject.clone(), line.into()).await?;
-        }
+        let mut payload = String::new();
+        LINES.iter().for_each(|line| crate::output::push_log_line(&mut payload, line));
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Cronrun-Eof", "succeeded");
-        Ok(self.client.publish_with_headers(subject, headers, Bytes::new()).await?)
+        Ok(self.client.publish_with_headers(format!("benchnats.logs.{key}"), headers, payload.into()).await?)
     }
 
     async fn delete(self, js: &jetstream::Context) {

@@ -38,7 +38,7 @@ pub(super) async fn run(ctx: &Ctx, a: ScaleArgs) -> Result<()> {
     if a.agents < 2 || a.firing == 0 || a.schedules <= a.firing {
         bail!("bench scale needs --agents of 2 or more, --firing above 0 and --schedules above --firing");
     }
-    let mut deployment = Deployment::start(NAMESPACE, 0, "").await?;
+    let mut deployment = Deployment::start(NAMESPACE, (0, 1), "").await?;
     let fires = deployment.path().join("fires");
     std::fs::create_dir_all(&fires).context("creating the fires directory")?;
     let names: Vec<String> = (0..a.firing).map(|i| format!("fire-{i:04}")).collect();

@@ -73,7 +73,7 @@ pub(super) async fn run(ctx: &Ctx, a: SoakArgs) -> Result<()> {
             a.restart_every.as_secs()
         );
     }
-    let mut deployment = Deployment::start(NAMESPACE, a.agents, "").await?;
+    let mut deployment = Deployment::start(NAMESPACE, (a.agents, 1), "").await?;
     let fires = deployment.path().join("fires");
     std::fs::create_dir_all(&fires).context("creating the fires directory")?;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("soak-{i:04}")).collect();

@@ -10,22 +10,23 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::deployment::{CpuWindow, StoredWindow};
-use super::{every_second_job, open, run_plugin, store_plugin};
+use super::{every_second_job, open_with, run_plugin, store_plugin};
 use crate::cli::Ctx;
 use crate::dispatch::{DispatchMsg, dispatch};
 use crate::record::{Trigger, fire_run_id};
+use crate::store::LayoutOptions;
 
 /// N runs of one job dispatched at once to an agent with production settings; the rate
 /// is runs recorded as finished per second, from the first dispatch to the last record.
 pub(super) async fn run(
     ctx: &Ctx,
-    url: &str,
+    (url, layout): (&str, &LayoutOptions),
     runs: usize,
     wasm: Option<std::path::PathBuf>,
-    server_pid: Option<u32>,
+    server_pids: &[u32],
 ) -> Result<()> {
     let namespace = "benchthru";
-    let store = open(url, namespace).await?;
+    let store = open_with(url, namespace, layout).await?;
     // Runs are spread over jobs of 500, below what history keeps: none of them is pruned
     // (prunes still read each job every 250 runs).
     const PER_JOB: usize = 500;
@@ -39,7 +40,7 @@ pub(super) async fn run(
         revisions.push(store.put_job(&run_plugin(spec, plugin.as_deref())).await?.0);
     }
     let cancel = CancellationToken::new();
-    let config = super::bench_config(namespace);
+    let config = crate::config::AgentConfig { layout: layout.clone(), ..super::bench_config(namespace) };
     let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
     let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -61,7 +62,7 @@ pub(super) async fn run(
         Ok(())
     });
     let start = Instant::now();
-    let cpu = CpuWindow::start(server_pid);
+    let cpu = CpuWindow::start(server_pids);
     let stored = StoredWindow::start(&store).await?;
     let base = Utc::now();
     let mut in_flight = FuturesUnordered::new();
@@ -102,10 +103,11 @@ pub(super) async fn run(
     let kind = if wasm.is_some() { "wasm" } else { "shell" };
     let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
                         "total_s": finished.as_secs_f64(), "runs_per_second": rate, "cpu_per_run": cpu_json,
-                        "stored_per_run": stored_json });
+                        "stored_per_run": stored_json, "replicas": layout.replicas });
     ctx.print(&value, || {
         format!(
-            "{runs} {kind} runs end to end in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}{stored_text}",
+            "{runs} {kind} runs end to end (R{}) in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}{stored_text}",
+            layout.replicas,
             finished.as_secs_f64(),
             dispatched.as_secs_f64()
         )
