@@ -167,36 +167,6 @@ impl Names {
         self.reserved_subjects().into_iter().find(|reserved| patterns_intersect(grant, reserved))
     }
 
-    /// Refuses a spec whose Wasm grants, or whose trigger subject, could reach a reserved
-    /// subject, naming it.
-    pub fn check_grants(&self, spec: &crate::spec::JobSpec) -> Result<(), Error> {
-        let grants = spec.wasm.iter().flat_map(|w| &w.allow_publish);
-        for grant in grants {
-            if let Some(reserved) = self.grant_reaches_reserved(grant) {
-                return Err(Error::invalid(
-                    "wasm.allow_publish",
-                    format!(
-                        "wasm.allow_publish: job {}: grant {grant:?} could reach {reserved}, which no job may publish to; grant only the subjects it needs, e.g. \"orders.>\"",
-                        spec.name
-                    ),
-                ));
-            }
-        }
-        if let Some(on) = &spec.on
-            && let Some(reserved) = self.grant_reaches_reserved(&on.subject)
-        {
-            return Err(Error::invalid(
-                "on.subject",
-                format!(
-                    "on.subject: job {}: {:?} could take messages of {reserved}, which are cronrun's or the server's own; \
-                     listen on your own subjects, e.g. \"orders.created\"",
-                    spec.name, on.subject
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     pub fn wildcard(&self, kind: &str) -> String {
         format!("{}.{kind}.>", self.ns)
     }

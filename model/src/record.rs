@@ -152,27 +152,29 @@ impl RunRecord {
         run_key(&self.job, &self.run_id)
     }
 
-    pub fn to_json(&self) -> bytes::Bytes {
-        serde_json::to_vec(self).unwrap_or_default().into()
+    pub fn to_json(&self) -> Result<bytes::Bytes, Error> {
+        let json = serde_json::to_vec(self).map_err(|e| Error::other(&format!("encoding run {}", self.key()), e))?;
+        Ok(json.into())
     }
 
     /// The JSON of this record in at most `max` bytes, as a KV write must be: the error
     /// text is cut at `MAX_ERROR_BYTES`, then the oldest output lines are dropped (one
     /// line says how many) until the encoded record fits. Sizes are measured encoded, so
     /// bytes that JSON escapes six-fold (NUL, control characters) count as they are stored.
-    pub fn to_json_within(&self, max: usize) -> bytes::Bytes {
-        let json = self.to_json();
+    pub fn to_json_within(&self, max: usize) -> Result<bytes::Bytes, Error> {
+        let json = self.to_json()?;
         if json.len() <= max && self.error.as_ref().is_none_or(|e| e.len() <= MAX_ERROR_BYTES) {
-            return json;
+            return Ok(json);
         }
         let mut fitted = self.clone();
-        fitted.fit(max);
+        fitted.fit(max)?;
         fitted.to_json()
     }
 
     /// Cuts the error text and the oldest output lines so that the record encodes in at
-    /// most `max` bytes (see `to_json_within`).
-    pub fn fit(&mut self, max: usize) {
+    /// most `max` bytes (see `to_json_within`). Err: the record does not encode at all, so
+    /// nothing of it may be stored.
+    pub fn fit(&mut self, max: usize) -> Result<(), Error> {
         let lines = std::mem::take(&mut self.output);
         if let Some(error) = &mut self.error {
             cut_at_char(error, MAX_ERROR_BYTES);
@@ -182,12 +184,12 @@ impl RunRecord {
         // Room for the marker line at its largest, when there are lines to drop.
         let marker_room = if lines.is_empty() { 0 } else { encoded(&marker(lines.len())) };
         // An error of escaped bytes can still be too large for a small budget: halve it.
-        while self.to_json().len() + marker_room > max && self.error.as_ref().is_some_and(|e| e.len() > 16) {
+        while self.to_json()?.len() + marker_room > max && self.error.as_ref().is_some_and(|e| e.len() > 16) {
             if let Some(error) = &mut self.error {
                 cut_at_char(error, error.len() / 2);
             }
         }
-        let base = self.to_json().len() + marker_room;
+        let base = self.to_json()?.len() + marker_room;
         let mut room = max.saturating_sub(base);
         let mut kept = 0;
         for line in lines.iter().rev() {
@@ -201,6 +203,7 @@ impl RunRecord {
             self.output.push(marker(dropped));
         }
         self.output.extend(lines.into_iter().skip(dropped));
+        Ok(())
     }
 
     pub fn from_json(bytes: &[u8]) -> Result<Self, Error> {
@@ -305,9 +308,9 @@ mod tests {
         // The default 100 lines of 8 KiB of quotes and NULs: 0.8 MB raw, 3.3 MB encoded.
         let lines: Vec<String> = (0..100).map(|i| format!("{i:03}{}", "\"\0".repeat(4 * 1024 - 2))).collect();
         let record = with_output(lines.clone(), Some("\0".repeat(100_000)));
-        assert!(record.to_json().len() > 3_000_000);
+        assert!(record.to_json().unwrap().len() > 3_000_000);
         let max = 1024 * 1024 - 8 * 1024;
-        let json = record.to_json_within(max);
+        let json = record.to_json_within(max).unwrap();
         assert!(json.len() <= max, "{} bytes", json.len());
         let back = RunRecord::from_json(&json).unwrap();
         assert_eq!(back.output.last(), lines.last(), "the newest line is kept whole");
@@ -318,7 +321,7 @@ mod tests {
         assert!(back.error.unwrap().ends_with(" [cut]"));
         // A record that fits is written as it is.
         let small = with_output(vec!["ok".into()], None);
-        assert_eq!(small.to_json_within(max), small.to_json());
+        assert_eq!(small.to_json_within(max).unwrap(), small.to_json().unwrap());
     }
 
     proptest! {
@@ -329,7 +332,7 @@ mod tests {
             max in 2_000usize..20_000,
         ) {
             let record = with_output(lines.clone(), error);
-            let json = record.to_json_within(max);
+            let json = record.to_json_within(max).unwrap();
             prop_assert!(json.len() <= max);
             let back = RunRecord::from_json(&json).unwrap();
             // The newest lines are kept as they were.
@@ -385,7 +388,7 @@ mod tests {
     fn record_times_have_milliseconds() {
         let t = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
         let rec = RunRecord::queued("j", &fire_run_id(t), Trigger::Schedule, t, 7);
-        let json = String::from_utf8(rec.to_json().to_vec()).unwrap();
+        let json = String::from_utf8(rec.to_json().unwrap().to_vec()).unwrap();
         assert!(json.contains("\"scheduled_at\":\"2026-01-02T03:04:05.000Z\""), "{json}");
         assert!(json.contains("\"status\":\"queued\""));
         assert_eq!(RunRecord::from_json(json.as_bytes()).unwrap(), rec);

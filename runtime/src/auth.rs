@@ -6,8 +6,7 @@
 //! server's nonce, so the seed never crosses the network. The permissions come from
 //! `Names::permissions`, so the subjects the server allows are the subjects the code uses.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -58,7 +57,7 @@ impl Identities {
             let seed = nkeys::KeyPair::new_user()
                 .seed()
                 .map_err(|e| Error::new(ErrorKind::Other, format!("generating identity {name}: {e}")))?;
-            write_private(&path, &format!("{seed}\n"))?;
+            crate::private_file::write(&path, &format!("{seed}\n"))?;
         }
         Ok(ids)
     }
@@ -175,20 +174,6 @@ pub fn server_permissions(p: &Permissions) -> serde_json::Value {
         publish["deny"] = json!(p.publish_deny);
     }
     json!({ "publish": publish, "subscribe": { "allow": p.subscribe } })
-}
-
-/// Writes `text` to a new file readable by its owner only (replacing any file there).
-pub fn write_private(path: &Path, text: &str) -> Result<(), Error> {
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(format!("creating {}", tmp.display())))?;
-    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io(format!("writing {}", path.display())))
 }
 
 /// Reads an nkey seed file, refusing one that others can read: a seed is a password.

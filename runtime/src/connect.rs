@@ -72,6 +72,6 @@ pub async fn connect(url: &str, creds: Option<&str>, name: &str) -> Result<async
         } else {
             "start one with `cronrun up` or pass --nats URL".to_string()
         };
-        Error::nats(&format!("cannot reach NATS at {url}"), format!("{e}; {hint}"))
+        Error::nats_msg(&format!("cannot reach NATS at {url}"), format!("{e}; {hint}")).with_source(e)
     })
 }

@@ -32,6 +32,19 @@ pub struct DispatchMsg {
     pub overlap: Option<crate::spec::Overlap>,
 }
 
+impl DispatchMsg {
+    /// The run, as its spans name it.
+    pub fn traced(&self) -> crate::telemetry::TracedRun<'_> {
+        crate::telemetry::TracedRun {
+            job: &self.job,
+            run_id: &self.run_id,
+            attempt: self.attempt,
+            trigger: self.trigger,
+            scheduled_at: self.scheduled_at,
+        }
+    }
+}
+
 /// The run record as the dispatcher left it and its revision. Compare-and-set from it
 /// fails if anyone wrote the record since, so a stale copy cannot start a run twice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,7 +94,7 @@ pub async fn dispatch_with_input(
     // The fire span once, by whoever created the record (a dispatch published again after
     // a dispatcher's crash, or a race between two, would repeat its fixed id).
     if created {
-        crate::telemetry::fire_span(store.names.namespace(), msg, now, std::time::SystemTime::now());
+        crate::telemetry::fire_span(store.names.namespace(), msg.traced(), now, std::time::SystemTime::now());
     }
     // A run someone asked for (the CLI, the dashboard's admin) keeps its event: with
     // their name in `by`, it is the audit trail of manual runs.
@@ -152,7 +165,7 @@ pub async fn queue_retry(
 ) -> Result<(Queued, Event), Error> {
     next_attempt(&mut record, now);
     // The record rides in the dispatch message too: fitted once, for both.
-    record.fit(store.record_budget);
+    record.fit(store.record_budget)?;
     let revision = store.update_run(&record, revision).await?;
     let event = Event::new(&record.job, &record.run_id, EventKind::Retrying, record.attempt, now)
         .with_detail(record.error.clone().unwrap_or_default());
@@ -217,7 +230,7 @@ async fn publish(
     msg_id: &str,
     began: std::time::SystemTime,
 ) -> Result<(), Error> {
-    let span = crate::telemetry::DispatchSpan::begin(store.names.namespace(), msg, began);
+    let span = crate::telemetry::DispatchSpan::begin(store.names.namespace(), msg.traced(), began);
     let headers = headers(msg_id, span.as_ref().map(|s| s.traceparent()));
     // Never an empty body: a runner could not tell which run it was.
     let body = serde_json::to_vec(msg)
@@ -325,14 +338,14 @@ mod tests {
         let msg: DispatchMsg = serde_json::from_slice(&valid()).unwrap();
         // Nothing started telemetry in this process (only an agent does).
         assert!(!crate::telemetry::enabled());
-        let span = crate::telemetry::DispatchSpan::begin("cronrun", &msg, std::time::SystemTime::now());
+        let span = crate::telemetry::DispatchSpan::begin("cronrun", msg.traced(), std::time::SystemTime::now());
         assert!(span.is_none(), "no dispatch span is made");
         let headers = headers("job.20270115T080000Z.1", span.map(|s| s.traceparent()));
         assert!(headers.get(crate::telemetry::TRACEPARENT_HEADER).is_none());
         assert_eq!(headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("job.20270115T080000Z.1"));
-        let trace = crate::telemetry::RunTrace::new("cronrun", &msg, None, std::time::SystemTime::now());
+        let trace = crate::telemetry::RunTrace::new("cronrun", msg.traced(), None, std::time::SystemTime::now());
         assert_eq!(trace.traceparent(), None, "a job is given no TRACEPARENT");
-        crate::telemetry::fire_span("cronrun", &msg, at, std::time::SystemTime::now());
+        crate::telemetry::fire_span("cronrun", msg.traced(), at, std::time::SystemTime::now());
     }
 
     #[test]

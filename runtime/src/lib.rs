@@ -26,7 +26,8 @@
 //! - `actions`: pause, resume, trigger, kill (CLI and dashboard); `status`: what
 //!   `cronrun status` shows; `logs`: a run's output read back from `CRONRUN_LOGS`.
 //! - `embedded`: a local nats-server child; `connect`: NATS connections.
-//! - `auth`: NATS identities per role and the server's `authorization` block.
+//! - `auth`: NATS identities per role and the server's `authorization` block;
+//!   `private_file`: files only their owner may read (seeds, `auth.conf`, a run's input).
 //! - `cli`: the command line, one file per command.
 //! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
 //!   `retry`: start-up steps tried again through NATS trouble; `silence`: a bound on the
@@ -55,6 +56,7 @@ pub mod messages;
 pub mod metrics;
 pub mod notify;
 pub mod output;
+pub mod private_file;
 pub mod retry;
 pub mod runner;
 pub mod scheduler;

@@ -40,7 +40,7 @@ pub async fn read(
     run_id: &str,
     follow: bool,
 ) -> Result<mpsc::Receiver<Result<Logged, Error>>, Error> {
-    fn failed(e: impl std::fmt::Display) -> Error {
+    fn failed(e: impl std::error::Error + Send + Sync + 'static) -> Error {
         Error::nats("reading the logs stream", e)
     }
     let stream = store.js.get_stream(store.names.logs_stream()).await.map_err(failed)?;

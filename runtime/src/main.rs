@@ -41,7 +41,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let e = format!("{e:#}").replace('\n', " ");
+            let e = cronrun::cli::error_line(&e).replace('\n', " ");
             match cronrun::connect::last_denial() {
                 // A denied write is not answered: say why it timed out.
                 Some(denial) => eprintln!(

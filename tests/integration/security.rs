@@ -225,7 +225,7 @@ fn refused_identities(
     seed: impl AsRef<std::path::Path>,
 ) -> (std::path::PathBuf, std::path::PathBuf) {
     let stranger = dir.join("stranger.nk");
-    cronrun::auth::write_private(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    cronrun::private_file::write(&stranger, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
     let open = dir.join("open.nk");
     std::fs::copy(seed, &open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
@@ -238,7 +238,7 @@ async fn clients_without_a_valid_identity_are_refused_with_one_line() {
     let dir = test_dir();
     let (stranger, open) = refused_identities(dir.path(), nats.identity("admin"));
     let garbage = dir.path().join("garbage.nk");
-    cronrun::auth::write_private(&garbage, "not a seed").unwrap();
+    cronrun::private_file::write(&garbage, "not a seed").unwrap();
     let cases = [
         ("", "requires credentials"),
         (stranger.to_str().unwrap(), "does not accept the identity"),

@@ -75,5 +75,5 @@ fn write_creds(path: &std::path::Path, account: &KeyPair, name: &str, claims: Va
          -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
         user.seed().unwrap()
     );
-    cronrun::auth::write_private(path, &text).unwrap();
+    cronrun::private_file::write(path, &text).unwrap();
 }

@@ -34,7 +34,7 @@ pub fn secure_in_domain(dir: &Path, domain: Option<&str>) -> (String, String) {
     let ids = Identities::ensure(&dir.join("ids")).unwrap();
     let test_seed = dir.join("ids/test.nk");
     if !test_seed.exists() {
-        cronrun::auth::write_private(&test_seed, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+        cronrun::private_file::write(&test_seed, &nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
     }
     let seed = std::fs::read_to_string(&test_seed).unwrap();
     let test_user = serde_json::json!({ "nkey": nkeys::KeyPair::from_seed(seed.trim()).unwrap().public_key() });

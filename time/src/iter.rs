@@ -43,7 +43,7 @@ use chrono_tz::Tz;
 
 use super::cron::CronSpec;
 use super::dst::{Pass, Placement};
-use super::wall;
+use super::wall::{self, FAR_YEARS};
 use super::zone::{self, naive, secs};
 
 #[derive(Clone, Copy)]
@@ -94,10 +94,6 @@ const GUARD: u32 = 100_000;
 
 /// cronsim's give-up: nothing within this many years of the start of a search.
 const CRONSIM_YEARS: i32 = 50;
-
-/// How far past cronsim's window our search goes on: one Gregorian cycle (400
-/// years, after which every day pattern repeats) and one year to spare.
-pub(crate) const FAR_YEARS: i32 = 401;
 
 /// First cron fire strictly after `after`, as cronsim would yield it (for a fixed time,
 /// as the spec's DST choice places it: the earliest of its passes' answers).

@@ -14,8 +14,12 @@ use chrono::{Datelike, Timelike};
 use chrono_tz::Tz;
 
 use super::cron::CronSpec;
-use super::iter::FAR_YEARS;
 use super::zone::{naive, offset_at};
+
+/// How far past cronsim's window the search of `iter.rs` goes on, and how far this one
+/// looks: one Gregorian cycle (400 years, after which every day pattern repeats) and one
+/// year to spare.
+pub(crate) const FAR_YEARS: i32 = 401;
 
 /// First instant (epoch seconds) after `after` whose wall time in `tz`
 /// matches `spec`; `None` past [`FAR_YEARS`] (as far as `iter.rs` looks).

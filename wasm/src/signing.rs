@@ -55,7 +55,7 @@ struct Signed<'a> {
 
 /// The bytes a signature of job `job` in pool `pool` with Wasm part `wasm`, signed at
 /// `signed_at`, covers (see the module's documentation).
-pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Vec<u8> {
+pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<Vec<u8>, String> {
     let signed = Signed {
         format: FORMAT,
         job,
@@ -67,15 +67,15 @@ pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> 
         allow_kv: wasm.allow_kv,
         signed_at,
     };
-    // Strings, a map of strings, lists of strings and a bool: always encodable.
-    serde_json::to_vec(&signed).unwrap_or_default()
+    // Never a signature over nothing: an encoding that failed signs and verifies nothing.
+    serde_json::to_vec(&signed).map_err(|e| format!("encoding what the signature of job {job} covers: {e}"))
 }
 
 /// The `wasm.signature` by the nkey `seed` of job `job` in pool `pool` with Wasm part
 /// `wasm`, signed at `signed_at` (which goes into `wasm.signed_at`).
 pub fn sign(seed: &str, job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<String, String> {
     let key = nkeys::KeyPair::from_seed(seed).map_err(|e| format!("not an nkey seed: {e}"))?;
-    let bytes = signed_bytes(job, pool, wasm, signed_at);
+    let bytes = signed_bytes(job, pool, wasm, signed_at)?;
     let signature = key.sign(&bytes).map_err(|e| format!("signing job {job}: {e}"))?;
     Ok(format!("{}:{}", key.public_key(), URL_SAFE_NO_PAD.encode(signature)))
 }
@@ -105,14 +105,13 @@ pub fn verify(job: &str, pool: &str, wasm: &WasmSpec, trusted: &[String]) -> Res
         ));
     };
     let bytes = URL_SAFE_NO_PAD.decode(sig).map_err(|_| format!("the signature of job {job} is malformed"))?;
-    nkeys::KeyPair::from_public_key(key)
-        .and_then(|k| k.verify(&signed_bytes(job, pool, wasm, signed_at), &bytes))
-        .map_err(|_| {
-            format!(
-                "the signature of job {job} by {key} does not cover this spec: its plugin, grants, config, pool or \
+    let signed = signed_bytes(job, pool, wasm, signed_at)?;
+    nkeys::KeyPair::from_public_key(key).and_then(|k| k.verify(&signed, &bytes)).map_err(|_| {
+        format!(
+            "the signature of job {job} by {key} does not cover this spec: its plugin, grants, config, pool or \
                  signing time differ from what was signed; sign it again with `cronrun deploy --sign KEY`"
-            )
-        })
+        )
+    })
 }
 
 /// Err naming the first entry of `[wasm] trusted_keys` that is not an nkey public key.
@@ -148,7 +147,7 @@ mod tests {
 
     #[test]
     fn the_signed_bytes_are_the_documented_json() {
-        let bytes = String::from_utf8(signed_bytes("j", "default", &base(), AT)).unwrap();
+        let bytes = String::from_utf8(signed_bytes("j", "default", &base(), AT).unwrap()).unwrap();
         let want = format!(
             r#"{{"format":"cronrun-wasm-signature/2","job":"j","pool":"default","plugin":"sha256-{}","config":{{"a":"1","b":"2"}},"allow_publish":["orders.>"],"allow_http":["https://api.example.com"],"allow_kv":false,"signed_at":"{AT}"}}"#,
             "a".repeat(64)
@@ -158,7 +157,7 @@ mod tests {
 
     #[test]
     fn any_signed_field_changed_changes_the_bytes_and_config_order_does_not() {
-        let before = signed_bytes("j", "default", &base(), AT);
+        let before = signed_bytes("j", "default", &base(), AT).unwrap();
         // (what changed, job, pool, wasm, signed_at)
         type Case = (&'static str, &'static str, &'static str, WasmSpec, &'static str);
         let with = |f: fn(&mut WasmSpec)| {
@@ -182,20 +181,20 @@ mod tests {
             ("grant moved", "j", "default", with(|w| w.allow_http = std::mem::take(&mut w.allow_publish)), AT),
         ];
         for (what, job, pool, wasm, at) in changed {
-            assert_ne!(signed_bytes(job, pool, &wasm, at), before, "{what} changed, the signed bytes did not");
+            assert_ne!(signed_bytes(job, pool, &wasm, at).unwrap(), before, "{what} changed, the signed bytes did not");
         }
         // Same config given in another order (a map built from reversed entries), and the
         // signature fields themselves (not signed): the same bytes.
         let reordered = WasmSpec { config: base().config.into_iter().rev().collect(), ..base() };
-        assert_eq!(signed_bytes("j", "default", &reordered, AT), before);
+        assert_eq!(signed_bytes("j", "default", &reordered, AT).unwrap(), before);
         let from_json: WasmSpec = serde_json::from_str(&format!(
             r#"{{"plugin":"sha256-{}","config":{{"b":"2","a":"1"}},"allow_publish":["orders.>"],"allow_http":["https://api.example.com"]}}"#,
             "a".repeat(64)
         ))
         .unwrap();
-        assert_eq!(signed_bytes("j", "default", &from_json, AT), before, "config keys given b, a");
+        assert_eq!(signed_bytes("j", "default", &from_json, AT).unwrap(), before, "config keys given b, a");
         let stamped = WasmSpec { signature: Some("K:S".into()), signed_at: Some(AT.into()), ..base() };
-        assert_eq!(signed_bytes("j", "default", &stamped, AT), before);
+        assert_eq!(signed_bytes("j", "default", &stamped, AT).unwrap(), before);
     }
 
     /// A config value naming a secret is signed as its reference: another secret named is
@@ -206,10 +205,13 @@ mod tests {
             config: BTreeMap::from([("a".into(), Value::Secret(name.into())), ("b".into(), "2".into())]),
             ..base()
         };
-        let bytes = String::from_utf8(signed_bytes("j", "default", &secret("tok"), AT)).unwrap();
+        let bytes = String::from_utf8(signed_bytes("j", "default", &secret("tok"), AT).unwrap()).unwrap();
         assert!(bytes.contains(r#""config":{"a":{"secret":"tok"},"b":"2"}"#), "{bytes}");
-        assert_ne!(signed_bytes("j", "default", &secret("other"), AT), bytes.into_bytes());
-        assert_ne!(signed_bytes("j", "default", &secret("1"), AT), signed_bytes("j", "default", &base(), AT));
+        assert_ne!(signed_bytes("j", "default", &secret("other"), AT).unwrap(), bytes.into_bytes());
+        assert_ne!(
+            signed_bytes("j", "default", &secret("1"), AT).unwrap(),
+            signed_bytes("j", "default", &base(), AT).unwrap()
+        );
     }
 
     #[test]

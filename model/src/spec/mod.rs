@@ -22,7 +22,7 @@ pub mod secret;
 mod size;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -393,10 +393,10 @@ impl JobSpec {
     /// decode, millions at a start (a pass took a quarter less of its CPU). Reading fills
     /// them in again; `cronrun get` and the dashboard show every field (the spec's
     /// `Serialize` outside of this).
-    pub fn to_json(&self) -> bytes::Bytes {
+    pub fn to_json(&self) -> Result<bytes::Bytes, Error> {
         let _storing = defaults::Storing::begin();
-        // Serializing plain structs of strings and numbers cannot fail.
-        serde_json::to_vec(self).unwrap_or_default().into()
+        let json = serde_json::to_vec(self).map_err(|e| Error::other(&format!("encoding job {}", self.name), e))?;
+        Ok(json.into())
     }
 
     /// The parsed schedule and zone; `validate` has checked both. A job with `after` or
@@ -419,5 +419,21 @@ impl JobSpec {
         let tz = cronrun_time::parse_timezone(&self.timezone)
             .map_err(|e| Error::invalid("timezone", format!("timezone: {e}")))?;
         Ok((schedule, tz))
+    }
+
+    /// Every secret the spec names: in its shell `env`, its Wasm `config` and its
+    /// notification rules.
+    pub fn secret_names(&self) -> BTreeSet<&str> {
+        let shell = self.shell.iter().flat_map(ShellSpec::secret_names);
+        let wasm = self.wasm.iter().flat_map(WasmSpec::secret_names);
+        let notify = self.notify.iter().flat_map(notify::Notify::secret_names);
+        shell.chain(wasm).chain(notify).collect()
+    }
+
+    /// The secrets a run of the job resolves when it starts: its `env` or `config` (the
+    /// notification rules' are the schedulers' to resolve, at delivery).
+    pub fn run_secret_names(&self) -> BTreeSet<&str> {
+        let shell = self.shell.iter().flat_map(ShellSpec::secret_names);
+        shell.chain(self.wasm.iter().flat_map(WasmSpec::secret_names)).collect()
     }
 }

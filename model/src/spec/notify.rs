@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::secret::{Value, validate_secret_name};
 use crate::error::Error;
@@ -136,6 +136,13 @@ const REPORTABLE: [EventKind; 8] = [
     EventKind::Lost,
     EventKind::Retrying,
 ];
+
+impl Notify {
+    /// The secrets its webhook URL and headers name.
+    pub fn secret_names(&self) -> BTreeSet<&str> {
+        self.webhook.iter().chain(self.headers.values()).filter_map(Value::secret).collect()
+    }
+}
 
 impl Notice {
     pub fn parse(s: &str) -> Option<Notice> {

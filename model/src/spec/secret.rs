@@ -13,8 +13,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::notify::Notify;
-use super::{JobSpec, ShellSpec, WasmSpec};
+use super::{ShellSpec, WasmSpec};
 use crate::error::Error;
 
 /// The longest secret name: a KV key of the secrets bucket.
@@ -217,31 +216,6 @@ impl WasmSpec {
     /// Its `config` with each secret's value from `values`: what the guest is given.
     pub fn resolved_config(&self, values: &SecretValues) -> Result<BTreeMap<String, String>, Error> {
         resolved_map(&self.config, values)
-    }
-}
-
-impl Notify {
-    /// The secrets its webhook URL and headers name.
-    pub fn secret_names(&self) -> BTreeSet<&str> {
-        self.webhook.iter().chain(self.headers.values()).filter_map(Value::secret).collect()
-    }
-}
-
-impl JobSpec {
-    /// Every secret the spec names: in its shell `env`, its Wasm `config` and its
-    /// notification rules.
-    pub fn secret_names(&self) -> BTreeSet<&str> {
-        let shell = self.shell.iter().flat_map(ShellSpec::secret_names);
-        let wasm = self.wasm.iter().flat_map(WasmSpec::secret_names);
-        let notify = self.notify.iter().flat_map(Notify::secret_names);
-        shell.chain(wasm).chain(notify).collect()
-    }
-
-    /// The secrets a run of the job resolves when it starts: its `env` or `config` (the
-    /// notification rules' are the schedulers' to resolve, at delivery).
-    pub fn run_secret_names(&self) -> BTreeSet<&str> {
-        let shell = self.shell.iter().flat_map(ShellSpec::secret_names);
-        shell.chain(self.wasm.iter().flat_map(WasmSpec::secret_names)).collect()
     }
 }
 

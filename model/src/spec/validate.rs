@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{JobSpec, codec};
 use crate::error::Error;
-use crate::names::validate_job_name;
+use crate::names::{Names, validate_job_name};
 
 const MAX_HISTORY: u32 = 1000;
 const MAX_OUTPUT_LINES: u32 = 10_000;
@@ -32,6 +32,36 @@ fn token_ok(s: &str) -> bool {
 }
 
 impl JobSpec {
+    /// Refuses a spec whose Wasm grants, or whose trigger subject, could reach a subject
+    /// reserved in the deployment `names` (`Names::reserved_subjects`), naming it.
+    pub fn check_grants(&self, names: &Names) -> Result<(), Error> {
+        let grants = self.wasm.iter().flat_map(|w| &w.allow_publish);
+        for grant in grants {
+            if let Some(reserved) = names.grant_reaches_reserved(grant) {
+                return Err(Error::invalid(
+                    "wasm.allow_publish",
+                    format!(
+                        "wasm.allow_publish: job {}: grant {grant:?} could reach {reserved}, which no job may publish to; grant only the subjects it needs, e.g. \"orders.>\"",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        if let Some(on) = &self.on
+            && let Some(reserved) = names.grant_reaches_reserved(&on.subject)
+        {
+            return Err(Error::invalid(
+                "on.subject",
+                format!(
+                    "on.subject: job {}: {:?} could take messages of {reserved}, which are cronrun's or the server's own; \
+                     listen on your own subjects, e.g. \"orders.created\"",
+                    self.name, on.subject
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// What a spec must pass to be written (`apply`, `add`, `validate`, `deploy` and the
     /// store's writes all call this): every field, and a schedule that still fires, as of
     /// the system clock. The logic is [`JobSpec::validate_at`], which takes the instant.

@@ -96,7 +96,7 @@ impl Follower {
                 syncing = false;
             }
         }
-        Err(Error::nats("job watch", "ended"))
+        Err(Error::nats_msg("job watch", "ended"))
     }
 
     fn apply(&self, name: String, job: Option<Arc<CatalogJob>>) {

@@ -327,7 +327,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
     loop {
         tokio::select! {
             change = jobs.next() => {
-                let change = change.ok_or_else(|| Error::nats("job feed", "ended"))??;
+                let change = change.ok_or_else(|| Error::nats_msg("job feed", "ended"))??;
                 let removed = change.value.is_none();
                 let (name, revision) = (change.key.as_str(), change.revision);
                 inner.cache.changed(name, revision, removed, || {
@@ -340,7 +340,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
                     None => std::future::pending().await,
                 }
             } => {
-                let change = change.ok_or_else(|| Error::nats("trigger watch", "ended"))??;
+                let change = change.ok_or_else(|| Error::nats_msg("trigger watch", "ended"))??;
                 let Some(n) = change.key.strip_prefix("triggers.").and_then(|n| n.parse::<u32>().ok()) else { continue };
                 inner.shard_triggers(n, change.value.as_deref());
                 if let Some(seen_now) = seen.as_mut() {
@@ -367,7 +367,7 @@ mod tests {
     fn a_job_read_for_a_runner_gives_its_summary_and_the_spec_the_store_decodes() {
         let shell = |schedule: &str| {
             let command = ShellSpec { command: Some("true".into()), ..Default::default() };
-            JobSpec::shell("nightly", schedule, command).to_json()
+            JobSpec::shell("nightly", schedule, command).to_json().unwrap()
         };
         let cases = [
             ("a valid spec", "nightly", shell("0 3 * * *"), true),
@@ -382,8 +382,8 @@ mod tests {
             assert_eq!((job.revision, stored.revision, job.name.as_ref()), (7, 7, name), "{what}");
             assert_eq!((job.summary.is_ok(), stored.spec.is_ok()), (valid, valid), "{what}");
             assert_eq!(
-                stored.spec.map(|s| s.to_json()).ok(),
-                alone.spec.map(|s| s.to_json()).ok(),
+                stored.spec.map(|s| s.to_json().unwrap()).ok(),
+                alone.spec.map(|s| s.to_json().unwrap()).ok(),
                 "{what}: the spec as the store decodes it"
             );
         }

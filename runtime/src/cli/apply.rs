@@ -40,7 +40,7 @@ pub(super) async fn check_against_store(store: &crate::store::Store, specs: &[Jo
 /// they would refuse, `apply` would refuse.
 pub(super) async fn check_specs(store: &crate::store::Store, specs: &[JobSpec], origin: &str) -> Result<()> {
     for spec in specs {
-        store.names.check_grants(spec)?;
+        spec.check_grants(&store.names)?;
     }
     super::calendar::check_named(store, specs).await.with_context(|| origin.to_string())?;
     for upstream in store.check_chains(specs).await.with_context(|| origin.to_string())? {

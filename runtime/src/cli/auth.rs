@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use super::Ctx;
 use crate::auth::{
-    Account, IDENTITIES, Identities, PUBLISHER, route_authorization, route_password, server_permissions, write_private,
+    Account, IDENTITIES, Identities, PUBLISHER, route_authorization, route_password, server_permissions,
 };
 use crate::model::roles::Role;
+use crate::private_file;
 use crate::store::fmt_bytes;
 
 #[derive(Subcommand)]
@@ -85,7 +86,7 @@ fn keygen(ctx: &Ctx, a: KeygenArgs) -> Result<()> {
     }
     let key = nkeys::KeyPair::new_account();
     let seed = key.seed().map_err(|e| anyhow::anyhow!("creating a key: {e}"))?;
-    write_private(&a.file, &seed).with_context(|| format!("writing {shown}"))?;
+    private_file::write(&a.file, &seed).with_context(|| format!("writing {shown}"))?;
     let public = key.public_key();
     ctx.print(&json!({ "file": shown.to_string(), "public_key": public }), || {
         format!("{public}\nsigning key written to {shown} (0600); trust it on runners with [wasm] trusted_keys = [\"{public}\"]")
@@ -129,12 +130,12 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
     let (conf, include) = match &account {
         None => {
             let conf = a.dir.join("auth.conf");
-            write_private(&conf, &ids.authorization(&names, &a.guest_publish, &a.publish, &[])?)?;
+            private_file::write(&conf, &ids.authorization(&names, &a.guest_publish, &a.publish, &[])?)?;
             (conf, "at the top level of nats-server.conf".to_string())
         }
         Some(account) => {
             let conf = a.dir.join("account.conf");
-            write_private(&conf, &ids.account(account, &names, &a.guest_publish, &a.publish, &[])?)?;
+            private_file::write(&conf, &ids.account(account, &names, &a.guest_publish, &a.publish, &[])?)?;
             let limits = format!(
                 "JetStream file {}, memory {}",
                 fmt_bytes(account.max_file as i64),
@@ -148,7 +149,7 @@ fn init(ctx: &Ctx, a: InitArgs) -> Result<()> {
         conf.display()
     )];
     if let Some(text) = cluster_text {
-        write_private(&cluster, &text)?;
+        private_file::write(&cluster, &text)?;
         lines.push(format!(
             "include {} inside cluster {{ }} on every node, with no routes of its own",
             cluster.display()

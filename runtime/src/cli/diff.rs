@@ -44,7 +44,7 @@ async fn differs(ctx: &Ctx, a: &DiffArgs) -> Result<bool> {
 /// The error line `main` prints for any command; written here because exit code 1 means
 /// "differs" for this one.
 fn report(e: &anyhow::Error) {
-    let e = format!("{e:#}").replace('\n', " ");
+    let e = super::error_line(e).replace('\n', " ");
     match crate::connect::last_denial() {
         Some(denial) => eprintln!(
             "error: NATS refused it: {denial}; connect as an identity whose role allows it (--creds, docs/security.md) [{e}]"

@@ -1,7 +1,7 @@
 //! `cronrun get NAME`: the stored spec; a stored spec that is invalid is shown with why.
 //! `--history`: every revision the jobs bucket keeps, when, and who wrote it.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
@@ -22,9 +22,10 @@ pub async fn run(ctx: &Ctx, a: GetArgs) -> Result<()> {
     }
     let job = store.get_job(&a.name).await?;
     match job.spec {
-        Ok(spec) => ctx.print(&json!({ "revision": job.revision, "spec": spec }), || {
-            serde_json::to_string_pretty(&spec).unwrap_or_default()
-        }),
+        Ok(spec) => {
+            let text = serde_json::to_string_pretty(&spec).context("encoding the spec")?;
+            ctx.print(&json!({ "revision": job.revision, "spec": spec }), || text)
+        }
         Err(e) => {
             let raw = store.jobs.get(&a.name).await?.map(|v| String::from_utf8_lossy(&v.value).into_owned());
             if let Some(raw) = raw {

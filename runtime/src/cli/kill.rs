@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::record::parse_run_key;
-use crate::runner::exec::shell::parse_signal;
+use crate::runner::exec::parse_signal;
 
 #[derive(Args)]
 pub struct KillArgs {

@@ -251,6 +251,23 @@ pub fn out(text: &str) -> Result<bool> {
     }
 }
 
+/// An error and its causes on one line, each after a colon, as `{e:#}` writes it, but
+/// ending at a cronrun [`Error`](crate::Error): its message says its cause already (the
+/// cause it keeps as its source would be said twice).
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause.to_string());
+        if cause.downcast_ref::<crate::Error>().is_some() {
+            break;
+        }
+    }
+    line
+}
+
 /// The most a definitions file (`apply -f`, `validate -f`, `import`) may hold: 100,000
 /// jobs of a few hundred bytes each fit several times over.
 pub const MAX_DEFINITIONS_BYTES: u64 = 64 << 20;
@@ -337,4 +354,28 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = vec![line(header.iter().map(|h| h.to_string()).collect())];
     out.extend(rows.iter().map(|r| line(r.clone())));
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::error_line;
+    use crate::error::{Error, ErrorKind};
+
+    #[test]
+    fn an_error_line_says_each_cause_once() {
+        let io = || std::io::Error::other("connection reset");
+        let nats = || Error::nats("reading job a", io());
+        // As before the error kept its source: the message already says it.
+        let bare: anyhow::Error = nats().into();
+        assert_eq!(error_line(&bare), "reading job a: connection reset");
+        let with_context = Err::<(), _>(nats()).context("cronrun get a").unwrap_err();
+        assert_eq!(error_line(&with_context), "cronrun get a: reading job a: connection reset");
+        // Other errors' causes are said as `{e:#}` says them.
+        let plain = Err::<(), _>(io()).context("writing to stdout").unwrap_err();
+        assert_eq!(error_line(&plain), format!("{plain:#}"));
+        let text: anyhow::Error = Error::new(ErrorKind::Other, "one line").into();
+        assert_eq!(error_line(&text), "one line");
+    }
 }

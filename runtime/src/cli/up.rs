@@ -151,7 +151,7 @@ fn dashboard_login(
             let path = data_dir.join("dashboard.token");
             if !path.exists() {
                 std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-                crate::auth::write_private(&path, &format!("{}\n", crate::dashboard::new_token()))?;
+                crate::private_file::write(&path, &format!("{}\n", crate::dashboard::new_token()))?;
             }
             http.token_file = Some(path_str(&path));
             path

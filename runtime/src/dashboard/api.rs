@@ -292,7 +292,7 @@ pub async fn kill(
 ) -> Result<Json<Value>, ApiError> {
     validate_run(&job, &run_id)?;
     let name = body.and_then(|Json(b)| b.signal).unwrap_or_else(|| "TERM".into());
-    let signal = crate::runner::exec::shell::parse_signal(&name).ok_or_else(|| {
+    let signal = crate::runner::exec::parse_signal(&name).ok_or_else(|| {
         ApiError::from(crate::Error::invalid("signal", format!("{name:?} is not a signal name; use TERM or KILL")))
     })?;
     let host = crate::actions::kill(&store, &job, &run_id, signal).await?;

@@ -78,9 +78,9 @@ pub(super) async fn handle(ctx: &Ctx, job: &str, on: &OnMessage, msg: Message, s
 /// Starts the message's run if it has none, and follows it to its end. Ok(None): ack;
 /// Ok(Some((why, run key))): to the dead-letter subject.
 async fn see_through(ctx: &Ctx, job: &str, on: &OnMessage, msg: &Message) -> Result<Option<(String, String)>, Error> {
-    let info = msg.info().map_err(|e| Error::nats("reading a message's metadata", e))?;
+    let info = msg.info().map_err(|e| Error::nats_boxed("reading a message's metadata", e))?;
     let published = DateTime::from_timestamp_millis((info.published.unix_timestamp_nanos() / 1_000_000) as i64)
-        .ok_or_else(|| Error::nats("reading a message's metadata", "publish time out of range"))?;
+        .ok_or_else(|| Error::nats_msg("reading a message's metadata", "publish time out of range"))?;
     let run_id = message_run_id(published, info.stream_sequence);
     let key = run_key(job, &run_id);
     let Some(entry) = ctx.catalog.get(job).await? else { return Ok(Some(("the job was removed".into(), key))) };
@@ -167,7 +167,7 @@ async fn changed(
                 }
             }
             change = watch.next() => {
-                let change = change.ok_or_else(|| Error::nats("watching a run record", "ended"))??;
+                let change = change.ok_or_else(|| Error::nats_msg("watching a run record", "ended"))??;
                 let Some(value) = change.value else { return Ok(None) };
                 if change.revision > stored.revision {
                     return Ok(Some(StoredRun { record: RunRecord::from_json(&value)?, revision: change.revision }));
@@ -232,7 +232,7 @@ async fn dead_letter(store: &Store, job: &str, msg: &Message, why: &str, run: &s
     };
     match tokio::time::timeout(DEAD_LETTER_SEND, send).await {
         Ok(sent) => sent,
-        Err(_) => Err(Error::nats("publishing a dead letter", format!("not sent within {DEAD_LETTER_SEND:?}"))),
+        Err(_) => Err(Error::nats_msg("publishing a dead letter", format!("not sent within {DEAD_LETTER_SEND:?}"))),
     }
 }
 

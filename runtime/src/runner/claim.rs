@@ -45,7 +45,7 @@ pub(super) async fn execute(ctx: Arc<RunnerCtx>, msg: Message, stops: Stops) {
     };
     let span = info_span!("run", job = %dispatch.job, run = %dispatch.run_id, attempt = dispatch.attempt);
     let traceparent = msg.headers.as_ref().and_then(|h| h.get(TRACEPARENT_HEADER)).map(|v| v.as_str());
-    let trace = RunTrace::new(ctx.store.names.namespace(), &dispatch, traceparent, received);
+    let trace = RunTrace::new(ctx.store.names.namespace(), dispatch.traced(), traceparent, received);
     async {
         let ack = match claim(&ctx, &msg, &dispatch, &stops, trace).await {
             Ok(Disposition::Done) => msg.ack().await,

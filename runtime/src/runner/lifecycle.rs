@@ -331,7 +331,7 @@ async fn mark_running(
                 if adopted == ADOPT_MAX {
                     // Still ours, but the reads lag: trouble, not a takeover (the run is
                     // handed back and its lease left to expire).
-                    return Err(Error::nats("starting the run", "its record read stayed out of date"));
+                    return Err(Error::nats_msg("starting the run", "its record read stayed out of date"));
                 }
                 adopted += 1;
                 info!("the run's record moved on while it stayed ours; starting it from there");

@@ -42,7 +42,13 @@ pub(super) async fn publish(ctx: Arc<RunnerCtx>, cancel: CancellationToken) {
             heartbeat_at: ctx.clock.now(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
-        let body = serde_json::to_vec(&presence).unwrap_or_default().into();
+        let body = match serde_json::to_vec(&presence) {
+            Ok(body) => body.into(),
+            Err(e) => {
+                warn!("runner presence not written: cannot encode it: {e}");
+                continue;
+            }
+        };
         let write = (key.as_str(), body, Some(ttl));
         if let Err(e) = ctx.server_time.write_and_measure(&ctx.store.leases, write, &ctx.raw_clock).await {
             warn!("runner presence not written: {e}");

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
-use super::exec::{Outcome, Running, Stop, shell::parse_signal};
+use super::exec::{Outcome, Running, Stop, parse_signal};
 use super::finish::Ended;
 use super::held::Held;
 use super::logs::RunLog;

@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::RunnerCtx;
 use crate::error::Error;
@@ -196,8 +196,12 @@ impl<'a> Line<'a> {
         if self.standing.is_some() {
             return;
         }
+        let value = match self.value() {
+            Ok(value) => value,
+            Err(e) => return warn!("standing in line for the job's overlap lease: {e}"),
+        };
         let written = Instant::now();
-        match self.leases.put(&self.key, self.value(), Some(self.ttl)).await {
+        match self.leases.put(&self.key, value, Some(self.ttl)).await {
             Ok(revision) => {
                 self.saw(revision);
                 self.standing = Some(Standing { fence: Fenced::at(revision), written });
@@ -209,7 +213,10 @@ impl<'a> Line<'a> {
     /// Keeps its place: renewed once a third of its TTL has passed since it was written,
     /// written again if it was lost (expired while NATS was away) or never written.
     pub async fn keep(&mut self) {
-        let (value, ttl) = (self.value(), self.ttl);
+        let (value, ttl) = match self.value() {
+            Ok(value) => (value, self.ttl),
+            Err(e) => return warn!("renewing the run's place in line: {e}"),
+        };
         let Some(standing) = self.standing.as_mut() else { return self.join().await };
         if standing.written.elapsed() < ttl / 3 {
             return;
@@ -392,7 +399,7 @@ impl<'a> Line<'a> {
             tries += 1;
             if tries > STALE_RETRIES.0 {
                 let why = format!("answered as of revision {}, before this run's {}", listing.as_of, self.seen);
-                return Err(Error::nats("listing the job's line", why));
+                return Err(Error::nats_msg("listing the job's line", why));
             }
             tokio::time::sleep(STALE_RETRIES.1).await;
         };
@@ -414,8 +421,9 @@ impl<'a> Line<'a> {
         seen
     }
 
-    fn value(&self) -> bytes::Bytes {
-        serde_json::to_vec(&self.me).unwrap_or_default().into()
+    fn value(&self) -> Result<bytes::Bytes, Error> {
+        let value = serde_json::to_vec(&self.me).map_err(|e| Error::other("encoding the run's place in line", e))?;
+        Ok(value.into())
     }
 }
 

@@ -69,7 +69,7 @@ impl ShardJobs {
                 continue;
             };
             let change = match watch.next().await {
-                None => return Err(Error::nats("the shard's job watch", "ended")),
+                None => return Err(Error::nats_msg("the shard's job watch", "ended")),
                 Some(Err(e)) => {
                     self.errors += 1;
                     if self.errors >= WATCH_ERRORS_MAX {
@@ -165,7 +165,8 @@ impl PublishedTriggers {
         if !self.dirty && there.is_some() && there == self.written {
             return Ok(());
         }
-        let value = serde_json::to_vec(&self.jobs).unwrap_or_default();
+        let value = serde_json::to_vec(&self.jobs)
+            .map_err(|e| Error::other(&format!("encoding the triggers of shard {}", self.n), e))?;
         if value.len() > budget {
             // Said once per change, not at every renewal.
             self.dirty = false;

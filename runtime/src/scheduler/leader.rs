@@ -68,16 +68,16 @@ impl Hold {
         let ttl = self.lease.ttl();
         match tokio::time::timeout(ttl, self.lease.renew()).await {
             Ok(renewed) => renewed?,
-            Err(_) => return Err(Error::nats("renewing the shard's lease", format!("no answer within {ttl:?}"))),
+            Err(_) => return Err(Error::nats_msg("renewing the shard's lease", format!("no answer within {ttl:?}"))),
         }
         let held_until = self.lease.held_until();
         if Instant::now() >= held_until {
-            return Err(Error::nats("renewing the shard's lease", "answered too late to lead on"));
+            return Err(Error::nats_msg("renewing the shard's lease", "answered too late to lead on"));
         }
         let moved = write_watermark(s, &mut self.watermark, low);
         match tokio::time::timeout_at(held_until, moved).await {
             Ok(moved) => moved,
-            Err(_) => Err(Error::nats("moving the watermark", "no answer while the lease was surely ours")),
+            Err(_) => Err(Error::nats_msg("moving the watermark", "no answer while the lease was surely ours")),
         }
     }
 }
@@ -205,7 +205,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
                     break Err(e);
                 }
                 if Instant::now() >= lease_end {
-                    break Err(Error::nats("renewing the shard's lease", "answered too late to lead on"));
+                    break Err(Error::nats_msg("renewing the shard's lease", "answered too late to lead on"));
                 }
             }
         }
@@ -220,7 +220,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             Ok((_, Err(e))) => Err(e),
             Err(_) => {
                 abandoned = true;
-                Err(Error::nats("stepping down", "the lease's renewal was still unanswered"))
+                Err(Error::nats_msg("stepping down", "the lease's renewal was still unanswered"))
             }
         };
         lease_end = kept.as_ref().map_or_else(|_| Instant::now(), |end| *end);
@@ -374,7 +374,8 @@ async fn publish_triggers(s: &Led<'_>, triggers: &mut PublishedTriggers) {
 /// that stopped) then resumes from here, and the fires of the gap are dispatched late or
 /// recorded missed, never silently dropped. Existing watermarks are left as they are.
 pub(super) async fn seed_watermarks(store: &Store, shards: u32, now: DateTime<Utc>) -> Result<(), Error> {
-    let body: bytes::Bytes = serde_json::to_vec(&now).unwrap_or_default().into();
+    let body: bytes::Bytes =
+        serde_json::to_vec(&now).map_err(|e| Error::other("encoding the first watermarks", e))?.into();
     let creates = (0..shards).map(|n| {
         let body = body.clone();
         async move {
@@ -407,7 +408,7 @@ async fn write_watermark(s: &Led<'_>, w: &mut Watermark, at: DateTime<Utc>) -> R
         return Ok(());
     }
     let key = lease_keys::watermark(s.n);
-    let body = serde_json::to_vec(&at).unwrap_or_default().into();
+    let body = serde_json::to_vec(&at).map_err(|e| Error::other(&format!("encoding {key}"), e))?.into();
     w.revision = s.ctx.store.leases.update(&key, body, w.revision, None).await?;
     w.at = at;
     Ok(())

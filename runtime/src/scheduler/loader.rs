@@ -413,12 +413,12 @@ impl Pass {
         while !self.done {
             let change = match self.silence.bound(self.watch.next()).await {
                 None => {
-                    return Err(Error::nats(
+                    return Err(Error::nats_msg(
                         "reading the schedules index",
                         format!("nothing for {PASS_IDLE_MAX:?} or more"),
                     ));
                 }
-                Some(None) => return Err(Error::nats("reading the schedules index", "the watch ended")),
+                Some(None) => return Err(Error::nats_msg("reading the schedules index", "the watch ended")),
                 Some(Some(Err(e))) => {
                     self.errors += 1;
                     if self.errors >= PASS_ERRORS_MAX {
@@ -448,7 +448,7 @@ mod tests {
         let spec = |s: &str| JobSpec::shell(name, s, ShellSpec { command: Some("true".into()), ..Default::default() });
         Change {
             key: format!("0.{name}"),
-            value: schedule.map(|s| spec(s).to_json()),
+            value: schedule.map(|s| spec(s).to_json().unwrap()),
             revision: sequence,
             caught_up: false,
             expired: false,

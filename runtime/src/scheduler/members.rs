@@ -55,7 +55,13 @@ pub(super) async fn publish(ctx: SchedulerCtx, cancel: CancellationToken) {
             clock_off: clock.off,
             clock_offset_ms: clock.offset.map(|s| (s * 1000.0).round() as i64),
         };
-        let body = serde_json::to_vec(&value).unwrap_or_default().into();
+        let body = match serde_json::to_vec(&value) {
+            Ok(body) => body.into(),
+            Err(e) => {
+                warn!("scheduler presence not written: cannot encode it: {e}");
+                continue;
+            }
+        };
         if let Err(e) = ctx.server_time.write_and_measure(&store.leases, (&key, body, Some(ttl)), &ctx.clock).await {
             warn!("scheduler presence not written: {e}");
         }
@@ -146,7 +152,7 @@ async fn follow_once(store: &Store, members: &watch::Sender<Members>) -> Result<
             });
         }
     }
-    Err(crate::error::Error::nats("scheduler member watch", "ended"))
+    Err(crate::error::Error::nats_msg("scheduler member watch", "ended"))
 }
 
 #[cfg(test)]

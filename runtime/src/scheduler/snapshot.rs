@@ -352,7 +352,8 @@ impl Writer {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        let value = serde_json::to_vec(&self.head).unwrap_or_default();
+        let value = serde_json::to_vec(&self.head)
+            .map_err(|e| Error::other(&format!("encoding the snapshot head of shard {}", self.n), e))?;
         self.snapshots.bucket.put(&self.n.to_string(), value.into(), None).await?;
         Ok(self.head)
     }

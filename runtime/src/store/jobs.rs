@@ -51,8 +51,8 @@ impl Store {
     /// Creates a job that must not exist yet.
     pub async fn create_job(&self, spec: &JobSpec) -> Result<u64, Error> {
         spec.validate()?;
-        self.names.check_grants(spec)?;
-        self.jobs.create(&spec.name, spec.to_json(), None).await.map_err(|e| match e.kind() {
+        spec.check_grants(&self.names)?;
+        self.jobs.create(&spec.name, spec.to_json()?, None).await.map_err(|e| match e.kind() {
             ErrorKind::AlreadyExists => Error::new(
                 ErrorKind::AlreadyExists,
                 format!("job {:?} already exists; use `cronrun apply` or `cronrun rm` first", spec.name),
@@ -64,12 +64,12 @@ impl Store {
     /// Creates or replaces a job; unchanged specs are not rewritten.
     pub async fn put_job(&self, spec: &JobSpec) -> Result<(u64, bool), Error> {
         spec.validate()?;
-        self.names.check_grants(spec)?;
+        spec.check_grants(&self.names)?;
         if let Some(current) = self.jobs.get(&spec.name).await? {
             if JobSpec::from_json(&current.value).is_ok_and(|c| &c == spec) {
                 return Ok((current.revision, false));
             }
-            let rev = self.jobs.update(&spec.name, spec.to_json(), current.revision, None).await?;
+            let rev = self.jobs.update(&spec.name, spec.to_json()?, current.revision, None).await?;
             return Ok((rev, true));
         }
         Ok((self.create_job(spec).await?, true))
@@ -85,7 +85,7 @@ impl Store {
             if spec == before {
                 return Ok((job.revision, false));
             }
-            match self.jobs.update(name, spec.to_json(), job.revision, None).await {
+            match self.jobs.update(name, spec.to_json()?, job.revision, None).await {
                 Ok(rev) => return Ok((rev, true)),
                 Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e),

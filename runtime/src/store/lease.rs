@@ -58,7 +58,7 @@ impl Lease {
             ttl_ms: ttl.as_millis() as u64,
             ended_at: None,
         };
-        let bytes = serde_json::to_vec(&value).unwrap_or_default().into();
+        let bytes = serde_json::to_vec(&value).map_err(|e| Error::other(&format!("encoding lease {key}"), e))?.into();
         match kv.create(key, bytes, Some(ttl)).await {
             Ok(revision) => Ok(Some(Lease {
                 kv: kv.clone(),
@@ -77,7 +77,9 @@ impl Lease {
     pub async fn renew(&mut self) -> Result<(), Error> {
         let asked = tokio::time::Instant::now();
         self.value.renewed_at = Utc::now();
-        let bytes = serde_json::to_vec(&self.value).unwrap_or_default().into();
+        let bytes = serde_json::to_vec(&self.value)
+            .map_err(|e| Error::other(&format!("encoding lease {}", self.key), e))?
+            .into();
         self.kv.update_fenced(&self.key, bytes, &mut self.fence, Some(self.ttl)).await?;
         self.held_until = held_until(asked, self.ttl);
         Ok(())

@@ -156,9 +156,10 @@ fn hint_domain(error: Error, api: &JsApi) -> Error {
     if !unreachable || api.domain_name().is_some() || *error.kind() != crate::error::ErrorKind::Nats {
         return error;
     }
-    Error::nats(
+    let hinted = Error::nats_msg(
         error.message(),
         "connected to a leaf node of the servers with JetStream? set their domain with \
          `jetstream_domain` in cronrun.toml or --jetstream-domain (docs/deploy.md, \"Leaf nodes\")",
-    )
+    );
+    hinted.with_source(error)
 }

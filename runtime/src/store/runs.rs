@@ -22,7 +22,7 @@ impl Store {
     /// Creates the record if its key is free. `ErrorKind::AlreadyExists` means this run
     /// (for a scheduled run: this fire) was already dispatched.
     pub async fn create_run(&self, record: &RunRecord) -> Result<u64, Error> {
-        self.runs.create(&record.key(), record.to_json_within(self.record_budget), None).await
+        self.runs.create(&record.key(), record.to_json_within(self.record_budget)?, None).await
     }
 
     pub async fn get_run(&self, job: &str, run_id: &str) -> Result<StoredRun, Error> {
@@ -37,13 +37,13 @@ impl Store {
 
     /// Writes `record` if it is still at `revision`; `ErrorKind::Conflict` otherwise.
     pub async fn update_run(&self, record: &RunRecord, revision: u64) -> Result<u64, Error> {
-        self.runs.update(&record.key(), record.to_json_within(self.record_budget), revision, None).await
+        self.runs.update(&record.key(), record.to_json_within(self.record_budget)?, revision, None).await
     }
 
     /// `update_run` from the fence's revision, reading back a write whose answer was lost
     /// (see `Fenced`): the runner's writes, which fence a run against its retry.
     pub async fn update_run_fenced(&self, record: &RunRecord, fence: &mut Fenced) -> Result<u64, Error> {
-        self.runs.update_fenced(&record.key(), record.to_json_within(self.record_budget), fence, None).await
+        self.runs.update_fenced(&record.key(), record.to_json_within(self.record_budget)?, fence, None).await
     }
 
     /// All records of `job`, oldest fire first.

@@ -65,8 +65,7 @@ impl Secrets {
     pub async fn get(&self, name: &str) -> Result<Option<String>, Error> {
         validate_secret_name(name)?;
         let Some(store) = self.open().await? else { return Ok(None) };
-        let entry =
-            store.entry(name).await.map_err(|e| Error::nats(&format!("reading secret {name}"), e.to_string()))?;
+        let entry = store.entry(name).await.map_err(|e| Error::nats(&format!("reading secret {name}"), e))?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => check_secret_value(name, entry.value.to_vec())
                 .map(Some)
@@ -96,8 +95,7 @@ impl Secrets {
 
     async fn exists(&self, name: &str) -> Result<bool, Error> {
         let Some(store) = self.open().await? else { return Ok(false) };
-        let entry =
-            store.entry(name).await.map_err(|e| Error::nats(&format!("reading secret {name}"), e.to_string()))?;
+        let entry = store.entry(name).await.map_err(|e| Error::nats(&format!("reading secret {name}"), e))?;
         Ok(entry.is_some_and(|e| e.operation == kv::Operation::Put))
     }
 

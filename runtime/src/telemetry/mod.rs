@@ -28,7 +28,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SpanData,
 use serde::Deserialize;
 
 pub use ids::{Traceparent, run_ids};
-pub use run::{DispatchSpan, RunTrace, fire_span};
+pub use run::{DispatchSpan, RunTrace, TracedRun, fire_span};
 
 /// The NATS header of a dispatch message that names the span it continues (W3C).
 pub const TRACEPARENT_HEADER: &str = "traceparent";

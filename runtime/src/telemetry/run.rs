@@ -21,7 +21,6 @@ use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 
 use super::ids::{Traceparent, random_span_id, run_ids};
 use super::{Ended, emit, enabled};
-use crate::dispatch::DispatchMsg;
 use crate::record::{Status, Trigger};
 
 /// What every span of a run says about it.
@@ -38,20 +37,31 @@ fn status_attribute(status: Status) -> KeyValue {
     KeyValue::new("cronrun.status", status.as_str())
 }
 
+/// The run spans are made for, as its dispatch message names it (`DispatchMsg::traced`):
+/// telemetry knows runs, not the messages that carry them.
+#[derive(Debug, Clone, Copy)]
+pub struct TracedRun<'a> {
+    pub job: &'a str,
+    pub run_id: &'a str,
+    pub attempt: u32,
+    pub trigger: Trigger,
+    pub scheduled_at: DateTime<Utc>,
+}
+
 /// The `fire` span of a run just dispatched for the first time: from the earlier of the
 /// instant it was taken up (`taken`) and its scheduled instant (later when dispatched
 /// ahead, earlier when the fire is late) to `dispatched`. A backfilled fire's instant is
 /// long past: its span starts when it was taken up.
-pub fn fire_span(namespace: &str, msg: &DispatchMsg, taken: DateTime<Utc>, dispatched: SystemTime) {
+pub fn fire_span(namespace: &str, msg: TracedRun<'_>, taken: DateTime<Utc>, dispatched: SystemTime) {
     if !enabled() {
         return;
     }
-    let (trace, fire) = run_ids(namespace, &msg.job, &msg.run_id);
+    let (trace, fire) = run_ids(namespace, msg.job, msg.run_id);
     let start = match msg.trigger {
         Trigger::Backfill => taken,
         _ => taken.min(msg.scheduled_at),
     };
-    let mut attributes = run_attributes(&msg.job, &msg.run_id, msg.attempt, msg.trigger);
+    let mut attributes = run_attributes(msg.job, msg.run_id, msg.attempt, msg.trigger);
     attributes.push(KeyValue::new("cronrun.scheduled_at", msg.scheduled_at.to_rfc3339()));
     emit(Ended {
         name: "fire",
@@ -78,12 +88,12 @@ pub struct DispatchSpan {
 
 impl DispatchSpan {
     /// None when telemetry is off: no header, no span.
-    pub fn begin(namespace: &str, msg: &DispatchMsg, start: SystemTime) -> Option<DispatchSpan> {
+    pub fn begin(namespace: &str, msg: TracedRun<'_>, start: SystemTime) -> Option<DispatchSpan> {
         if !enabled() {
             return None;
         }
-        let (trace, fire) = run_ids(namespace, &msg.job, &msg.run_id);
-        let attributes = run_attributes(&msg.job, &msg.run_id, msg.attempt, msg.trigger);
+        let (trace, fire) = run_ids(namespace, msg.job, msg.run_id);
+        let attributes = run_attributes(msg.job, msg.run_id, msg.attempt, msg.trigger);
         Some(DispatchSpan { trace, fire, id: random_span_id(), start, attributes })
     }
 
@@ -130,11 +140,11 @@ struct Live {
 impl RunTrace {
     /// The trace of the run `d`, received at `received`, its dispatch's `traceparent`
     /// header value if it had one.
-    pub fn new(namespace: &str, d: &DispatchMsg, traceparent: Option<&str>, received: SystemTime) -> RunTrace {
+    pub fn new(namespace: &str, d: TracedRun<'_>, traceparent: Option<&str>, received: SystemTime) -> RunTrace {
         if !enabled() {
             return RunTrace(None);
         }
-        let (trace, fire) = run_ids(namespace, &d.job, &d.run_id);
+        let (trace, fire) = run_ids(namespace, d.job, d.run_id);
         // A header of another trace (someone else's publish) is not believed.
         let header = traceparent.and_then(Traceparent::parse).filter(|tp| tp.trace == trace);
         RunTrace(Some(Live {
@@ -142,7 +152,7 @@ impl RunTrace {
             parent: header.map_or(fire, |tp| tp.span),
             remote_parent: true,
             run: random_span_id(),
-            attributes: run_attributes(&d.job, &d.run_id, d.attempt, d.trigger),
+            attributes: run_attributes(d.job, d.run_id, d.attempt, d.trigger),
             due: d.scheduled_at,
             trigger: d.trigger,
             claim_start: Some(received),

@@ -26,7 +26,7 @@ fn round_trips_through_json() {
             "overlap":"queue","lock":"db","catchup":"latest","retries":{"max":2,"backoff":"5s"},
             "labels":{"team":"ops"}}"#;
     let spec = JobSpec::from_json(json).unwrap();
-    let again = JobSpec::from_json(&spec.to_json()).unwrap();
+    let again = JobSpec::from_json(&spec.to_json().unwrap()).unwrap();
     assert_eq!(spec, again);
     assert_eq!(spec.timeout, Some(Duration::from_secs(90)));
     assert_eq!(spec.lock_name(), Some("db"));
@@ -39,7 +39,7 @@ fn round_trips_through_json() {
 fn a_stored_spec_leaves_out_each_field_at_its_default_and_reads_back_the_same() {
     let base = r#""name":"a","schedule":"* * * * *","shell":{"command":"true"}"#;
     let plain = JobSpec::from_json(format!("{{{base}}}").as_bytes()).unwrap();
-    assert_eq!(&plain.to_json()[..], format!("{{{base}}}").as_bytes());
+    assert_eq!(&plain.to_json().unwrap()[..], format!("{{{base}}}").as_bytes());
     let shown = serde_json::to_value(&plain).unwrap();
     let defaulted = [
         "timezone",
@@ -76,15 +76,15 @@ fn a_stored_spec_leaves_out_each_field_at_its_default_and_reads_back_the_same() 
     ];
     for (field, value) in set {
         let spec = JobSpec::from_json(format!("{{{base},\"{field}\":{value}}}").as_bytes()).unwrap();
-        let stored: serde_json::Value = serde_json::from_slice(&spec.to_json()).unwrap();
+        let stored: serde_json::Value = serde_json::from_slice(&spec.to_json().unwrap()).unwrap();
         assert_eq!(stored.get(field), Some(&serde_json::from_str(value).unwrap()), "{field} = {value}");
         assert_eq!(stored.as_object().unwrap().len(), 4, "{field} = {value}: {stored}");
-        assert_eq!(JobSpec::from_json(&spec.to_json()).unwrap(), spec, "{field} = {value}");
+        assert_eq!(JobSpec::from_json(&spec.to_json().unwrap()).unwrap(), spec, "{field} = {value}");
     }
     let wasm = |grant: &str| {
         let json =
             format!(r#"{{"name":"w","schedule":"@hourly","wasm":{{"plugin":"sha256-{}"{grant}}}}}"#, "0".repeat(64));
-        JobSpec::from_json(json.as_bytes()).unwrap().to_json()
+        JobSpec::from_json(json.as_bytes()).unwrap().to_json().unwrap()
     };
     assert!(!String::from_utf8_lossy(&wasm("")).contains("allow_kv"));
     assert!(String::from_utf8_lossy(&wasm(r#","allow_kv":true"#)).contains(r#""allow_kv":true"#));
@@ -119,7 +119,7 @@ fn dst_is_one_of_three_names_and_the_jobs_schedule_fires_by_it() {
 fn lock_true_means_own_name() {
     let spec = JobSpec::from_json(br#"{"name":"a","schedule":"@hourly","shell":"x","lock":true}"#).unwrap();
     assert_eq!(spec.lock_name(), Some("a"));
-    assert!(spec.to_json().windows(11).any(|w| w == b"\"lock\":true"));
+    assert!(spec.to_json().unwrap().windows(11).any(|w| w == b"\"lock\":true"));
 }
 
 #[test]
@@ -381,7 +381,7 @@ mod properties {
             let json = serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
             match JobSpec::from_json(json.to_string().as_bytes()) {
                 Ok(spec) => {
-                    let stored = spec.to_json();
+                    let stored = spec.to_json().unwrap();
                     prop_assert!(stored.len() <= spec.encoded_len() && spec.encoded_len() <= MAX_SPEC_BYTES);
                     prop_assert_eq!(JobSpec::from_json(&stored).ok(), Some(spec.clone()), "stored as {:?}", stored);
                     prop_assert!(spec.encoded_len_bound().is_none_or(|bound| bound >= spec.encoded_len()));
@@ -430,7 +430,7 @@ fn secret_references_are_checked_naming_the_entry() {
         match refused {
             None => {
                 let spec = JobSpec::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{fragment}: {e}"));
-                assert_eq!(JobSpec::from_json(&spec.to_json()).unwrap(), spec, "{fragment}: round trip");
+                assert_eq!(JobSpec::from_json(&spec.to_json().unwrap()).unwrap(), spec, "{fragment}: round trip");
             }
             Some(field) => assert_eq!(field_of(&json), field, "{fragment}"),
         }
@@ -447,7 +447,7 @@ fn a_spec_holds_and_names_its_secrets_by_reference() {
     let spec = crate::spec::parse_jobs_file(toml_text, "jobs.toml").unwrap().remove(0);
     assert_eq!(spec.secret_names().into_iter().collect::<Vec<_>>(), ["auth", "hook", "tok"]);
     assert_eq!(spec.run_secret_names().into_iter().collect::<Vec<_>>(), ["tok"]);
-    let stored = String::from_utf8(spec.to_json().to_vec()).unwrap();
+    let stored = String::from_utf8(spec.to_json().unwrap().to_vec()).unwrap();
     assert!(stored.contains(r#""TOKEN":{"secret":"tok"}"#), "{stored}");
     let shown = serde_json::to_string(&spec).unwrap();
     assert!(shown.contains(r#""webhook":{"secret":"hook"}"#), "{shown}");

@@ -245,7 +245,7 @@ impl Deployment {
         let mut failed = Vec::new();
         for mut agent in self.agents.drain(..) {
             if let Err(e) = agent.stop().await {
-                failed.push(format!("{e:#}"));
+                failed.push(crate::cli::error_line(&e));
             }
         }
         if !failed.is_empty() {

@@ -116,7 +116,7 @@ pub(super) async fn write_jobs(store: &Store, n: usize, shapes: &[String]) -> Re
         spec.schedule = shapes[i % shapes.len()].clone();
         spec.timezone = ZONES[i % ZONES.len()].into();
         let subject = format!("$KV.{}.{}", store.names.jobs_bucket(), spec.name);
-        let ack = store.js.publish(subject, spec.to_json()).await.context("publishing a job")?;
+        let ack = store.js.publish(subject, spec.to_json()?).await.context("publishing a job")?;
         acks.push(ack.into_future());
         if acks.len() >= 4096 {
             acks.next().await.transpose().context("storing a job")?;

@@ -61,6 +61,17 @@ pub(super) enum Stop {
     Kill,
 }
 
+/// Parses `TERM`, `SIGTERM`, `kill`, `9`... into a signal (a kill request's, `cronrun kill
+/// --signal`'s, the dashboard's).
+pub fn parse_signal(s: &str) -> Option<Signal> {
+    let upper = s.trim().to_ascii_uppercase();
+    if let Ok(n) = upper.parse::<i32>() {
+        return Signal::try_from(n).ok();
+    }
+    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    name.parse().ok()
+}
+
 /// How the job's code ended, as its executor saw it.
 #[derive(Debug)]
 pub(super) struct Exit {
@@ -144,4 +155,17 @@ async fn resolve(ctx: &RunnerCtx, names: BTreeSet<&str>) -> Result<SecretValues,
 /// Whether a run of `spec` has a supervisor process watching its keepalive file.
 pub(super) fn keeps_alive(spec: &JobSpec) -> bool {
     spec.shell.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse() {
+        assert_eq!(parse_signal("term"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("nope"), None);
+    }
 }

@@ -134,7 +134,7 @@ fn spawn(
                 return Err("this runner has no directory for run inputs".into());
             };
             let path = PathBuf::from(format!("{}.input", alive.display()));
-            if let Err(e) = crate::auth::write_private(&path, input) {
+            if let Err(e) = crate::private_file::write(&path, input) {
                 removed(&None);
                 return Err(format!("could not hand the run its input: {e}"));
             }
@@ -494,16 +494,6 @@ impl ShellProcess {
 /// How long a KILLed supervisor's end is waited for (see `reaped_within`).
 const REAP_MAX: Duration = Duration::from_secs(10);
 
-/// Parses `TERM`, `SIGTERM`, `kill`, `9`... into a signal.
-pub fn parse_signal(s: &str) -> Option<Signal> {
-    let upper = s.trim().to_ascii_uppercase();
-    if let Ok(n) = upper.parse::<i32>() {
-        return Signal::try_from(n).ok();
-    }
-    let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
-    name.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,14 +509,6 @@ mod tests {
         }
         assert_eq!(privileged_group(4242, Some("4242")), None);
         assert_eq!(privileged_group(65534, None), None);
-    }
-
-    #[test]
-    fn signals_parse() {
-        assert_eq!(parse_signal("term"), Some(Signal::SIGTERM));
-        assert_eq!(parse_signal("SIGKILL"), Some(Signal::SIGKILL));
-        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
-        assert_eq!(parse_signal("nope"), None);
     }
 
     #[tokio::test]

@@ -86,11 +86,13 @@ async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Re
         parse(signed_at).map_err(|_| format!("job {job}'s wasm.signed_at {signed_at:?} is not an RFC 3339 instant"))?;
     let key = crate::names::lease_keys::signed(job);
     let leases = &ctx.store.leases;
-    let value = || bytes::Bytes::from(serde_json::to_vec(signed_at).unwrap_or_default());
+    let value = serde_json::to_vec(signed_at)
+        .map(bytes::Bytes::from)
+        .map_err(|e| format!("job {job}: cannot encode its signing time for {key}: {e}"))?;
     let failed = |e: crate::error::Error| format!("job {job}: cannot check the signing time against {key}: {e}");
     for _ in 0..REPLAY_GUARD_TRIES {
         let written = match leases.get(&key).await.map_err(failed)? {
-            None => leases.create(&key, value(), None).await,
+            None => leases.create(&key, value.clone(), None).await,
             Some(seen) => {
                 let newest = serde_json::from_slice::<String>(&seen.value).ok().and_then(|at| parse(&at).ok());
                 match newest {
@@ -103,7 +105,7 @@ async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Re
                     }
                     Some(newest) if ours == newest => return Ok(()),
                     // Newer (or an unreadable value, which only a runner could have written).
-                    _ => leases.update(&key, value(), seen.revision, None).await,
+                    _ => leases.update(&key, value.clone(), seen.revision, None).await,
                 }
             }
         };

@@ -46,15 +46,16 @@ impl Bucket {
     /// from its past: a caller that must see what was written before a write of its own
     /// compares `as_of` with that write's revision.
     pub async fn listing(&self, filters: &[&str]) -> Result<Option<Listing>, Error> {
-        let fail = |e: &dyn std::fmt::Display| Error::nats(&format!("reading {filters:?} from {}", self.name()), e);
+        let context = format!("reading {filters:?} from {}", self.name());
+        let fail = |why: &dyn std::fmt::Display| Error::nats_msg(&context, why);
         let prefix = format!("$KV.{}.", self.name());
         let client = self.js.client();
         let inbox = client.new_inbox();
-        let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| fail(&e))?;
+        let mut answers = client.subscribe(inbox.clone()).await.map_err(|e| Error::nats(&context, e))?;
         let subjects: Vec<String> = filters.iter().map(|filter| format!("{prefix}{filter}")).collect();
         let request = serde_json::json!({ "multi_last": subjects }).to_string();
         let subject = self.api.request(&format!("DIRECT.GET.KV_{}", self.name()));
-        client.publish_with_reply(subject, inbox, request.into()).await.map_err(|e| fail(&e))?;
+        client.publish_with_reply(subject, inbox, request.into()).await.map_err(|e| Error::nats(&context, e))?;
         let mut values = Vec::new();
         loop {
             let message = match tokio::time::timeout(ANSWER_WAIT, answers.next()).await {

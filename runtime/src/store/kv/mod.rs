@@ -136,14 +136,13 @@ impl Bucket {
     /// Every revision of `key` the bucket keeps, oldest first, with who wrote each.
     pub async fn history(&self, key: &str) -> Result<Vec<Revision>, Error> {
         let subject = format!("$KV.{}.{key}", self.name());
-        let read = |e: &dyn std::fmt::Display| Error::nats(&format!("reading the history of {key}"), e.to_string());
         let mut revisions = Vec::new();
         let mut next = 1;
         loop {
             let message = match self.kv.stream.direct_get_next_for_subject(&subject, Some(next)).await {
                 Ok(message) => message,
                 Err(e) if e.kind() == async_nats::jetstream::stream::DirectGetErrorKind::NotFound => break,
-                Err(e) => return Err(read(&e)),
+                Err(e) => return Err(Error::nats(&format!("reading the history of {key}"), e)),
             };
             let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_string());
             let operation = match header(KV_OPERATION).as_deref() {

@@ -115,7 +115,7 @@ where
 }
 
 fn stalled(what: &str) -> Error {
-    Error::nats(what, format!("no further for {STALLED_MAX:?}, new consumers included"))
+    Error::nats_msg(what, format!("no further for {STALLED_MAX:?}, new consumers included"))
 }
 
 #[cfg(test)]

@@ -241,7 +241,7 @@ impl Watch {
         };
         let (stream_sequence, pending) = match message.info() {
             Ok(info) => (info.stream_sequence, info.pending),
-            Err(e) => return Some(Err(Error::nats("watch", e))),
+            Err(e) => return Some(Err(Error::nats_boxed("watch", e))),
         };
         let entry = Entry { subject: &message.subject, headers: message.headers.as_ref(), sequence: stream_sequence };
         Some(entry.change(&self.prefix, self.sourced, &message.payload, pending == 0))
@@ -272,7 +272,7 @@ impl Entry<'_> {
             false => self.sequence,
             true => source
                 .and_then(source_sequence)
-                .ok_or_else(|| Error::nats("watch", format!("{key}: no {STREAM_SOURCE} header with a sequence")))?,
+                .ok_or_else(|| Error::nats_msg("watch", format!("{key}: no {STREAM_SOURCE} header with a sequence")))?,
         };
         Ok(Change {
             sequence: self.sequence,
