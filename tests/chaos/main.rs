@@ -148,11 +148,11 @@ fn waiting_since(dir: &std::path::Path) -> HashMap<(String, String), chrono::Dat
         let mut here: HashMap<(String, String), chrono::DateTime<Utc>> = HashMap::new();
         for line in log.lines() {
             let Some((at, run, said)) = run_line(line) else { continue };
-            if said.starts_with("cronrun::runner::guards: waiting") {
+            if said.starts_with("cronrun_runner::runner::guards: waiting") {
                 here.entry(run).or_insert(at);
             } else if said.contains("handing it back") || said.contains("handing the run back") {
                 here.remove(&run);
-            } else if said.starts_with("cronrun::runner::finish: run finished")
+            } else if said.starts_with("cronrun_runner::runner::finish: run finished")
                 && let Some(since) = here.remove(&run)
             {
                 waiting.insert(run, since);

@@ -9,7 +9,7 @@
 //! another pool. The digest binds the signature to the bytes: the runner checks a fetched
 //! plugin against its digest before compiling it. Checked before anything is fetched or
 //! compiled; a refusal fails the run with one line. Replays of an older signed spec are
-//! refused by the runner from the signing time (see `runtime/src/runner/exec/wasm.rs`).
+//! refused by the runner from the signing time (see `runner/src/runner/exec/wasm.rs`).
 //!
 //! The signed bytes ([`signed_bytes`]) are compact JSON of one object with these members
 //! in this order, strings escaped as serde_json does, nothing else (no spaces, no newline):

@@ -21,7 +21,7 @@
 pub mod account;
 mod alive_dir;
 mod claim;
-pub(crate) mod exec;
+pub mod exec;
 mod finish;
 mod guards;
 mod held;
