@@ -97,7 +97,23 @@ async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output
         records.iter().all(|r| r.status.is_final()).then_some(records)
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each run's last messages: its end event and its lease released (taken and purged).
+    let leases = leases_stream.clone();
+    let events_stream = store.names.events_stream();
+    let landed = |stored: &BTreeMap<String, BTreeMap<String, usize>>| {
+        let ends: usize = stored
+            .get(&events_stream)
+            .map_or(0, |e| e.iter().filter(|(s, _)| !s.ends_with(".changed")).map(|(_, n)| n).sum());
+        let released = records.iter().all(|r| {
+            let key = format!("$KV.{}.run.cost.{}", store.names.leases_bucket(), r.run_id);
+            stored.get(&leases).and_then(|l| l.get(&key)).is_some_and(|n| *n >= 2)
+        });
+        ends == records.len() && released
+    };
+    eventually(Duration::from_secs(20), "each run's end event and released lease", || async {
+        landed(&stored.lock().unwrap()).then_some(())
+    })
+    .await;
     let stored = stored.lock().unwrap().clone();
     let total: usize = stored.values().flat_map(|subjects| subjects.values()).sum();
     let per_run = total as f64 / records.len() as f64;
