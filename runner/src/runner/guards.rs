@@ -300,20 +300,33 @@ async fn take_active(
             true => info!("waiting for the earlier fires of the job to take its overlap lease first"),
             false => info!(%current, "waiting for the run in progress to end"),
         }
-        let waited = line.wait_turn(ctx, &key, give_up, (run_lease, queued.as_mut()), shutdown).await;
+        let waited = line.wait_turn(ctx, &key, give_up, (run_lease.as_deref_mut(), queued.as_mut()), shutdown).await;
         if let Some(waiter) = queued {
             let _ = waiter.release().await;
         }
+        let skipped = || {
+            let ahead =
+                if free { "the earlier fires of the job were".to_string() } else { format!("run {current} was") };
+            let after = humantime::format_duration(bound);
+            let limit = if in_backlog { "its time in line" } else { "this fire's starting deadline" };
+            Taken::Not(Decision::Skip(format!("{ahead} still running at {limit}, {after} after it")))
+        };
         return Ok(match waited? {
             Some(lease) => Taken::Waited(lease),
             None if shutdown.is_cancelled() => Taken::Not(Decision::ShutDown),
-            None => {
-                let ahead =
-                    if free { "the earlier fires of the job were".to_string() } else { format!("run {current} was") };
-                let after = humantime::format_duration(bound);
-                let limit = if in_backlog { "its time in line" } else { "this fire's starting deadline" };
-                Taken::Not(Decision::Skip(format!("{ahead} still running at {limit}, {after} after it")))
+            // Its time in line is over behind a run that still holds the lease. That run
+            // may have died with its runner (its lease outlives it by up to the TTL): as
+            // for a skip, this fire is skipped only if it lives.
+            None if !free => {
+                line.leave().await;
+                let holding = (key.as_str(), current.as_str());
+                match holder_alive(ctx, holding, (ttl, fire), run_lease, shutdown, line).await? {
+                    Holder::Gone(lease) => Taken::Waited(*lease),
+                    Holder::ShutDown => Taken::Not(Decision::ShutDown),
+                    Holder::Alive | Holder::Changed => skipped(),
+                }
             }
+            None => skipped(),
         });
     }
 }

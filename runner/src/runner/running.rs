@@ -103,6 +103,8 @@ pub(super) async fn supervise(
                 (beating, idle) = (None, Some(held));
                 if let Err(e) = beat {
                     code.stop(Stop::Kill, grace).await;
+                    // Its last lines still go out: a run taken away has no end to carry them.
+                    log.flush().await;
                     return Err(e);
                 }
             }
