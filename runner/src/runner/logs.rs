@@ -138,9 +138,5 @@ fn stream_headers(source: Source) -> async_nats::HeaderMap {
 
 /// The end of the log of a run that never started: its status alone.
 pub(super) async fn publish_end(ctx: &RunnerCtx, job: &str, run_id: &str, status: Status) {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(EOF_HEADER, status.as_str());
-    let subject = ctx.store.names.logs_subject(job, run_id);
-    let publish = ctx.store.client.publish_with_headers(subject, headers, Bytes::new());
-    let _ = tokio::time::timeout(END_PUBLISH_BOUND, publish).await;
+    RunLog::new(ctx, job, run_id, 0).end(status).await;
 }
