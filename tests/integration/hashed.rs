@@ -28,15 +28,26 @@ async fn next_ls_and_the_scheduler_agree_on_a_jobs_h_slots() {
     apply(&nats, "[[job]]\nname = \"nightly\"\nschedule = \"H H * * *\"\nshell = \"true\"\n");
     for (job, expr) in [("spread", "H/5 * * * * *"), ("nightly", "H H * * *")] {
         let engine = Schedule::parse_for(expr, job).unwrap();
-        let next = json(&nats.ok(&["next", expr, "--job", job, "-n", "1", "--output", "json"]));
-        assert_eq!(next["resolved"], engine.expr(), "{job}");
+        let next_now = || json(&nats.ok(&["next", expr, "--job", job, "-n", "1", "--output", "json"]));
         let text = nats.ok(&["next", expr, "--job", job, "-n", "1"]);
         assert!(text.starts_with(&format!("resolved: {}\n", engine.expr())), "{text}");
-        // `ls` shows the next fire the scheduler would dispatch.
-        let ls = json(&nats.ok(&["ls", "--output", "json"]));
-        let row = ls.as_array().unwrap().iter().find(|r| r["name"] == job).unwrap().clone();
-        assert_eq!(row["schedule"], expr);
-        assert_eq!(instant(&row["next"]), instant(&next["fires"][0]), "{job}: ls {row} vs next {next}");
+        // `ls` shows the next fire the scheduler would dispatch: read between two `next`
+        // that agree, so that no fire (every 5 s) passed between the commands.
+        let mut compared = false;
+        for _ in 0..5 {
+            let next = next_now();
+            assert_eq!(next["resolved"], engine.expr(), "{job}");
+            let ls = json(&nats.ok(&["ls", "--output", "json"]));
+            if next_now()["fires"][0] != next["fires"][0] {
+                continue;
+            }
+            let row = ls.as_array().unwrap().iter().find(|r| r["name"] == job).unwrap().clone();
+            assert_eq!(row["schedule"], expr);
+            assert_eq!(instant(&row["next"]), instant(&next["fires"][0]), "{job}: ls {row} vs next {next}");
+            compared = true;
+            break;
+        }
+        assert!(compared, "{job}: a fire passed between `next` and `ls` five times");
     }
     // The scheduler's fires are the ones `next --job` lists from just before the first.
     let store = nats.store().await;
