@@ -17,6 +17,8 @@ use crate::spec::JobSpec;
 
 /// How a started run ended.
 pub(super) struct Ended {
+    /// When its code ended (the guards were marked ended then, see `running`).
+    pub at: chrono::DateTime<chrono::Utc>,
     pub status: Status,
     pub error: Option<String>,
     pub exit_code: Option<i32>,
@@ -27,7 +29,7 @@ pub(super) struct Ended {
 /// the job's retries allow one; its `run` and `finish` spans go out.
 pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
     let begun = std::time::SystemTime::now();
-    let finished = ctx.clock.now();
+    let finished = ended.at;
     if let Some(started) = held.record.started_at {
         held.trace.ran(started, finished, ended.status, ended.error.as_deref());
     }
@@ -72,9 +74,6 @@ async fn record_end(
         publish_event(&ctx.store, &retrying).await;
         return Ok(());
     }
-    // The fires behind this run learn at once that it no longer runs, while its final
-    // write may wait for NATS (see `guards`).
-    held.mark_guards_ended(finished).await;
     write_final(ctx, held).await?;
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");

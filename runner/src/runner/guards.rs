@@ -88,8 +88,8 @@ struct Active<'a> {
 struct Span {
     started: DateTime<Utc>,
     finished: Option<DateTime<Utc>>,
-    /// It started over [`LATE_START`] after its own fire: a backlog's run.
-    late: bool,
+    /// Its own fire, if it started over [`LATE_START`] after it: a backlog's run.
+    late: Option<DateTime<Utc>>,
 }
 
 /// How late after its fire a run's start makes it a backlog's run, and its coming to its
@@ -97,9 +97,21 @@ struct Span {
 const LATE_START: chrono::Duration = chrono::Duration::milliseconds(500);
 
 impl Span {
-    /// Whether the run was going at `fire`: started before it and not ended by then.
+    /// Whether the run was going at `fire`: started before it and not ended by then. A
+    /// backlog's run is judged where it belonged, lasting as long as it did from its own
+    /// fire: one that ran past `fire` only because it started late (after a takeover)
+    /// says nothing of the job's runs overlapping, and a job's fires are skipped only
+    /// behind runs as long as the time between them.
     fn covers(&self, fire: DateTime<Utc>) -> bool {
-        self.started < fire && self.finished.is_none_or(|finished| finished > fire)
+        let end = match (self.late, self.finished) {
+            (Some(own), Some(finished)) => Some(own + (finished - self.started)),
+            (_, finished) => finished,
+        };
+        self.started < fire && end.is_none_or(|end| end > fire)
+    }
+
+    fn ended_at(self, at: DateTime<Utc>) -> Span {
+        Span { finished: Some(at), ..self }
     }
 }
 
@@ -117,7 +129,7 @@ async fn span(ctx: &RunnerCtx, run_key: &str, ended_at: Option<DateTime<Utc>>) -
         record.started_at.filter(|_| record.status == Status::Running || ended && record.status != Status::Lost)?;
     let finished = ended.then(|| record.finished_at.unwrap_or(started)).or(ended_at);
     let started = record.dispatched_at.map_or(started, |dispatched| started.max(dispatched));
-    let late = record.scheduled_at.is_some_and(|fire| started - fire > LATE_START);
+    let late = record.scheduled_at.filter(|fire| started - *fire > LATE_START);
     Some(Span { started, finished, late })
 }
 
@@ -262,7 +274,7 @@ async fn take_active(
             // Listed only when it can matter: a skip.
             true => {
                 let in_line = line.earlier_in_line(&key).await;
-                backlog_ahead(line.came_late(), span.is_some_and(|span| span.late), in_line)
+                backlog_ahead(line.came_late(), span.is_some_and(|span| span.late.is_some()), in_line)
             }
             false => None,
         };
@@ -272,17 +284,15 @@ async fn take_active(
         let bound = time_in_line(backlog, period(spec, fire), deadline);
         match on_active(spec.overlap, &active, run_key, fire) {
             OnActive::Wait => {}
-            OnActive::WaitLate => {
-                give_up = Some(fire + chrono::Duration::from_std(bound).unwrap_or(chrono::Duration::MAX));
-            }
+            OnActive::WaitLate => give_up = Some(fire + deadline_of(bound)),
             OnActive::Skip(why) => {
                 // Not waiting to take it while it finds out whether the run ahead lives.
                 line.leave().await;
-                let holding = (key.as_str(), current.as_str());
+                let holding = (key.as_str(), current.as_str(), span);
                 match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
                     Holder::Alive => return Ok(Taken::Not(Decision::Skip(why))),
                     Holder::ShutDown => return Ok(Taken::Not(Decision::ShutDown)),
-                    Holder::Changed => continue,
+                    Holder::Changed | Holder::EndedBefore => continue,
                     Holder::Gone(lease) => return Ok(Taken::Waited(*lease)),
                 }
             }
@@ -319,16 +329,23 @@ async fn take_active(
             // for a skip, this fire is skipped only if it lives.
             None if !free => {
                 line.leave().await;
-                let holding = (key.as_str(), current.as_str());
-                match holder_alive(ctx, holding, (ttl, fire), run_lease, shutdown, line).await? {
+                let holding = (key.as_str(), current.as_str(), span);
+                match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
                     Holder::Gone(lease) => Taken::Waited(*lease),
                     Holder::ShutDown => Taken::Not(Decision::ShutDown),
-                    Holder::Alive | Holder::Changed => skipped(),
+                    // It did not overlap this fire after all: waited for, within the deadline.
+                    Holder::EndedBefore if ctx.clock.now() < fire + deadline_of(deadline) => continue,
+                    Holder::Alive | Holder::Changed | Holder::EndedBefore => skipped(),
                 }
             }
             None => skipped(),
         });
     }
+}
+
+/// `bound` as a span of wall time.
+fn deadline_of(bound: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(bound).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The backlog a `skip` fire finds going at its instant (see [`time_in_line`]).
@@ -386,9 +403,12 @@ enum Holder {
     /// its turn: its lease ran out unreleased, its run not over (it died with its runner),
     /// or its end, recorded late (its final write waited for NATS), came before this fire.
     Gone(Box<Lease>),
-    /// Another run holds the lease now, or this one says it ended before this fire, or an
-    /// earlier fire in line takes the lease first: to be judged afresh.
+    /// Another run holds the lease now, or an earlier fire in line takes the lease first:
+    /// to be judged afresh.
     Changed,
+    /// It says it ended, and did not overlap this fire after all (see [`Span::covers`]):
+    /// to be judged afresh, and waited for.
+    EndedBefore,
     ShutDown,
 }
 
@@ -399,7 +419,7 @@ enum Holder {
 /// other fires behind the same run may have found the same.
 async fn holder_alive(
     ctx: &RunnerCtx,
-    (key, current): (&str, &str),
+    (key, current, span): (&str, &str, Option<Span>),
     (ttl, fire): (Duration, DateTime<Utc>),
     mut run_lease: Option<&mut Lease>,
     shutdown: &CancellationToken,
@@ -418,14 +438,14 @@ async fn holder_alive(
             // Its code ended: before this fire, it is waited for (judged again); after it,
             // it overlapped.
             Some(h) if h.holder == current => match h.ended_at {
-                Some(at) if at <= fire => return Ok(Holder::Changed),
+                Some(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
                 Some(_) => return Ok(Holder::Alive),
                 None => {}
             },
             Some(_) => return Ok(Holder::Changed),
             None => {
                 let why = match ended(ctx, current).await {
-                    Ended::At(at) if at <= fire => "the run in progress had ended before this fire",
+                    Ended::At(at) if ended_before(span, at, fire) => "the run in progress had ended before this fire",
                     Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
                     Ended::Not => "the run in progress died with its runner",
                 };
@@ -444,6 +464,12 @@ async fn holder_alive(
         }
     }
     Ok(Holder::Alive)
+}
+
+/// Whether a run of `span` (unknown: taken as going before `fire`) that ended `at` did not
+/// overlap `fire`.
+fn ended_before(span: Option<Span>, at: DateTime<Utc>, fire: DateTime<Utc>) -> bool {
+    span.map_or(at <= fire, |span| !span.ended_at(at).covers(fire))
 }
 
 /// How the run `run_key` ended, its overlap lease gone.
@@ -531,8 +557,16 @@ mod tests {
         let (me, other) = ("nightly/r-2", "nightly/r-1");
         let fire = DateTime::parse_from_rfc3339("2026-12-06T01:00:10Z").unwrap().to_utc();
         let (before, after) = (fire - chrono::Duration::milliseconds(1), fire + chrono::Duration::seconds(5));
-        let running = |started| Some(Span { started, finished: None, late: false });
-        let ended = |started, finished| Some(Span { started, finished: Some(finished), late: false });
+        let running = |started| Some(Span { started, finished: None, late: None });
+        let ended = |started, finished| Some(Span { started, finished: Some(finished), late: None });
+        // A backlog's run of the fire two seconds before this one, started late, just before
+        // this fire's instant, and running `ms` milliseconds past it (or still running).
+        let ms = chrono::Duration::milliseconds;
+        let own = fire - chrono::Duration::seconds(2);
+        let late = |past: Option<i64>| {
+            let started = fire - ms(300);
+            Some(Span { started, finished: past.map(|past| fire + ms(past)), late: Some(own) })
+        };
         let skip = OnActive::Skip(format!("run {other} is still running (overlap skip)"));
         let cases = [
             // Going at this fire's instant: the policy decides.
@@ -540,7 +574,7 @@ mod tests {
             (Overlap::Queue, other, running(before), OnActive::Queue),
             (Overlap::Replace, other, running(before), OnActive::Replace),
             // Ended after the instant, its lease not yet released: it overlapped.
-            (Overlap::Skip, other, ended(before, after), skip),
+            (Overlap::Skip, other, ended(before, after), skip.clone()),
             // Started at or after this fire was due, or not started (a backlog released
             // late), or ended before it (its end recorded late, while NATS failed over): no
             // overlap with this fire, waited for, whatever the order of fires.
@@ -549,6 +583,13 @@ mod tests {
             (Overlap::Skip, other, None, OnActive::WaitLate),
             (Overlap::Skip, other, ended(before - chrono::Duration::seconds(9), before), OnActive::WaitLate),
             (Overlap::Queue, other, running(after), OnActive::WaitLate),
+            // A backlog's run is judged at its own fire: 0.4 s long, it would have ended
+            // long before this fire (the takeover made it overlap); 2.3 s long, it would
+            // have run past it, and so it skips it; still running, it may yet.
+            (Overlap::Skip, other, late(Some(100)), OnActive::WaitLate),
+            (Overlap::Skip, other, late(Some(1_699)), OnActive::WaitLate),
+            (Overlap::Skip, other, late(Some(2_000)), skip.clone()),
+            (Overlap::Skip, other, late(None), skip),
             // Replace stops the run in progress, late or not: the newest fire wins.
             (Overlap::Replace, other, running(after), OnActive::Replace),
             // Our own earlier attempt (its runner died): waited for whatever the policy.
@@ -559,6 +600,24 @@ mod tests {
         for (overlap, current, span, expected) in cases {
             let active = Active { run_key: current, span, in_backlog: false };
             assert_eq!(on_active(overlap, &active, me, fire), expected, "{overlap:?}, held by {current} {span:?}");
+        }
+        // A holder whose lease says it ended `at` after this fire's time in line: ended
+        // before this fire (waited for) or not (it lived: skip), as `covers` judges it.
+        let at = |past| fire + ms(past);
+        let unknown = None;
+        let ends = [
+            (unknown, at(-1), true),
+            (unknown, at(0), true),
+            (unknown, at(1), false),
+            (running(before), at(1), false),
+            (running(before), at(-1), true),
+            (late(None), at(100), true),
+            (late(None), at(1_699), true),
+            (late(None), at(1_700), true),
+            (late(None), at(1_701), false),
+        ];
+        for (span, at, before) in ends {
+            assert_eq!(ended_before(span, at, fire), before, "{span:?} ended at {at}");
         }
         // Earlier fires stand in line: the run going at this fire's instant is a backlog's,
         // and this fire goes in line behind it, whatever run holds the lease when it comes.

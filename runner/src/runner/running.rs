@@ -111,9 +111,22 @@ pub(super) async fn supervise(
             _ = stop.cancelled() => break (Ending::ShutDown, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
         }
     };
+    // The code's end, before its last output and the log's end go out: what the run's
+    // record and the fires behind it (see `guards`) take as its end.
+    let at = ctx.clock.now();
     // Abandoned, a write in flight could land unseen and make the final one look refused.
-    if let Some(beat) = beating.take() {
-        beat.await.1?;
+    let held = match beating.take() {
+        Some(beat) => {
+            let (held, beat) = beat.await;
+            beat?;
+            Some(held)
+        }
+        None => idle,
+    };
+    // The fires waiting behind this run learn at once that it no longer runs, while its
+    // log's end and final write may wait for NATS.
+    if let Some(held) = held {
+        held.mark_guards_ended(at).await;
     }
     let drain = async {
         while let Some(line) = lines.recv().await {
@@ -130,7 +143,7 @@ pub(super) async fn supervise(
     if let Some(text) = result {
         log.keep(text);
     }
-    Ok(Ended { status, error, exit_code: exit.code, output: log.into_tail() })
+    Ok(Ended { at, status, error, exit_code: exit.code, output: log.into_tail() })
 }
 
 /// Sleeps until `due`; never returns without one.
