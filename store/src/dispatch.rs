@@ -197,7 +197,7 @@ pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at:
 }
 
 /// `publish_queued` for an attempt dispatched before whose runner let it go unstarted
-/// (see `scheduler::expiry`): under its own `Nats-Msg-Id` (the record's revision in it),
+/// (see `scheduler::recovery::expiry`): under its own `Nats-Msg-Id` (the record's revision in it),
 /// which the first dispatch's does not deduplicate. A runner still holding the first
 /// message finds the record moved on and leaves it to this one.
 pub async fn publish_again(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {

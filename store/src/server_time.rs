@@ -10,7 +10,7 @@
 //!
 //! An agent off by more than `[scheduler] max_clock_offset` (default 2 s, beyond the round
 //! trip) is `off`: its scheduler leaves the member list that assigns shards (its presence
-//! says `clock_off`, see `scheduler::members`), so the others lead its shards; its
+//! says `clock_off`, see `scheduler::membership::members`), so the others lead its shards; its
 //! runner starts runs on the server's time ([`Corrected`]); `/readyz` says so, and
 //! `cronrun_clock_offset_seconds` shows the offset. If every scheduler is off, they lead
 //! as before: a wrong clock is better than no scheduler. docs/failure-model.md.

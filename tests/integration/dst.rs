@@ -1,8 +1,9 @@
 //! A job's `dst` choice: `cronrun next --dst` lists New York's 2026 fires as each choice
 //! places them, a job's `dst` survives `apply`, `get`, `export` and `diff`, and a bad
 //! value is refused in one line writing nothing. (The scheduler's and catch-up's use of
-//! the job's choice is unit-tested where they compute fires: `scheduler/queue.rs`,
-//! `scheduler/catchup.rs`; a real agent would need a faked clock to cross a DST change.)
+//! the job's choice is unit-tested where they compute fires:
+//! `scheduler/firing/queue.rs`, `scheduler/firing/catchup.rs`; a real agent would need a
+//! faked clock to cross a DST change.)
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;

@@ -231,7 +231,7 @@ impl Names {
                     api.add(kv_write(self.leases_bucket(), &key));
                 }
                 // No dispatches: a failed attempt's retry is dispatched by the scheduler
-                // (see the runtime's `scheduler::reaper`). `overlap = "replace"` asks the
+                // (see the runtime's `scheduler::recovery::reaper`). `overlap = "replace"` asks the
                 // active run's runner to stop it.
                 api.add(self.wildcard("ctl"));
                 api.add(self.wildcard("logs"));

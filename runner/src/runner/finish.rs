@@ -66,7 +66,7 @@ async fn record_end(
         // The next attempt must find the overlap and lock leases free, wherever it is
         // claimed. The run's own lease stays: its expiry after `wait` has the job's
         // scheduler dispatch the next attempt (runners publish no dispatches, see
-        // `scheduler::reaper`), and should this runner die before, it expires anyway.
+        // `scheduler::recovery::reaper`), and should this runner die before, it expires anyway.
         held.release_guards().await;
         let (_, retrying) = queue_retry(&ctx.store, held.record.clone(), held.fence.revision, now).await?;
         held.hand_over_lease(wait).await;

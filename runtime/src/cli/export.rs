@@ -83,7 +83,7 @@ fn check_reads_back(text: &str, specs: &[JobSpec]) -> Result<()> {
     let again = parse_jobs_file(text, "the exported file").context("the exported file would be refused by apply")?;
     for (spec, read) in specs.iter().zip(&again) {
         if spec != read {
-            let fields: Vec<String> = super::plan::fields(spec, read).into_iter().map(|f| f.path).collect();
+            let fields: Vec<String> = super::plan::fields(spec, read)?.into_iter().map(|f| f.path).collect();
             bail!("job {:?} cannot be exported: read back from TOML its {} would differ", spec.name, fields.join(", "));
         }
     }

@@ -185,7 +185,7 @@ impl Plan {
             match by_name.get(spec.name.as_str()).map(|j| &j.spec) {
                 None => plan.create.push(spec.name.clone()),
                 Some(Ok(old)) if old == spec => plan.unchanged += 1,
-                Some(Ok(old)) => plan.change.push((spec.name.clone(), Change::Fields(fields(old, spec)))),
+                Some(Ok(old)) => plan.change.push((spec.name.clone(), Change::Fields(fields(old, spec)?))),
                 Some(Err(e)) => plan.change.push((spec.name.clone(), Change::Invalid(e.to_string()))),
             }
         }
@@ -249,19 +249,19 @@ pub fn owned_by(spec: &JobSpec, owner: &str) -> bool {
 
 /// The fields that differ between two specs, by their path in the spec as `get` shows it
 /// (every field, defaults included, so that a field set to its default is a change too).
-pub fn fields(old: &JobSpec, new: &JobSpec) -> Vec<Field> {
-    let (old, new) = (leaves(old), leaves(new));
+pub fn fields(old: &JobSpec, new: &JobSpec) -> Result<Vec<Field>> {
+    let (old, new) = (leaves(old)?, leaves(new)?);
     let paths: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-    paths
+    Ok(paths
         .into_iter()
         .filter(|p| old.get(*p) != new.get(*p))
         .map(|p| Field { path: p.clone(), old: old.get(p).cloned(), new: new.get(p).cloned() })
-        .collect()
+        .collect())
 }
 
 /// Every value of `spec` that is not an object, by its dotted path (`retries.max`,
 /// `labels."cronrun.io/owner"`); lists are compared whole.
-fn leaves(spec: &JobSpec) -> BTreeMap<String, Value> {
+fn leaves(spec: &JobSpec) -> Result<BTreeMap<String, Value>> {
     fn walk(path: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
         match value {
             Value::Object(map) if !map.is_empty() => {
@@ -274,9 +274,10 @@ fn leaves(spec: &JobSpec) -> BTreeMap<String, Value> {
             }
         }
     }
+    let value = serde_json::to_value(spec).with_context(|| format!("reading job {:?} field by field", spec.name))?;
     let mut out = BTreeMap::new();
-    walk("", &serde_json::to_value(spec).unwrap_or(Value::Null), &mut out);
-    out
+    walk("", &value, &mut out);
+    Ok(out)
 }
 
 /// `path.key`, the key quoted as in TOML when it is not a bare one.

@@ -1,18 +1,13 @@
 //! The scheduler: every agent runs one; together they own the shards and turn due fires
-//! into dispatched runs.
+//! into dispatched runs. This module runs one (`Scheduler::run`, `rebalance`); its work is
+//! grouped by concern:
 //!
-//! - `shards.rs`: a job's shard, the shard count, who owns which shard.
-//! - `members.rs`: scheduler presence, so all agree on the member list; `settle.rs`:
-//!   when a change of it is acted on.
-//! - `shard.rs`: one shard: stand by for its lease, lead while holding it.
-//! - `leader.rs`: the work done while holding a shard lease; `plan.rs`: its decisions.
-//! - `loader.rs`: the jobs of the shards taken, read from the schedules index in one pass,
-//!   or from `snapshot.rs`, the shards' snapshots; `index.rs`: a led shard's job changes,
-//!   and its triggers published; `refresh.rs`: a led shard's snapshot kept current.
-//! - `queue.rs`: next fires of every job of a shard (heap).
-//! - `reaper.rs`: follows run leases; `expiry.rs`: what an expired one means (lost, retry due).
-//! - `catchup.rs`: late fires: run, catch up or record as missed.
-//! - `sweep.rs`: every `reconcile_every`, runs left without an owner or a trace settled.
+//! - `membership/`: who the schedulers are, when a change of them is acted on, which of
+//!   them owns which shard.
+//! - `loading/`: the jobs of the shards taken, read from the schedules index or its
+//!   snapshots, then followed while led.
+//! - `firing/`: a shard's lease, and its leader turning due fires into dispatched runs.
+//! - `recovery/`: runs whose runner died or that were left without a trace, settled.
 //!
 //! Jobs hash into N shards (`shards`, fixed per deployment). Each scheduler runs a task
 //! for every shard the assignment gives it; the task takes the shard's lease (released by
@@ -22,23 +17,16 @@
 //! the `Nats-Msg-Id`. When members join or leave, every scheduler recomputes the
 //! assignment: owners let go of shards that moved, and the new owners take them.
 
-mod catchup;
-mod expiry;
-mod in_flight;
-mod index;
-mod leader;
-pub mod loader;
-mod members;
-pub use members::Presence as SchedulerPresence;
-mod plan;
-mod queue;
-mod reaper;
-mod refresh;
-mod settle;
-mod shard;
-mod shards;
-pub mod snapshot;
-pub mod sweep;
+mod firing;
+mod loading;
+mod membership;
+mod recovery;
+
+pub use firing::queue::{Due, FireQueue, prefetching};
+pub use loading::{loader, snapshot};
+pub use membership::members::Presence as SchedulerPresence;
+pub use membership::shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
+pub use recovery::sweep;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,9 +42,9 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::store::{Bucket, Store};
 use crate::supervise::Watched;
-
-pub use queue::{Due, FireQueue, prefetching};
-pub use shards::{DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, parse_count, ranges, shard_count, shard_of};
+use firing::{leader, shard};
+use membership::{members, settle, shards};
+use recovery::reaper;
 
 /// Scheduler settings (`[scheduler]` in `cronrun.toml`).
 #[derive(Debug, Clone, Deserialize)]
@@ -89,8 +77,9 @@ pub struct SchedulerConfig {
     /// From this many jobs in the deployment, a scheduler taking a shard reads its
     /// snapshot and the index's changes since instead of the whole index (see `snapshot`).
     /// Below it, reading the index is quick. Snapshots are written at any size, by a pass
-    /// over the index and by each shard's leader as its jobs change (see `refresh`), so
-    /// that a deployment growing past this finds them current. Default 100,000; 0: always.
+    /// over the index and by each shard's leader as its jobs change (see
+    /// `loading::refresh`), so that a deployment growing past this finds them current.
+    /// Default 100,000; 0: always.
     pub snapshots_from: u64,
     /// The identity the scheduler connects as, on a connection of its own (`scheduler.nk`,
     /// with the agent's `creds` a runner's). Default: none, the agent's one connection.

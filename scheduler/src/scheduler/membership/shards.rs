@@ -2,10 +2,10 @@
 //!
 //! A job's shard is a stable hash of its name modulo the shard count: 32-bit FNV-1a, which
 //! is what NATS's subject-mapping `partition` computes, so that the server files each job
-//! under the same shard in the schedules index (see `index`). The count is fixed when a
-//! deployment first starts:
-//! the first scheduler stores it under `shards` in the leases bucket and every later one
-//! uses it, since changing it would move jobs to shards whose watermarks never saw them.
+//! under the same shard in the schedules index (see `loading::index`). The count is fixed
+//! when a deployment first starts: the first scheduler stores it under `shards` in the
+//! leases bucket and every later one uses it, since changing it would move jobs to shards
+//! whose watermarks never saw them.
 //!
 //! Owners are chosen by rendezvous hashing with bounded load: every scheduler computes the
 //! same assignment from the same member list, each member gets at most ⌈shards/members⌉
@@ -21,7 +21,7 @@ pub const SHARDS_KEY: &str = crate::names::lease_keys::SHARD_COUNT;
 
 /// FNV-1a over the concatenated parts: fixed by its definition, the same on every host,
 /// Rust release and cronrun version (unlike `std`'s `DefaultHasher`).
-pub(super) fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub(in crate::scheduler) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for b in *part {
@@ -72,7 +72,7 @@ pub fn assign(members: &[String], count: u32) -> Vec<usize> {
 }
 
 /// Spreads FNV's weak low bits over the whole word (splitmix64's finaliser).
-pub(super) fn mix(mut x: u64) -> u64 {
+pub(in crate::scheduler) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)

@@ -22,7 +22,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::catchup::{self, MISSED_RECORDS_MAX, Verdict};
-use super::{Due, FireQueue};
+use super::queue::{Due, FireQueue};
 use crate::record::Trigger;
 
 /// One fire's fate.

@@ -474,7 +474,11 @@ mod tests {
 
     /// A job name of shard `n` (the partition NATS computes).
     fn names_of(n: u32, count: usize) -> Vec<String> {
-        (0..).map(|i| format!("job-{i}")).filter(|name| super::super::shard_of(name, SHARDS) == n).take(count).collect()
+        (0..)
+            .map(|i| format!("job-{i}"))
+            .filter(|name| crate::scheduler::membership::shards::shard_of(name, SHARDS) == n)
+            .take(count)
+            .collect()
     }
 
     fn chunk(generation: u64, raw: &[u8]) -> Bytes {

@@ -35,7 +35,7 @@ pub(super) const KEEP_BYTES_MAX: usize = 16 << 20;
 
 /// The snapshot a leader's shard was read from or written with, and the changes since
 /// that the load read: where its keeping starts.
-pub(super) struct Kept {
+pub(in crate::scheduler) struct Kept {
     pub head: Head,
     pub changes: Changes,
 }
@@ -45,7 +45,7 @@ pub(super) struct Kept {
 type Written = (Result<Option<Head>, Error>, Changes, u64);
 
 /// One led shard's snapshot keeping.
-pub(super) struct Keeper {
+pub(in crate::scheduler) struct Keeper {
     snapshots: Option<Snapshots>,
     n: u32,
     /// None: not kept (no snapshot to start from, or given up).

@@ -56,7 +56,7 @@ const PASS_ERRORS_MAX: u32 = 10;
 pub struct Loaded {
     pub jobs: Vec<Arc<CatalogJob>>,
     pub after: u64,
-    pub(super) kept: Option<Kept>,
+    pub(in crate::scheduler) kept: Option<Kept>,
 }
 
 type Request = (u32, oneshot::Sender<Result<Loaded, Error>>);

@@ -13,14 +13,15 @@ use tracing::{debug, error, warn};
 
 use super::catchup;
 use super::in_flight::{InFlight, fire};
-use super::index::{PublishedTriggers, ShardChange, ShardJobs};
-use super::loader::Loaded;
 use super::plan::{Action, Planner, Record};
-use super::refresh::Keeper;
-use super::{Due, FireQueue, SchedulerCtx};
+use super::queue::{Due, FireQueue};
 use crate::catalog::CatalogJob;
 use crate::error::Error;
 use crate::names::lease_keys;
+use crate::scheduler::SchedulerCtx;
+use crate::scheduler::loading::index::{PublishedTriggers, ShardChange, ShardJobs};
+use crate::scheduler::loading::loader::Loaded;
+use crate::scheduler::loading::refresh::Keeper;
 use crate::store::Store;
 use crate::store::lease::Lease;
 
@@ -334,7 +335,7 @@ impl Resume<'_> {
 /// agent's other tasks, its leases' renewals among them, run meanwhile.
 async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (FireQueue, PublishedTriggers) {
     let (mut queue, mut triggers) = (FireQueue::with_capacity(jobs.len()), PublishedTriggers::new(n));
-    for job in super::prefetching(jobs) {
+    for job in super::queue::prefetching(jobs) {
         tokio::task::consume_budget().await;
         triggers.set(&job);
         let start = resume.start(&job).await;
@@ -373,7 +374,7 @@ async fn publish_triggers(s: &Led<'_>, triggers: &mut PublishedTriggers) {
 /// shard whose first leader comes late (agents starting together, a lease held by a task
 /// that stopped) then resumes from here, and the fires of the gap are dispatched late or
 /// recorded missed, never silently dropped. Existing watermarks are left as they are.
-pub(super) async fn seed_watermarks(store: &Store, shards: u32, now: DateTime<Utc>) -> Result<(), Error> {
+pub(in crate::scheduler) async fn seed_watermarks(store: &Store, shards: u32, now: DateTime<Utc>) -> Result<(), Error> {
     let body: bytes::Bytes =
         serde_json::to_vec(&now).map_err(|e| Error::other("encoding the first watermarks", e))?.into();
     let creates = (0..shards).map(|n| {

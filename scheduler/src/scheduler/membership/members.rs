@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::SchedulerCtx;
 use crate::names::lease_keys;
+use crate::scheduler::SchedulerCtx;
 use crate::store::Store;
 use crate::store::lease::LeaseValue;
 
@@ -33,7 +33,7 @@ pub struct Presence {
 
 /// Writes our key every third of the lease TTL until `cancel`, then deletes it. Each
 /// write measures our clock against the server's.
-pub(super) async fn publish(ctx: SchedulerCtx, cancel: CancellationToken) {
+pub(in crate::scheduler) async fn publish(ctx: SchedulerCtx, cancel: CancellationToken) {
     let (store, holder, ttl) = (&ctx.store, &ctx.holder, ctx.config.lease_ttl);
     let key = lease_keys::scheduler(holder);
     let started = ctx.clock.now();
@@ -82,7 +82,12 @@ pub(super) async fn publish(ctx: SchedulerCtx, cancel: CancellationToken) {
 /// While our own clock is off (`clock_off`), we are left out at once, as the others leave
 /// us out once our key says so; unless every member's clock is off, when the list holds
 /// them all.
-pub(super) fn with_self(members: Members, holder: &str, before: &[String], clock_off: bool) -> Vec<String> {
+pub(in crate::scheduler) fn with_self(
+    members: Members,
+    holder: &str,
+    before: &[String],
+    clock_off: bool,
+) -> Vec<String> {
     let Members { mut list, all_off } = members;
     let joined = before.iter().any(|m| m == holder);
     match list.binary_search_by(|m| m.as_str().cmp(holder)) {
@@ -97,7 +102,7 @@ pub(super) fn with_self(members: Members, holder: &str, before: &[String], clock
 
 /// The live members whose clocks are within, or all of them if none is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Members {
+pub(in crate::scheduler) struct Members {
     pub list: Vec<String>,
     /// Every live member's clock is off: the list holds them all.
     pub all_off: bool,
@@ -116,7 +121,7 @@ impl Members {
 }
 
 /// Keeps `members` at the sorted holders of the live keys, resyncing after errors.
-pub(super) async fn follow(store: Store, members: watch::Sender<Members>, cancel: CancellationToken) {
+pub(in crate::scheduler) async fn follow(store: Store, members: watch::Sender<Members>, cancel: CancellationToken) {
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,

@@ -25,11 +25,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::{Due, shards};
+use super::queue::Due;
 use crate::catalog::JobSummary;
 use crate::dispatch::{DispatchMsg, Outcome, dispatch, publish_dispatched};
 use crate::error::Error;
 use crate::record::{Trigger, fire_run_id};
+use crate::scheduler::membership::shards;
 use crate::store::Store;
 
 /// Dispatches not finished yet, and their fire instants (for the watermark).

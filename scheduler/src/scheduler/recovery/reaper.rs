@@ -20,10 +20,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::SchedulerCtx;
 use super::expiry::run_lease_expired;
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
+use crate::scheduler::SchedulerCtx;
 use crate::store::kv::Watch;
 use crate::store::{Bucket, Store};
 
@@ -34,7 +34,7 @@ const REAPING_SHARD: u32 = 0;
 const REAP_RETRY_MAX: Duration = Duration::from_secs(16);
 
 /// Every scheduler runs one, beside its shard tasks.
-pub(super) struct Reaper {
+pub(in crate::scheduler) struct Reaper {
     store: Store,
     catalog: Catalog,
     /// The schedules index: the names of the jobs of the shards led here, for the sweep.
@@ -92,7 +92,7 @@ impl Reaper {
                 _ = log_leading.tick(), if reaper.leading_changed => {
                     reaper.leading_changed = false;
                     let total = reaper.shards;
-                    info!("leading {} of {total} shards: {}", reaper.leading.len(), super::shards::ranges(reaper.leading.iter().copied()));
+                    info!("leading {} of {total} shards: {}", reaper.leading.len(), crate::scheduler::membership::shards::ranges(reaper.leading.iter().copied()));
                 }
             }
         }

@@ -7,10 +7,10 @@ use bytes::Bytes;
 
 use tracing::{error, warn};
 
-use super::shard_of;
 use crate::catalog::{CatalogJob, JobTriggers, ShardTriggers};
 use crate::error::Error;
 use crate::names::lease_keys;
+use crate::scheduler::membership::shards::shard_of;
 use crate::store::Bucket;
 use crate::store::kv::{Change, Versioned, Watch};
 
@@ -18,7 +18,7 @@ use crate::store::kv::{Change, Versioned, Watch};
 const WATCH_ERRORS_MAX: u32 = 10;
 
 /// What changed in the shard.
-pub(super) enum ShardChange {
+pub(in crate::scheduler) enum ShardChange {
     /// A job was added or edited, and its spec as the index holds it.
     Put(Arc<CatalogJob>, Bytes),
     /// A job was removed.
@@ -26,7 +26,7 @@ pub(super) enum ShardChange {
 }
 
 /// The watch of one shard's jobs.
-pub(super) struct ShardJobs {
+pub(in crate::scheduler) struct ShardJobs {
     index: Bucket,
     n: u32,
     shards: u32,
@@ -119,7 +119,7 @@ pub(super) fn decode_entry(n: u32, shards: u32, name: &str, value: Bytes, revisi
 
 /// The triggers of the shard's jobs, and their publication under `triggers.<shard>` (see
 /// `catalog::triggers`).
-pub(super) struct PublishedTriggers {
+pub(in crate::scheduler) struct PublishedTriggers {
     n: u32,
     jobs: ShardTriggers,
     /// Changed since last written.

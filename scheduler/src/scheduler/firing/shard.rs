@@ -10,12 +10,12 @@ use tokio_util::sync::CancellationToken;
 use futures::FutureExt;
 use tracing::{Instrument, debug, error, info_span, warn};
 
-use super::SchedulerCtx;
 use super::leader::{Led, lead};
 use crate::names::lease_keys;
+use crate::scheduler::SchedulerCtx;
 use crate::store::lease::Lease;
 
-pub(super) struct Shard {
+pub(in crate::scheduler) struct Shard {
     pub n: u32,
     pub ctx: SchedulerCtx,
     /// Tells the scheduler when we start (true) and stop (false) leading.
