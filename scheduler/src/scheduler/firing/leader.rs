@@ -50,22 +50,22 @@ impl Drop for Counted {
 }
 
 /// The shard being led.
-pub(super) struct Led<'a> {
+pub(super) struct LedShard<'a> {
     pub n: u32,
     pub ctx: &'a SchedulerCtx,
 }
 
 /// What the leader keeps up beside its dispatching: the lease and the watermark.
-struct Hold {
+struct Leadership {
     lease: Lease,
     watermark: Watermark,
 }
 
-impl Hold {
+impl Leadership {
     /// Renews the lease, then moves the watermark to `low` while the lease is surely ours
     /// (a successor may read the watermark once it is not). A renewal unanswered within
     /// the lease's TTL counts as failed.
-    async fn keep(&mut self, s: &Led<'_>, low: DateTime<Utc>) -> Result<(), Error> {
+    async fn keep(&mut self, s: &LedShard<'_>, low: DateTime<Utc>) -> Result<(), Error> {
         let ttl = self.lease.ttl();
         match tokio::time::timeout(ttl, self.lease.renew()).await {
             Ok(renewed) => renewed?,
@@ -89,10 +89,10 @@ const LAST_KEEP_MAX: Duration = Duration::from_secs(2);
 const FINAL_SNAPSHOT_MAX: Duration = Duration::from_secs(2);
 
 /// A renewal in flight, holding the lease and watermark until it is done.
-type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Hold, Result<(), Error>)> + Send + 'a>>;
+type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Leadership, Result<(), Error>)> + Send + 'a>>;
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
-pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
+pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
     let now = s.ctx.clock.now();
     // Resume after the last dispatched fire. A shard never led before starts now, and
@@ -132,8 +132,8 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     // may have run out (`lease_end`) until a renewal is answered; one refused, failed or
     // answered too late to lead on makes the leader step down.
     let mut lease_end = lease.held_until();
-    let mut hold = Hold { lease, watermark };
-    let mut idle = Some(&mut hold);
+    let mut leadership = Leadership { lease, watermark };
+    let mut idle = Some(&mut leadership);
     let mut keeping: Option<Keeping<'_>> = None;
     let ended = loop {
         counted.set(queue.len());
@@ -188,19 +188,19 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
             }
             _ = renew.tick(), if idle.is_some() => {
                 s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
-                if let Some(hold) = idle.take() {
+                if let Some(leadership) = idle.take() {
                     // Not past now: a job added while the write is in flight fires from now.
                     let low = low_water(&mut queue, &in_flight, now);
                     keeping = Some(Box::pin(async move {
-                        let kept = hold.keep(s, low).await;
-                        (hold, kept)
+                        let kept = leadership.keep(s, low).await;
+                        (leadership, kept)
                     }));
                 }
                 publish_triggers(s, &mut triggers).await;
             }
-            (hold, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
-                lease_end = hold.lease.held_until();
-                (keeping, idle) = (None, Some(hold));
+            (leadership, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
+                lease_end = leadership.lease.held_until();
+                (keeping, idle) = (None, Some(leadership));
                 // Lost, not renewed, or renewed too late to lead on: step down at once.
                 if let Err(e) = kept {
                     break Err(e);
@@ -217,7 +217,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
     let (mut ended, mut abandoned) = (ended, false);
     if let Some(k) = keeping.take() {
         let kept = match tokio::time::timeout(LAST_KEEP_MAX, k).await {
-            Ok((hold, Ok(()))) => Ok(hold.lease.held_until()),
+            Ok((leadership, Ok(()))) => Ok(leadership.lease.held_until()),
             Ok((_, Err(e))) => Err(e),
             Err(_) => {
                 abandoned = true;
@@ -228,7 +228,7 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
         ended = ended.and(kept.map(|_| ()));
     }
     drop((keeping, idle));
-    end(s, hold, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), (stopping, abandoned)).await;
+    end(s, leadership, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), (stopping, abandoned)).await;
     ended
 }
 
@@ -239,13 +239,13 @@ pub(super) async fn lead(s: &Led<'_>, mut lease: Lease, cancel: &CancellationTok
 /// `abandoned` (it could still land, after a successor read what it wrote): then the lease
 /// is left to expire.
 async fn end(
-    s: &Led<'_>,
-    hold: Hold,
+    s: &LedShard<'_>,
+    leadership: Leadership,
     lease_end: Instant,
     (queue, mut in_flight, (keeper, followed)): (&mut FireQueue, InFlight, (Keeper, u64)),
     (stopping, mut abandoned): (bool, bool),
 ) {
-    let Hold { lease, mut watermark } = hold;
+    let Leadership { lease, mut watermark } = leadership;
     if stopping {
         // Finished while the lease is ours, so that the watermark covers them; any left go
         // on by themselves (cut short, one would leave its fire to a successor's catch-up;
@@ -284,7 +284,7 @@ async fn end(
 /// and each in one go, every shard's lease ran out while its queue was built, and every
 /// shard was read again).
 async fn load(
-    s: &Led<'_>,
+    s: &LedShard<'_>,
     lease: &mut Lease,
     cancel: &CancellationToken,
     resume: Resume<'_>,
@@ -362,7 +362,7 @@ const TRIGGERS_MAX: Duration = Duration::from_millis(500);
 
 /// Publishes the shard's triggers if they need it; a failure is tried again at the next
 /// renewal.
-async fn publish_triggers(s: &Led<'_>, triggers: &mut PublishedTriggers) {
+async fn publish_triggers(s: &LedShard<'_>, triggers: &mut PublishedTriggers) {
     match tokio::time::timeout(TRIGGERS_MAX, triggers.publish(&s.ctx.store.leases, s.ctx.store.record_budget)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!("publishing the shard's triggers: {e}"),
@@ -391,7 +391,7 @@ pub(in crate::scheduler) async fn seed_watermarks(store: &Store, shards: u32, no
     results.into_iter().collect()
 }
 
-async fn read_watermark(s: &Led<'_>) -> Result<Watermark, Error> {
+async fn read_watermark(s: &LedShard<'_>) -> Result<Watermark, Error> {
     let key = lease_keys::watermark(s.n);
     Ok(match s.ctx.store.leases.get(&key).await? {
         Some(v) => Watermark {
@@ -404,7 +404,7 @@ async fn read_watermark(s: &Led<'_>) -> Result<Watermark, Error> {
 
 /// Moves the watermark forward by compare-and-set: a conflict means another scheduler
 /// holds the shard now.
-async fn write_watermark(s: &Led<'_>, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
+async fn write_watermark(s: &LedShard<'_>, w: &mut Watermark, at: DateTime<Utc>) -> Result<(), Error> {
     if at <= w.at && w.revision != 0 {
         return Ok(());
     }

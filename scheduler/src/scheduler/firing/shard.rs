@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use futures::FutureExt;
 use tracing::{Instrument, debug, error, info_span, warn};
 
-use super::leader::{Led, lead};
+use super::leader::{LedShard, lead};
 use crate::names::lease_keys;
 use crate::scheduler::SchedulerCtx;
 use crate::store::lease::Lease;
@@ -43,7 +43,7 @@ impl Shard {
                 crate::metrics::shards_led(1.0);
                 // A panic while leading must not end the shard for good: its other jobs
                 // would never fire again. It steps down (the lease expires) and stands by.
-                let shard = Led { n: self.n, ctx: &self.ctx };
+                let shard = LedShard { n: self.n, ctx: &self.ctx };
                 let led = AssertUnwindSafe(lead(&shard, lease, &cancel)).catch_unwind().await;
                 crate::metrics::shards_led(-1.0);
                 self.ctx.next_fires.clear(self.n);
