@@ -18,6 +18,32 @@ use std::sync::Mutex;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use crate::wasmtime_error::WasmtimeError;
+
+/// Why the disk cache is not used for a file or its directory (logged; the component is
+/// compiled again), or why a component did not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot create it: {0}")]
+    CreateDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("a symbolic link")]
+    Symlink,
+    #[error("owned by uid {owner}, not this agent's {me}")]
+    NotOurs { owner: u32, me: u32 },
+    #[error("writable by others (mode {mode:o})")]
+    WritableByOthers { mode: u32 },
+    #[error("not a precompiled component")]
+    NotPrecompiled,
+    #[error("no directory")]
+    NoDirectory,
+    #[error(transparent)]
+    Wasmtime(#[from] WasmtimeError),
+    #[error(transparent)]
+    Persist(#[from] tempfile::PersistError),
+}
+
 /// Components by digest: in memory as `T` (what the host makes of a compiled component,
 /// linked), on disk compiled.
 pub struct ComponentCache<T> {
@@ -85,9 +111,9 @@ impl<T: Clone> ComponentCache<T> {
     }
 
     /// Compiles `bytes` (blocking: call it off the async threads) and keeps the result on disk.
-    pub fn compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, String> {
+    pub fn compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<Component, WasmtimeError> {
         let started = std::time::Instant::now();
-        let component = Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?;
+        let component = Component::new(engine, bytes)?;
         tracing::info!("compiled plugin {digest} ({} bytes) in {:?}", bytes.len(), started.elapsed());
         if let Some(path) = self.file(digest)
             && let Err(e) = write_file(&component, &path)
@@ -99,29 +125,29 @@ impl<T: Clone> ComponentCache<T> {
 }
 
 /// Creates `dir` (0700) if missing; Err unless it is ours and no one else may write it.
-fn private_dir(dir: &Path) -> Result<(), String> {
+fn private_dir(dir: &Path) -> Result<(), CacheError> {
     if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+        std::fs::create_dir_all(dir).map_err(CacheError::CreateDir)?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     owned_by_us(dir)
 }
 
 /// Err unless `path` (not a symlink) belongs to this process's user and is writable by
 /// its owner only.
-fn owned_by_us(path: &Path) -> Result<(), String> {
+fn owned_by_us(path: &Path) -> Result<(), CacheError> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(path)?;
     let me = nix::unistd::geteuid().as_raw();
     if meta.file_type().is_symlink() {
-        return Err("a symbolic link".into());
+        return Err(CacheError::Symlink);
     }
     if meta.uid() != me {
-        return Err(format!("owned by uid {}, not this agent's {me}", meta.uid()));
+        return Err(CacheError::NotOurs { owner: meta.uid(), me });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!("writable by others (mode {:o})", meta.mode() & 0o777));
+        return Err(CacheError::WritableByOthers { mode: meta.mode() & 0o777 });
     }
     Ok(())
 }
@@ -136,21 +162,21 @@ fn owned_by_us(path: &Path) -> Result<(), String> {
 /// refuses a mismatch. What it cannot check is that the machine code was not altered by
 /// the agent's own user, who can already run code as the agent.
 #[allow(unsafe_code)]
-fn load_own_file(engine: &Engine, path: &Path) -> Result<Component, String> {
+fn load_own_file(engine: &Engine, path: &Path) -> Result<Component, CacheError> {
     if !matches!(Engine::detect_precompiled_file(path), Ok(Some(wasmtime::Precompiled::Component))) {
-        return Err("not a precompiled component".into());
+        return Err(CacheError::NotPrecompiled);
     }
     // SAFETY: see the function's documentation: the file is one we wrote ourselves for
     // an engine of the same fingerprint.
-    unsafe { Component::deserialize_file(engine, path) }.map_err(|e| format!("{e:#}"))
+    unsafe { Component::deserialize_file(engine, path) }.map_err(|e| CacheError::Wasmtime(e.into()))
 }
 
-fn write_file(component: &Component, path: &Path) -> Result<(), String> {
-    let dir = path.parent().ok_or("no directory")?;
+fn write_file(component: &Component, path: &Path) -> Result<(), CacheError> {
+    let dir = path.parent().ok_or(CacheError::NoDirectory)?;
     private_dir(dir)?;
-    let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| e.to_string())?;
-    std::io::Write::write_all(&mut tmp, &bytes).map_err(|e| e.to_string())?;
-    tmp.persist(path).map_err(|e| e.to_string())?;
+    let bytes = component.serialize().map_err(WasmtimeError::from)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, &bytes)?;
+    tmp.persist(path)?;
     Ok(())
 }

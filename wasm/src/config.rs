@@ -122,10 +122,8 @@ impl WasmConfig {
         if self.http_max_requests > 1_000_000 {
             return invalid("http_max_requests", "must be between 0 and 1000000");
         }
-        if let Err(e) = super::signing::check_trusted(&self.trusted_keys) {
-            return invalid("trusted_keys", &e);
-        }
-        Ok(())
+        super::signing::check_trusted(&self.trusted_keys)
+            .map_err(|e| Error::invalid("wasm.trusted_keys", format!("wasm.trusted_keys: {e}")).with_source(e))
     }
 
     /// What one job may keep in its KV store.

@@ -6,6 +6,19 @@
 use crate::spec::WasmSpec;
 use crate::spec::http_grant::{HttpGrant, Scheme};
 
+/// Why a host call was refused; the guest gets its text (`result<_, string>` of the WIT).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("publish to {subject:?} denied: not a valid subject (dot-separated tokens, no wildcards or spaces)")]
+    InvalidSubject { subject: String },
+    #[error("publish to {subject} denied: not granted (add it to the job's wasm.allow_publish)")]
+    PublishNotGranted { subject: String },
+    #[error("kv denied: not granted (set wasm.allow_kv = true in the job spec)")]
+    KvNotGranted,
+    #[error("kv key {key:?} is invalid: use 1 to 256 of A-Z a-z 0-9 _ - / = . not starting or ending with .")]
+    InvalidKvKey { key: String },
+}
+
 /// The grants of one run, from its spec.
 #[derive(Debug, Clone, Default)]
 pub struct Grants {
@@ -25,16 +38,14 @@ impl Grants {
     }
 
     /// Why a publish to `subject` is refused, if it is.
-    pub fn check_publish(&self, subject: &str) -> Result<(), String> {
+    pub fn check_publish(&self, subject: &str) -> Result<(), Denied> {
         if !valid_subject(subject) {
-            return Err(format!(
-                "publish to {subject:?} denied: not a valid subject (dot-separated tokens, no wildcards or spaces)"
-            ));
+            return Err(Denied::InvalidSubject { subject: subject.to_string() });
         }
         if self.allow_publish.iter().any(|p| subject_matches(p, subject)) {
             return Ok(());
         }
-        Err(format!("publish to {subject} denied: not granted (add it to the job's wasm.allow_publish)"))
+        Err(Denied::PublishNotGranted { subject: subject.to_string() })
     }
 
     /// The entry that allows a request to `scheme://host:port`, if one does.
@@ -43,9 +54,9 @@ impl Grants {
     }
 
     /// Why the job may not use its KV store, if it may not.
-    pub fn check_kv(&self, key: &str) -> Result<(), String> {
+    pub fn check_kv(&self, key: &str) -> Result<(), Denied> {
         if !self.allow_kv {
-            return Err("kv denied: not granted (set wasm.allow_kv = true in the job spec)".to_string());
+            return Err(Denied::KvNotGranted);
         }
         valid_kv_key(key)
     }
@@ -78,16 +89,12 @@ pub fn subject_matches(pattern: &str, subject: &str) -> bool {
 }
 
 /// KV keys: 1 to 256 of `A-Z a-z 0-9 _ - / = .`, not starting or ending with `.`.
-pub fn valid_kv_key(key: &str) -> Result<(), String> {
+pub fn valid_kv_key(key: &str) -> Result<(), Denied> {
     let ok = (1..=256).contains(&key.len())
         && !key.starts_with('.')
         && !key.ends_with('.')
         && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-/=.".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("kv key {key:?} is invalid: use 1 to 256 of A-Z a-z 0-9 _ - / = . not starting or ending with ."))
-    }
+    if ok { Ok(()) } else { Err(Denied::InvalidKvKey { key: key.to_string() }) }
 }
 
 #[cfg(test)]
@@ -111,11 +118,11 @@ mod tests {
     fn publish_needs_a_grant_and_a_valid_subject() {
         let g = Grants { allow_publish: vec!["events.*".into()], ..Grants::default() };
         assert!(g.check_publish("events.tick").is_ok());
-        let err = g.check_publish("orders.new").unwrap_err();
+        let err = g.check_publish("orders.new").unwrap_err().to_string();
         assert!(err.starts_with("publish to orders.new denied: not granted"), "{err}");
-        assert!(g.check_publish("events.*").unwrap_err().contains("not a valid subject"));
-        assert!(g.check_publish("events..x").unwrap_err().contains("not a valid subject"));
-        assert!(g.check_publish("events.a b").unwrap_err().contains("not a valid subject"));
+        assert!(g.check_publish("events.*").unwrap_err().to_string().contains("not a valid subject"));
+        assert!(g.check_publish("events..x").unwrap_err().to_string().contains("not a valid subject"));
+        assert!(g.check_publish("events.a b").unwrap_err().to_string().contains("not a valid subject"));
     }
 
     #[test]
@@ -134,7 +141,7 @@ mod tests {
 
     #[test]
     fn kv_needs_grant_and_valid_key() {
-        let denied = Grants::default().check_kv("a").unwrap_err();
+        let denied = Grants::default().check_kv("a").unwrap_err().to_string();
         assert!(denied.starts_with("kv denied: not granted"), "{denied}");
         let g = Grants { allow_kv: true, ..Grants::default() };
         assert!(g.check_kv("last-status").is_ok());

@@ -1,6 +1,8 @@
 //! The state of one run's wasmtime `Store` and the host side of `wit/job.wit`: `log`
 //! (lines to the run's output), `config` (the spec's map), `kv` and `nats` (checked
-//! against the grants, then done in NATS). Denials are error strings, never traps.
+//! against the grants, then done in NATS). Denials are error strings, never traps: the
+//! WIT's `result<_, string>`, so the typed errors (`Denied`, `HostCallError`) end here as
+//! their text.
 //! Also the WASI views (no preopens, env or network) and the memory/table limiter.
 
 use std::collections::BTreeMap;
@@ -79,18 +81,18 @@ impl input::Host for HostState {
 
 impl kv::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
-        self.grants.check_kv(&key)?;
-        self.nats.kv_get(&self.job, &key).await
+        self.grants.check_kv(&key).map_err(|e| e.to_string())?;
+        self.nats.kv_get(&self.job, &key).await.map_err(|e| e.to_string())
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
-        self.grants.check_kv(&key)?;
-        self.nats.kv_set(&self.job, &key, value).await
+        self.grants.check_kv(&key).map_err(|e| e.to_string())?;
+        self.nats.kv_set(&self.job, &key, value).await.map_err(|e| e.to_string())
     }
 
     async fn delete(&mut self, key: String) -> Result<(), String> {
-        self.grants.check_kv(&key)?;
-        self.nats.kv_delete(&self.job, &key).await
+        self.grants.check_kv(&key).map_err(|e| e.to_string())?;
+        self.nats.kv_delete(&self.job, &key).await.map_err(|e| e.to_string())
     }
 }
 
@@ -101,8 +103,8 @@ impl nats::Host for HostState {
         payload: Vec<u8>,
         headers: Vec<(String, String)>,
     ) -> Result<(), String> {
-        self.grants.check_publish(&subject)?;
-        self.nats.publish(&subject, payload, headers).await
+        self.grants.check_publish(&subject).map_err(|e| e.to_string())?;
+        self.nats.publish(&subject, payload, headers).await.map_err(|e| e.to_string())
     }
 }
 

@@ -15,6 +15,7 @@
 //! - `signing.rs`: plugin signatures (`deploy --sign`, `[wasm] trusted_keys`).
 //! - `stdio.rs`: guest stdout/stderr as lines into the run's output.
 //! - `inspect.rs`: what `cronrun deploy` checks before storing a plugin.
+//! - `wasmtime_error.rs`: wasmtime's error as the source of this crate's typed errors.
 
 mod bindings;
 mod cache;
@@ -28,6 +29,7 @@ mod nats;
 mod run;
 pub mod signing;
 mod stdio;
+mod wasmtime_error;
 
 use std::sync::Arc;
 
@@ -40,36 +42,63 @@ use cronrun_model::{error, output, record, spec};
 pub use config::{WasmConfig, parse_bytes};
 /// The output line type of [`PreparedWasm::run`], nameable outside the crate.
 pub use cronrun_model::output::{Line, Source};
-pub use inspect::{Inspected, MANIFEST_SECTION, inspect, inspect_or_none, with_manifest};
+pub use inspect::{InspectError, Inspected, MANIFEST_SECTION, inspect, inspect_or_none, with_manifest};
 pub use run::{JobContext, WasmOutcome};
+pub use wasmtime_error::WasmtimeError;
+
+/// Why a compiled component does not link against this host. `Clone`: kept in the
+/// cache, so that a component deployed for another host version is not linked again for
+/// every run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkError {
+    /// An import the host does not provide, or not with that type.
+    #[error(transparent)]
+    Imports(WasmtimeError),
+    #[error("it does not export `run` of the cronrun:job world: {0}")]
+    NoRun(#[source] WasmtimeError),
+}
+
+/// Why `bytes` is not a component this host can run as a job (`check_job_component`).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The engine or linker of the check could not be made.
+    #[error(transparent)]
+    Host(Error),
+    #[error("it does not compile: {0}")]
+    Compile(#[source] WasmtimeError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("checking the component: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
 
 /// Links `component` against the host: every import must be provided and `run`
 /// exported with the world's type.
-fn link(linker: &Linker<HostState>, component: &Component) -> Result<JobPre<HostState>, String> {
-    let pre = linker.instantiate_pre(component).map_err(|e| format!("{e:#}"))?;
-    JobPre::new(pre).map_err(|e| format!("it does not export `run` of the cronrun:job world: {e:#}"))
+fn link(linker: &Linker<HostState>, component: &Component) -> Result<JobPre<HostState>, LinkError> {
+    let pre = linker.instantiate_pre(component).map_err(|e| LinkError::Imports(e.into()))?;
+    JobPre::new(pre).map_err(|e| LinkError::NoRun(e.into()))
 }
 
-fn cannot_run(digest: &str, why: &str) -> Error {
-    Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {why}"))
+fn cannot_run(digest: &str, why: LinkError) -> Error {
+    Error::invalid("wasm.plugin", format!("plugin {digest} cannot run here: {why}")).with_source(why)
 }
 
 /// Whether `bytes` is a component this host can run as a job: it compiles, every import
 /// links (the `job` world, WASI 0.2, wasi:http) and `run` has the world's type. Used by
 /// `cronrun deploy` before it stores anything; needs no NATS.
-pub async fn check_job_component(bytes: Vec<u8>) -> Result<(), String> {
+pub async fn check_job_component(bytes: Vec<u8>) -> Result<(), CheckError> {
     tokio::task::spawn_blocking(move || {
         let config = WasmConfig { max_instances: 1, ..WasmConfig::default() };
-        let engine = engine::engine(&config).map_err(|e| e.to_string())?;
-        let linker = engine::linker(&engine).map_err(|e| e.to_string())?;
-        let component = Component::new(&engine, &bytes).map_err(|e| format!("it does not compile: {e:#}"))?;
-        link(&linker, &component).map(|_| ())
+        let engine = engine::engine(&config).map_err(CheckError::Host)?;
+        let linker = engine::linker(&engine).map_err(CheckError::Host)?;
+        let component = Component::new(&engine, &bytes).map_err(|e| CheckError::Compile(e.into()))?;
+        Ok(link(&linker, &component).map(|_| ())?)
     })
     .await
-    .map_err(|e| format!("checking the component: {e}"))?
+    .map_err(CheckError::Task)?
 }
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::spec::WasmSpec;
 use bindings::JobPre;
 use host::HostState;
@@ -108,7 +137,7 @@ struct Inner {
 
 /// A compiled component linked, or why it cannot be: a component that compiles but does
 /// not link (deployed for another host version) is not compiled again for every run.
-type Linked = Result<JobPre<HostState>, String>;
+type Linked = Result<JobPre<HostState>, LinkError>;
 
 /// One load of a component, its result shared by every run that waited for it.
 type Loading = tokio::sync::OnceCell<Result<JobPre<HostState>, Error>>;
@@ -159,13 +188,13 @@ impl WasmRuntime {
     /// keys for job `job` in pool `pool`; else the refusal, in one line.
     pub fn verify(&self, job: &str, pool: &str, spec: &WasmSpec) -> Result<(), Error> {
         signing::verify(job, pool, spec, &self.inner.config.trusted_keys)
-            .map_err(|e| Error::invalid("wasm.signature", e))
+            .map_err(|e| Error::invalid("wasm.signature", e.to_string()).with_source(e))
     }
 
     /// The component of `digest`, linked: from memory, else loaded and linked once.
     async fn linked(&self, digest: &str) -> Result<JobPre<HostState>, Error> {
         if let Some(linked) = self.inner.cache.get(digest) {
-            return linked.map_err(|e| cannot_run(digest, &e));
+            return linked.map_err(|e| cannot_run(digest, e));
         }
         let once = {
             let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -187,17 +216,16 @@ impl WasmRuntime {
         let component = self.compiled(digest).await?;
         let linked = link(&self.inner.linker, &component);
         self.inner.cache.remember(digest, &linked);
-        linked.map_err(|e| cannot_run(digest, &e))
+        linked.map_err(|e| cannot_run(digest, e))
     }
 
     async fn compiled(&self, digest: &str) -> Result<Component, Error> {
         let inner = &self.inner;
-        let other = |e: String| Error::new(ErrorKind::Other, e);
         let rt = self.clone();
         let d = digest.to_string();
         let from_disk = tokio::task::spawn_blocking(move || rt.inner.cache.load_from_disk(&rt.inner.engine, &d))
             .await
-            .map_err(|e| other(format!("loading plugin {digest}: {e}")))?;
+            .map_err(|e| Error::other(&format!("loading plugin {digest}"), e))?;
         if let Some(component) = from_disk {
             return Ok(component);
         }
@@ -206,8 +234,11 @@ impl WasmRuntime {
         let d = digest.to_string();
         tokio::task::spawn_blocking(move || rt.inner.cache.compile(&rt.inner.engine, &d, &bytes))
             .await
-            .map_err(|e| other(format!("compiling plugin {digest}: {e}")))?
-            .map_err(|e| Error::invalid("wasm.plugin", format!("plugin {digest} is not a loadable component: {e}")))
+            .map_err(|e| Error::other(&format!("compiling plugin {digest}"), e))?
+            .map_err(|e| {
+                Error::invalid("wasm.plugin", format!("plugin {digest} is not a loadable component: {e}"))
+                    .with_source(e)
+            })
     }
 
     pub fn config(&self) -> &WasmConfig {

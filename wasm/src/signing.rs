@@ -36,6 +36,53 @@ use cronrun_model::spec::WasmSpec;
 use cronrun_model::spec::secret::Value;
 use serde::Serialize;
 
+/// Why a spec could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    /// Never a signature over nothing: an encoding that failed signs and verifies nothing.
+    #[error("encoding what the signature of job {job} covers: {source}")]
+    Encode { job: String, source: serde_json::Error },
+    #[error("not an nkey seed: {0}")]
+    Seed(#[source] nkeys::error::Error),
+    #[error("signing job {job}: {source}")]
+    Sign { job: String, source: nkeys::error::Error },
+}
+
+/// Why a runner with trusted keys refuses a spec's signature; each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(
+        "job {job} is not signed, and this runner runs only Wasm jobs signed by its [wasm] trusted_keys: \
+         deploy it with `cronrun deploy --sign KEY`"
+    )]
+    NotSigned { job: String },
+    #[error("job {job} is signed by {key}, which is not among this runner's [wasm] trusted_keys")]
+    UntrustedKey { job: String, key: String },
+    #[error(
+        "job {job} has a signature without a signing time (an older cronrun's, over its plugin's digest \
+         alone), which does not cover its grants, config and pool: sign it again with this version \
+         (`cronrun deploy --sign KEY`)"
+    )]
+    NoSigningTime { job: String },
+    #[error("the signature of job {job} is malformed")]
+    Malformed { job: String, source: base64::DecodeError },
+    #[error(transparent)]
+    Encode(#[from] SignError),
+    #[error(
+        "the signature of job {job} by {key} does not cover this spec: its plugin, grants, config, pool or \
+                 signing time differ from what was signed; sign it again with `cronrun deploy --sign KEY`"
+    )]
+    Mismatch { job: String, key: String, source: nkeys::error::Error },
+}
+
+/// An entry of `[wasm] trusted_keys` that is not an nkey public key.
+#[derive(Debug, thiserror::Error)]
+#[error("{key:?} is not an nkey public key (as `cronrun auth keygen` prints)")]
+pub struct NotAPublicKey {
+    pub key: String,
+    source: nkeys::error::Error,
+}
+
 /// Names the layout of the signed bytes; a change to it is a new format.
 pub const FORMAT: &str = "cronrun-wasm-signature/2";
 
@@ -55,7 +102,7 @@ struct Signed<'a> {
 
 /// The bytes a signature of job `job` in pool `pool` with Wasm part `wasm`, signed at
 /// `signed_at`, covers (see the module's documentation).
-pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<Vec<u8>, String> {
+pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<Vec<u8>, SignError> {
     let signed = Signed {
         format: FORMAT,
         job,
@@ -67,59 +114,49 @@ pub fn signed_bytes(job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> 
         allow_kv: wasm.allow_kv,
         signed_at,
     };
-    // Never a signature over nothing: an encoding that failed signs and verifies nothing.
-    serde_json::to_vec(&signed).map_err(|e| format!("encoding what the signature of job {job} covers: {e}"))
+    serde_json::to_vec(&signed).map_err(|source| SignError::Encode { job: job.to_string(), source })
 }
 
 /// The `wasm.signature` by the nkey `seed` of job `job` in pool `pool` with Wasm part
 /// `wasm`, signed at `signed_at` (which goes into `wasm.signed_at`).
-pub fn sign(seed: &str, job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<String, String> {
-    let key = nkeys::KeyPair::from_seed(seed).map_err(|e| format!("not an nkey seed: {e}"))?;
+pub fn sign(seed: &str, job: &str, pool: &str, wasm: &WasmSpec, signed_at: &str) -> Result<String, SignError> {
+    let key = nkeys::KeyPair::from_seed(seed).map_err(SignError::Seed)?;
     let bytes = signed_bytes(job, pool, wasm, signed_at)?;
-    let signature = key.sign(&bytes).map_err(|e| format!("signing job {job}: {e}"))?;
+    let signature = key.sign(&bytes).map_err(|source| SignError::Sign { job: job.to_string(), source })?;
     Ok(format!("{}:{}", key.public_key(), URL_SAFE_NO_PAD.encode(signature)))
 }
 
 /// Ok when `trusted` is empty (signatures not required), or the spec's signature is by one
 /// of the `trusted` public keys over exactly this job, pool and Wasm part. The error is one
 /// line saying what is wrong.
-pub fn verify(job: &str, pool: &str, wasm: &WasmSpec, trusted: &[String]) -> Result<(), String> {
+pub fn verify(job: &str, pool: &str, wasm: &WasmSpec, trusted: &[String]) -> Result<(), VerifyError> {
     if trusted.is_empty() {
         return Ok(());
     }
+    let job_name = || job.to_string();
     let Some(signature) = wasm.signature.as_deref() else {
-        return Err(format!(
-            "job {job} is not signed, and this runner runs only Wasm jobs signed by its [wasm] trusted_keys: \
-             deploy it with `cronrun deploy --sign KEY`"
-        ));
+        return Err(VerifyError::NotSigned { job: job_name() });
     };
     let (key, sig) = signature.split_once(':').unwrap_or((signature, ""));
     if !trusted.iter().any(|t| t == key) {
-        return Err(format!("job {job} is signed by {key}, which is not among this runner's [wasm] trusted_keys"));
+        return Err(VerifyError::UntrustedKey { job: job_name(), key: key.to_string() });
     }
     let Some(signed_at) = wasm.signed_at.as_deref() else {
-        return Err(format!(
-            "job {job} has a signature without a signing time (an older cronrun's, over its plugin's digest \
-             alone), which does not cover its grants, config and pool: sign it again with this version \
-             (`cronrun deploy --sign KEY`)"
-        ));
+        return Err(VerifyError::NoSigningTime { job: job_name() });
     };
-    let bytes = URL_SAFE_NO_PAD.decode(sig).map_err(|_| format!("the signature of job {job} is malformed"))?;
+    let bytes = URL_SAFE_NO_PAD.decode(sig).map_err(|source| VerifyError::Malformed { job: job_name(), source })?;
     let signed = signed_bytes(job, pool, wasm, signed_at)?;
-    nkeys::KeyPair::from_public_key(key).and_then(|k| k.verify(&signed, &bytes)).map_err(|_| {
-        format!(
-            "the signature of job {job} by {key} does not cover this spec: its plugin, grants, config, pool or \
-                 signing time differ from what was signed; sign it again with `cronrun deploy --sign KEY`"
-        )
-    })
+    nkeys::KeyPair::from_public_key(key)
+        .and_then(|k| k.verify(&signed, &bytes))
+        .map_err(|source| VerifyError::Mismatch { job: job_name(), key: key.to_string(), source })
 }
 
 /// Err naming the first entry of `[wasm] trusted_keys` that is not an nkey public key.
-pub fn check_trusted(trusted: &[String]) -> Result<(), String> {
-    match trusted.iter().find(|k| nkeys::KeyPair::from_public_key(k).is_err()) {
-        Some(bad) => Err(format!("{bad:?} is not an nkey public key (as `cronrun auth keygen` prints)")),
-        None => Ok(()),
+pub fn check_trusted(trusted: &[String]) -> Result<(), NotAPublicKey> {
+    for key in trusted {
+        nkeys::KeyPair::from_public_key(key).map_err(|source| NotAPublicKey { key: key.clone(), source })?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -284,6 +321,7 @@ mod tests {
             match (verify(job, pool, &wasm, trusted), want) {
                 (Ok(()), Ok(())) => {}
                 (Err(e), Err(needle)) => {
+                    let e = e.to_string();
                     assert!(e.contains(needle), "{what}: {e}");
                     assert!(!e.contains('\n'), "{what}: one line: {e}");
                 }
@@ -291,6 +329,6 @@ mod tests {
             }
         }
         assert!(check_trusted(&trusted).is_ok());
-        assert!(check_trusted(&["UNOTAKEY".into()]).unwrap_err().contains("UNOTAKEY"));
+        assert!(check_trusted(&["UNOTAKEY".into()]).unwrap_err().to_string().contains("UNOTAKEY"));
     }
 }

@@ -4,6 +4,27 @@
 
 use std::net::IpAddr;
 
+/// An `allow_http` entry refused: which, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("allow_http entry {entry:?} {fault}; write scheme://host[:port], e.g. https://api.example.com")]
+pub struct HttpGrantError {
+    pub entry: String,
+    pub fault: HttpGrantFault,
+}
+
+/// What is wrong with an `allow_http` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HttpGrantFault {
+    #[error("has a scheme other than http or https")]
+    Scheme,
+    #[error("has more than scheme, host and port")]
+    MoreThanHostAndPort,
+    #[error("has an invalid port")]
+    Port,
+    #[error("has an invalid host")]
+    Host,
+}
+
 /// A parsed `allow_http` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpGrant {
@@ -39,18 +60,16 @@ impl Scheme {
 
 impl HttpGrant {
     /// Parses `[http://|https://]host[:port]` or `[scheme://]*.domain[:port]`.
-    pub fn parse(entry: &str) -> Result<HttpGrant, String> {
-        let bad = |why: &str| {
-            format!("allow_http entry {entry:?} {why}; write scheme://host[:port], e.g. https://api.example.com")
-        };
+    pub fn parse(entry: &str) -> Result<HttpGrant, HttpGrantError> {
+        let bad = |fault| HttpGrantError { entry: entry.to_string(), fault };
         let (scheme, rest) = match entry.split_once("://") {
-            Some((s, rest)) => (Scheme::parse(s).ok_or_else(|| bad("has a scheme other than http or https"))?, rest),
+            Some((s, rest)) => (Scheme::parse(s).ok_or_else(|| bad(HttpGrantFault::Scheme))?, rest),
             None => (Scheme::Https, entry),
         };
         if rest.contains(['/', '?', '#', '@', ' ']) {
-            return Err(bad("has more than scheme, host and port"));
+            return Err(bad(HttpGrantFault::MoreThanHostAndPort));
         }
-        let (host, port) = split_port(rest).ok_or_else(|| bad("has an invalid port"))?;
+        let (host, port) = split_port(rest).ok_or_else(|| bad(HttpGrantFault::Port))?;
         let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
         let (host, subdomains) = match host.strip_prefix("*.") {
             Some(domain) => (domain.to_string(), true),
@@ -63,7 +82,7 @@ impl HttpGrant {
                     !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 }));
         if !name_ok || (subdomains && host.parse::<IpAddr>().is_ok()) {
-            return Err(bad("has an invalid host"));
+            return Err(bad(HttpGrantFault::Host));
         }
         Ok(HttpGrant { scheme, port: port.unwrap_or(scheme.default_port()), host, subdomains })
     }
@@ -200,7 +219,7 @@ mod tests {
             "https://a b",
             "https://x..com",
         ] {
-            let err = HttpGrant::parse(entry).unwrap_err();
+            let err = HttpGrant::parse(entry).unwrap_err().to_string();
             assert!(err.contains("scheme://host[:port]"), "{entry}: {err}");
         }
     }

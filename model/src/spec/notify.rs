@@ -37,15 +37,30 @@ pub const MAX_HEADER_VALUE: usize = 4096;
 /// Headers the POST sets itself (lower-case); `cronrun-*` are cronrun's too.
 const RESERVED_HEADERS: [&str; 5] = ["host", "content-type", "content-length", "transfer-encoding", "connection"];
 
+/// A URL that is no webhook URL. Its text follows the URL (or "the URL") it is about;
+/// it does not name the URL, which may be a secret's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("must be an http:// or https:// URL with a host")]
+pub struct NotAWebhookUrl;
+
 /// Why `url` is not a webhook URL, if it is not: `http://` or `https://`, a host, at most
 /// 2 KiB. Checked at apply for a plain URL, and at delivery for one a secret holds.
-pub fn check_webhook_url(url: &str) -> Result<(), String> {
+pub fn check_webhook_url(url: &str) -> Result<(), NotAWebhookUrl> {
     let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
     let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
     if !host.is_some_and(|h| !h.is_empty() && !h.contains(char::is_whitespace)) || url.len() > 2048 {
-        return Err("must be an http:// or https:// URL with a host".into());
+        return Err(NotAWebhookUrl);
     }
     Ok(())
+}
+
+/// A header name a rule may not add.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderNameError {
+    #[error("{0:?} is not a header name (letters, digits and - _ . at most 64)")]
+    NotAToken(String),
+    #[error("{0:?} is set by cronrun itself: choose another header")]
+    Reserved(String),
 }
 
 /// Whether `value` may be an HTTP header's value: at most `MAX_HEADER_VALUE` bytes of
@@ -56,14 +71,14 @@ pub fn header_value_ok(value: &str) -> bool {
 
 /// Why `name` may not be a header a rule adds, if it may not: an HTTP token of at most 64
 /// bytes, not one the POST sets itself.
-fn check_header_name(name: &str) -> Result<(), String> {
+fn check_header_name(name: &str) -> Result<(), HeaderNameError> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
-        return Err(format!("{name:?} is not a header name (letters, digits and - _ . at most 64)"));
+        return Err(HeaderNameError::NotAToken(name.to_string()));
     }
     let lower = name.to_ascii_lowercase();
     if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("cronrun-") {
-        return Err(format!("{name:?} is set by cronrun itself: choose another header"));
+        return Err(HeaderNameError::Reserved(name.to_string()));
     }
     Ok(())
 }
@@ -250,7 +265,8 @@ impl Notify {
         }
         for (name, value) in &self.headers {
             let at = format!("{field}.headers.{name}");
-            check_header_name(name).or_else(|why| invalid(at.clone(), why))?;
+            check_header_name(name)
+                .map_err(|why| Error::invalid(at.clone(), format!("{at}: {why}")).with_source(why))?;
             match value {
                 Value::Plain(text) if !header_value_ok(text) => {
                     return invalid(
@@ -274,9 +290,10 @@ impl Notify {
 mod tests {
     use super::*;
 
-    fn rule(toml_text: &str) -> Result<(), String> {
-        let rule: Notify = toml::from_str(toml_text).map_err(|e| e.to_string())?;
-        rule.validate("notify[0]").map_err(|e| e.to_string())
+    /// A rule parsed and validated; either error, as the test reads them.
+    fn rule(toml_text: &str) -> Result<(), Box<dyn std::error::Error>> {
+        let rule: Notify = toml::from_str(toml_text)?;
+        Ok(rule.validate("notify[0]")?)
     }
 
     #[test]
@@ -332,13 +349,13 @@ mod tests {
         for (text, expected) in cases {
             match (rule(text), expected) {
                 (Ok(()), Ok(())) => {}
-                (Err(e), Err(needle)) => assert!(e.contains(needle), "{text}: {e}"),
+                (Err(e), Err(needle)) => assert!(e.to_string().contains(needle), "{text}: {e}"),
                 (got, _) => panic!("{text}: {got:?}, expected {expected:?}"),
             }
         }
         let many: Vec<String> = (0..=MAX_HEADERS).map(|i| format!("X-{i} = \"v\"")).collect();
         let too_many = format!("on = [\"failed\"]\nwebhook = \"https://h\"\nheaders = {{ {} }}", many.join(", "));
-        assert!(rule(&too_many).unwrap_err().contains("at most 16 headers"));
+        assert!(rule(&too_many).unwrap_err().to_string().contains("at most 16 headers"));
     }
 
     #[test]

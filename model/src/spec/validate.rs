@@ -194,7 +194,8 @@ impl JobSpec {
                 }
                 super::secret::check_references("wasm.config", &wasm.config)?;
                 for entry in &wasm.allow_http {
-                    super::http_grant::HttpGrant::parse(entry).map_err(|e| invalid("wasm.allow_http", e))?;
+                    super::http_grant::HttpGrant::parse(entry)
+                        .map_err(|e| invalid("wasm.allow_http", e.to_string()).with_source(e))?;
                 }
             }
             (Some(_), Some(_)) => return Err(invalid("shell", "a job has either shell or wasm, not both")),

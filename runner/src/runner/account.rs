@@ -13,6 +13,25 @@ use std::path::PathBuf;
 use super::RunnerConfig;
 use cronrun_model::spec::ShellSpec;
 
+/// Why a run cannot run as whom its job or runner names; each says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    #[error(
+        "it would run as root: name a user in the job (shell.user), set [runner] default_user, \
+         or allow it with [runner] allow_root = true"
+    )]
+    RootRefused,
+    /// `what` is whom the job wanted: "the job's group", "user \"alice\"".
+    #[error(
+        "the runner runs as uid {runner_uid}, not root, and cannot switch to {what}: run the agent as root or drop it"
+    )]
+    NotRoot { runner_uid: u32, what: String },
+    #[error("there is no user {0:?} on this runner")]
+    NoUser(String),
+    #[error("there is no group {0:?} on this runner")]
+    NoGroup(String),
+}
+
 /// A user the job can run as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
@@ -59,16 +78,16 @@ fn account(u: nix::unistd::User) -> Account {
 
 /// Whom a run of `spec` runs as on a runner whose effective uid is `runner_uid`; Err is the
 /// run's error, one line saying what to change.
-pub fn decide(spec: &ShellSpec, policy: &RunnerConfig, runner_uid: u32, db: &impl Accounts) -> Result<RunAs, String> {
+pub fn decide(
+    spec: &ShellSpec,
+    policy: &RunnerConfig,
+    runner_uid: u32,
+    db: &impl Accounts,
+) -> Result<RunAs, AccountError> {
     let wanted = spec.user.as_ref().or(policy.default_user.as_ref());
-    let root_refused = || {
-        "it would run as root: name a user in the job (shell.user), set [runner] default_user, \
-         or allow it with [runner] allow_root = true"
-            .to_string()
-    };
     let Some(wanted) = wanted else {
         if runner_uid == 0 && !policy.allow_root {
-            return Err(root_refused());
+            return Err(AccountError::RootRefused);
         }
         return match &spec.group {
             None => Ok(RunAs::Runner),
@@ -81,13 +100,13 @@ pub fn decide(spec: &ShellSpec, policy: &RunnerConfig, runner_uid: u32, db: &imp
     };
     let mut account = match wanted.parse::<u32>() {
         Ok(uid) => db.user_by_uid(uid).unwrap_or_else(|| numeric(uid)),
-        Err(_) => db.user_by_name(wanted).ok_or_else(|| format!("there is no user {wanted:?} on this runner"))?,
+        Err(_) => db.user_by_name(wanted).ok_or_else(|| AccountError::NoUser(wanted.clone()))?,
     };
     if let Some(group) = &spec.group {
         account.gid = group_id(group, db)?;
     }
     if account.uid == 0 && !policy.allow_root {
-        return Err(root_refused());
+        return Err(AccountError::RootRefused);
     }
     if runner_uid != 0 {
         return match db.user_by_uid(runner_uid) {
@@ -98,10 +117,8 @@ pub fn decide(spec: &ShellSpec, policy: &RunnerConfig, runner_uid: u32, db: &imp
     Ok(RunAs::Account(account))
 }
 
-fn not_root(runner_uid: u32, what: &str) -> String {
-    format!(
-        "the runner runs as uid {runner_uid}, not root, and cannot switch to {what}: run the agent as root or drop it"
-    )
+fn not_root(runner_uid: u32, what: &str) -> AccountError {
+    AccountError::NotRoot { runner_uid, what: what.to_string() }
 }
 
 /// A uid without a passwd entry: its own number as group, `/` as home.
@@ -109,10 +126,10 @@ fn numeric(uid: u32) -> Account {
     Account { name: uid.to_string(), uid, gid: uid, home: PathBuf::from("/") }
 }
 
-fn group_id(group: &str, db: &impl Accounts) -> Result<u32, String> {
+fn group_id(group: &str, db: &impl Accounts) -> Result<u32, AccountError> {
     match group.parse::<u32>() {
         Ok(gid) => Ok(gid),
-        Err(_) => db.group_by_name(group).ok_or_else(|| format!("there is no group {group:?} on this runner")),
+        Err(_) => db.group_by_name(group).ok_or_else(|| AccountError::NoGroup(group.to_string())),
     }
 }
 
@@ -187,6 +204,7 @@ mod tests {
             match (&got, want) {
                 (Ok(g), Ok(w)) => assert_eq!(g, &w, "{user:?} {group:?} on uid {runner}"),
                 (Err(e), Err(needle)) => {
+                    let e = e.to_string();
                     assert!(e.contains(needle) && !e.contains('\n'), "{user:?} {group:?} on uid {runner}: {e}")
                 }
                 _ => panic!("{user:?} {group:?} on uid {runner}: got {got:?}"),

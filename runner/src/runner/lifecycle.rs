@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::exec::{self, Ready, RunInfo};
+use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
 use super::held::{Held, in_progress};
@@ -39,7 +39,7 @@ const OUTPUT_BUFFER: usize = 1024;
 /// release group, if it took one.
 struct Made {
     revision: u64,
-    ready: Result<Box<dyn Ready>, String>,
+    ready: Result<Box<dyn Ready>, PrepareError>,
     ticket: Option<Ticket>,
 }
 
@@ -194,7 +194,7 @@ async fn run_claimed(
     let Made { ready, ticket, .. } = made;
     let ready = match ready {
         Ok(ready) => ready,
-        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why.to_string()).await,
     };
 
     // 3. Arm.
@@ -224,7 +224,7 @@ async fn run_claimed(
             ready.discard().await;
             match exec::prepare(ctx, &spec, &run, None).await {
                 Ok(ready) => (ready, ctx.clock.now(), None),
-                Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+                Err(why) => return finish_without_start(ctx, held, Status::Failed, &why.to_string()).await,
             }
         }
         Release::Alone => (ready, ctx.clock.now(), None),
@@ -237,7 +237,7 @@ async fn run_claimed(
     }
     let code = match started_code {
         Ok(code) => code,
-        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why).await,
+        Err(why) => return finish_without_start(ctx, held, Status::Failed, &why.to_string()).await,
     };
     held.record.started_at = Some(started);
     if ctx.store.lifecycle.every_run {
@@ -281,7 +281,7 @@ async fn make(
                 _ = renew.tick() => {
                     in_progress(msg).await;
                     match held.renew().await {
-                        Err(e) if e.is_conflict() => break Err(format!("the run's lease was taken while it was made ready: {e}")),
+                        Err(e) if e.is_conflict() => break Err(PrepareError::LeaseTaken(e)),
                         Err(e) => warn!("renewing the lease of a run being made ready: {e}"),
                         Ok(()) => {}
                     }

@@ -152,7 +152,7 @@ pub(crate) struct RunnerCtx {
     pub host: String,
     pub starter: starter::Starter,
     /// The Wasm host, or why this runner has none.
-    pub wasm: Result<crate::wasm::WasmRuntime, String>,
+    pub wasm: Result<crate::wasm::WasmRuntime, Error>,
     /// Runs held (claimed or running), shared with the agent's `/metrics`.
     pub running: Arc<AtomicUsize>,
     /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
@@ -293,10 +293,7 @@ impl Runner {
                  set [runner] default_user, or allow_root = true to run them as root"
             );
         }
-        let wasm = store.wasm_host(wasm).map_err(|e| {
-            warn!("wasm jobs will fail on this runner: {e}");
-            e.to_string()
-        });
+        let wasm = store.wasm_host(wasm).inspect_err(|e| warn!("wasm jobs will fail on this runner: {e}"));
         // Runs start on the server's time while this clock is off (see `server_time`); the
         // presence writes measure the clock itself.
         let corrected = server_time.corrected(clock.clone());

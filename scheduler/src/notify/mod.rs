@@ -173,14 +173,14 @@ pub async fn run(store: Store, catalog: Catalog, config: NotifyConfig, clock: Sh
 
 /// The webhook client: its resolver and redirects keep to public addresses and those
 /// `allow_hosts` names (`outbound`).
-fn client(config: &NotifyConfig) -> Result<(reqwest::Client, Arc<outbound::AllowHosts>), String> {
-    let allow = Arc::new(outbound::AllowHosts::parse(&config.allow_hosts).map_err(|e| e.to_string())?);
+fn client(config: &NotifyConfig) -> Result<(reqwest::Client, Arc<outbound::AllowHosts>), Error> {
+    let allow = Arc::new(outbound::AllowHosts::parse(&config.allow_hosts)?);
     let http = reqwest::Client::builder()
         .user_agent(concat!("cronrun/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(Arc::new(outbound::Guard(allow.clone())))
         .redirect(outbound::redirect_policy(allow.clone()))
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::new(crate::error::ErrorKind::Other, e.to_string()).with_source(e))?;
     Ok((http, allow))
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{Exit, Outcome, Ready, Running, Stop};
+use super::{Exit, Outcome, Ready, Running, StartError, Stop};
 use crate::output::{Line, Mask};
 use crate::spec::secret::SecretValues;
 
@@ -37,14 +37,14 @@ struct MaskedReady {
 #[async_trait]
 impl Ready for MaskedReady {
     /// Starts the code with its lines going through the mask, in order, into `output`.
-    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String> {
+    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, StartError> {
         let (lines, code_lines) = mpsc::channel(LINES_IN_FLIGHT);
         // Ends when the code's last sender is gone (its readers done), as the lifecycle's
         // own receiver expects of a run's output.
         tokio::spawn(forward(code_lines, output, self.mask.clone()));
         match self.inner.start(lines).await {
             Ok(running) => Ok(Box::new(MaskedRunning { inner: running, mask: self.mask })),
-            Err(why) => Err(self.mask.apply(&why).into_owned()),
+            Err(why) => Err(StartError::Masked(self.mask.apply(&why.to_string()).into_owned())),
         }
     }
 
@@ -113,12 +113,12 @@ mod tests {
 
     #[async_trait]
     impl Ready for Scripted {
-        async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String> {
+        async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, StartError> {
             for text in &self.lines {
                 output
                     .send(Line { source: Source::Stdout, text: text.to_string() })
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| StartError::Masked(e.to_string()))?;
             }
             Ok(Box::new(Ended((self.outcome)())))
         }

@@ -7,11 +7,13 @@
 //! - `shell.rs`: a command in a process group under its supervisor process.
 //! - `wasm.rs`: a component of the `job` world in the Wasm host's sandbox.
 //! - `masked.rs`: the secrets a run resolved, masked in its output and how it ended.
+//! - `error.rs`: why code could not be made ready or started, its cause kept.
 //!
 //! Secrets a job's `env` or `config` names are read when its run is made ready, at each
 //! run (never kept from one run to the next: a secret set anew is what the next run gets);
 //! one that does not exist fails the run with one line naming it.
 
+mod error;
 mod masked;
 pub mod shell;
 mod wasm;
@@ -31,6 +33,7 @@ use crate::output::Line;
 use crate::record::Trigger;
 use crate::spec::JobSpec;
 use crate::spec::secret::SecretValues;
+pub(crate) use error::{PrepareError, StartError};
 
 /// What a run's code is told about the run.
 pub(super) struct RunInfo<'a> {
@@ -102,7 +105,7 @@ impl Exit {
 pub(super) trait Ready: Send {
     /// Starts the code (a process released with its group has started already); output
     /// lines go to `output`.
-    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String>;
+    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, StartError>;
     /// Drops it unstarted (the job was paused or edited, or the release came first).
     async fn discard(self: Box<Self>);
     /// Whether only its group's release starts it (a process reading the group's pipe):
@@ -129,27 +132,27 @@ pub(super) async fn prepare(
     spec: &JobSpec,
     run: &RunInfo<'_>,
     ticket: Option<&Ticket>,
-) -> Result<Box<dyn Ready>, String> {
+) -> Result<Box<dyn Ready>, PrepareError> {
     let (ready, secrets) = match (&spec.shell, &spec.wasm) {
         (Some(shell), _) => {
             let secrets = resolve(ctx, shell.secret_names()).await?;
-            let env = shell.resolved_env(&secrets).map_err(|e| e.to_string())?;
+            let env = shell.resolved_env(&secrets).map_err(PrepareError::Secrets)?;
             let supervisor = shell::supervisor_command().await?;
             (shell::prepare(shell, &env, run, &ctx.config, supervisor, ticket)?, secrets)
         }
         (None, Some(_)) => wasm::prepare(ctx, spec, run).await?,
-        (None, None) => return Err("job has neither shell nor wasm".into()),
+        (None, None) => return Err(PrepareError::NoCode),
     };
     Ok(masked::masked(ready, &secrets))
 }
 
 /// The values of the secrets `names`, read now. The error is the run's: one line naming
 /// a secret that does not exist (or why it could not be read).
-async fn resolve(ctx: &RunnerCtx, names: BTreeSet<&str>) -> Result<SecretValues, String> {
+async fn resolve(ctx: &RunnerCtx, names: BTreeSet<&str>) -> Result<SecretValues, PrepareError> {
     if names.is_empty() {
         return Ok(SecretValues::new());
     }
-    ctx.store.secrets.resolve(names).await.map_err(|e| e.to_string())
+    ctx.store.secrets.resolve(names).await.map_err(PrepareError::Secrets)
 }
 
 /// Whether a run of `spec` has a supervisor process watching its keepalive file.

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
+use super::{Exit, Outcome, PrepareError, Ready, RunInfo, Running, StartError, Stop};
 use crate::output::{Line, Source, read_lines};
 use crate::runner::RunnerConfig;
 use crate::runner::account::{self, RunAs};
@@ -70,9 +70,9 @@ pub(super) fn prepare(
     runner: &RunnerConfig,
     supervisor: (&Path, Option<&str>),
     ticket: Option<&Ticket>,
-) -> Result<Box<dyn Ready>, String> {
+) -> Result<Box<dyn Ready>, PrepareError> {
     let stdin = match ticket {
-        Some(t) => Some(t.stdin.try_clone().map_err(|e| format!("could not start: {e}"))?),
+        Some(t) => Some(t.stdin.try_clone().map_err(PrepareError::Spawn)?),
         None => None,
     };
     let prepared = spawn(spec, env, run, runner, supervisor, stdin)?;
@@ -89,9 +89,9 @@ fn spawn(
     runner: &RunnerConfig,
     (exe, mode): (&Path, Option<&str>),
     stdin: Option<OwnedFd>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, PrepareError> {
     if !runner.allow_shell {
-        return Err("this runner runs no shell jobs ([runner] allow_shell = false)".into());
+        return Err(PrepareError::ShellNotAllowed);
     }
     let uid = nix::unistd::geteuid().as_raw();
     let run_as = account::decide(spec, runner, uid, &account::HostAccounts)?;
@@ -99,13 +99,13 @@ fn spawn(
     let job_args: Vec<&str> = match (&spec.command, &spec.argv) {
         (Some(command), _) => vec!["shell", command],
         (None, Some(argv)) if !argv.is_empty() => ["exec"].into_iter().chain(argv.iter().map(String::as_str)).collect(),
-        _ => return Err("shell spec has no command".into()),
+        _ => return Err(PrepareError::NoCommand),
     };
     if let RunAs::Account(a) = &run_as
         && !runner.allow_root
         && let Some(refused) = privileged_group(a.gid, spec.group.as_deref())
     {
-        return Err(refused);
+        return Err(PrepareError::PrivilegedGroup { what: refused });
     }
     let mut cmd = Command::new(exe);
     cmd.args(mode);
@@ -131,12 +131,12 @@ fn spawn(
             // opens it as the runner's user, makes it the job's stdin and removes it.
             let Some((alive, _)) = run.alive else {
                 removed(&None);
-                return Err("this runner has no directory for run inputs".into());
+                return Err(PrepareError::NoInputDirectory);
             };
             let path = PathBuf::from(format!("{}.input", alive.display()));
             if let Err(e) = crate::private_file::write(&path, input) {
                 removed(&None);
-                return Err(format!("could not hand the run its input: {e}"));
+                return Err(PrepareError::Input(e));
             }
             cmd.arg(supervisor::INPUT_ARG).arg(&path);
             Some(path)
@@ -163,7 +163,7 @@ fn spawn(
     }
     let mut child = cmd.spawn().map_err(|e| {
         removed(&input_file);
-        format!("could not start: {e}")
+        PrepareError::Spawn(e)
     })?;
     let go = child.stdin.take();
     let pgid = Pid::from_raw(child.id().map(|id| id as i32).unwrap_or(0));
@@ -215,10 +215,10 @@ fn job_env(
 /// Writes the job's environment for its supervisor (`--env`), into the runner's private
 /// keepalive directory beside `alive` (a memory file system), else a private file in the
 /// temporary directory. The supervisor removes it once read.
-fn write_job_env(env: &BTreeMap<OsString, OsString>, alive: Option<&Path>) -> Result<PathBuf, String> {
+fn write_job_env(env: &BTreeMap<OsString, OsString>, alive: Option<&Path>) -> Result<PathBuf, PrepareError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let failed = |e: std::io::Error| format!("could not hand the run its environment: {e}");
+    let failed = PrepareError::Environment;
     let text = supervisor::encode_env(env.iter().map(|(n, v)| (n.as_os_str(), v.as_os_str()))).map_err(failed)?;
     let (mut file, path) = match alive {
         Some(alive) => {
@@ -245,7 +245,8 @@ fn write_job_env(env: &BTreeMap<OsString, OsString>, alive: Option<&Path>) -> Re
 const PRIVILEGED_GROUPS: [&str; 10] =
     ["root", "sudo", "wheel", "admin", "shadow", "disk", "kmem", "docker", "lxd", "libvirt"];
 
-/// Why a job may not run with gid `gid` without `allow_root`, if it may not.
+/// Why a job may not run with gid `gid` without `allow_root`, if it may not: which group
+/// it would run in, for `PrepareError::PrivilegedGroup`.
 fn privileged_group(gid: u32, named: Option<&str>) -> Option<String> {
     static GIDS: std::sync::OnceLock<Vec<(u32, &'static str)>> = std::sync::OnceLock::new();
     let gids = GIDS.get_or_init(|| {
@@ -256,20 +257,16 @@ fn privileged_group(gid: u32, named: Option<&str>) -> Option<String> {
         [(0, "root")].into_iter().chain(by_name).collect()
     });
     let (_, name) = gids.iter().find(|(privileged, _)| *privileged == gid)?;
-    let what = match named {
+    Some(match named {
         Some(group) => format!("its group {group:?} (gid {gid}, {name})"),
         None => format!("its user's primary group (gid {gid}, {name})"),
-    };
-    Some(format!(
-        "the job would run in {what}, which gives root's rights: set another shell.group, \
-         or allow it with [runner] allow_root = true"
-    ))
+    })
 }
 
 /// The supervisor to exec: `cronrun-supervise` beside this binary (a few MB, so each run
 /// starts fast) when it speaks this build's `PROTOCOL`, else this binary itself in its
 /// `__supervise` mode. Looked up once, by the first run; others wait for that answer.
-pub(super) async fn supervisor_command() -> Result<(&'static Path, Option<&'static str>), String> {
+pub(super) async fn supervisor_command() -> Result<(&'static Path, Option<&'static str>), PrepareError> {
     static FOUND: tokio::sync::OnceCell<Option<(PathBuf, bool)>> = tokio::sync::OnceCell::const_new();
     let found = FOUND
         .get_or_init(|| async {
@@ -281,7 +278,7 @@ pub(super) async fn supervisor_command() -> Result<(&'static Path, Option<&'stat
             Some(found)
         })
         .await;
-    let Some((path, small)) = found else { return Err("could not start: this binary's path is unknown".into()) };
+    let Some((path, small)) = found else { return Err(PrepareError::NoSupervisor) };
     Ok((path.as_path(), (!small).then_some(supervisor::ARG)))
 }
 
@@ -348,9 +345,9 @@ async fn speaks_our_protocol(binary: &Path, within: Duration) -> bool {
 #[async_trait]
 impl Ready for Prepared {
     /// Releases the process (unless its group did): from here on it runs the job.
-    async fn start(mut self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String> {
+    async fn start(mut self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, StartError> {
         if let Some(mut go) = self.go.take() {
-            go.write_all(b"go\n").await.map_err(|e| format!("could not start: {e}"))?;
+            go.write_all(b"go\n").await.map_err(StartError::Release)?;
         }
         let mut readers = Vec::new();
         let max = self.max_line_bytes;
@@ -501,7 +498,8 @@ mod tests {
     #[test]
     fn privileged_groups_are_named_in_one_line() {
         for (gid, named) in [(0, Some("0")), (0, Some("root")), (0, None)] {
-            let refused = privileged_group(gid, named).unwrap();
+            let refused =
+                privileged_group(gid, named).map(|what| PrepareError::PrivilegedGroup { what }).unwrap().to_string();
             assert!(
                 refused.contains("gid 0") && refused.contains("allow_root") && !refused.contains('\n'),
                 "{refused}"

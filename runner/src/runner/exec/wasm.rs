@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Exit, Outcome, Ready, RunInfo, Running, Stop};
+use super::{Exit, Outcome, PrepareError, Ready, RunInfo, Running, StartError, Stop};
 use crate::output::Line;
 use crate::runner::RunnerCtx;
 use crate::spec::JobSpec;
@@ -31,24 +31,24 @@ pub(super) async fn prepare(
     ctx: &RunnerCtx,
     spec: &JobSpec,
     run: &RunInfo<'_>,
-) -> Result<(Box<dyn Ready>, SecretValues), String> {
+) -> Result<(Box<dyn Ready>, SecretValues), PrepareError> {
     let (runtime, wasm) = match (&ctx.wasm, &spec.wasm) {
         (Ok(runtime), Some(wasm)) => (runtime, wasm),
-        (Err(why), _) => return Err(format!("this runner cannot run wasm jobs: {why}")),
-        (_, None) => return Err("job has no wasm section".into()),
+        (Err(why), _) => return Err(PrepareError::NoWasmHost(why.clone())),
+        (_, None) => return Err(PrepareError::NoWasm),
     };
     // Signed by a trusted key for this very job and pool, and not older than the newest
     // signing seen for the job: before anything is fetched or compiled.
-    runtime.verify(&spec.name, &spec.pool, wasm).map_err(|e| e.to_string())?;
+    runtime.verify(&spec.name, &spec.pool, wasm).map_err(PrepareError::Signature)?;
     if !runtime.config().trusted_keys.is_empty() {
         replay_guard(ctx, &spec.name, wasm.signed_at.as_deref()).await?;
     }
     let prepared = runtime
         .prepare(&spec.name, &spec.pool, wasm)
         .await
-        .map_err(|e| format!("could not load plugin {}: {e}", wasm.plugin))?;
+        .map_err(|source| PrepareError::Load { plugin: wasm.plugin.clone(), source })?;
     let secrets = super::resolve(ctx, wasm.secret_names()).await?;
-    let config = wasm.resolved_config(&secrets).map_err(|e| e.to_string())?;
+    let config = wasm.resolved_config(&secrets).map_err(PrepareError::Secrets)?;
     let context = JobContext {
         job: run.job.to_string(),
         run_id: run.run_id.to_string(),
@@ -64,6 +64,26 @@ pub(super) async fn prepare(
     Ok((Box::new(Prepared { wasm: prepared, context, timeout }), secrets))
 }
 
+/// Why the replay guard refused a signed spec, or could not check it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplayError {
+    #[error("job {job} has no signing time (wasm.signed_at): sign it again with `cronrun deploy --sign KEY`")]
+    NoSigningTime { job: String },
+    #[error("job {job}'s wasm.signed_at {signed_at:?} is not an RFC 3339 instant")]
+    BadSigningTime { job: String, signed_at: String, source: chrono::ParseError },
+    #[error("job {job}: cannot encode its signing time for {key}: {source}")]
+    Encode { job: String, key: String, source: serde_json::Error },
+    #[error("job {job}: cannot check the signing time against {key}: {source}")]
+    Check { job: String, key: String, source: crate::error::Error },
+    #[error(
+        "job {job} was signed at {signed_at}, older than the signing of {newest} already seen for it: \
+         refused as a replay of an older build (deploy it again with `cronrun deploy --sign KEY`)"
+    )]
+    Replayed { job: String, signed_at: String, newest: String },
+    #[error("job {job}: {key} kept changing while its signing time was checked; the run is refused, try again")]
+    KeptChanging { job: String, key: String },
+}
+
 /// Tries of the compare-and-set on `signed.<job>` before the run fails (other runners of
 /// the job moving it meanwhile).
 const REPLAY_GUARD_TRIES: usize = 5;
@@ -74,22 +94,25 @@ const REPLAY_GUARD_TRIES: usize = 5;
 /// by create or compare-and-set and never moved back. The first signed spec a deployment
 /// sees is trusted as the newest; deleting the job does not reset it. A run that cannot
 /// read or write the key fails rather than run unchecked.
-async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Result<(), String> {
+async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Result<(), ReplayError> {
     let Some(signed_at) = signed_at else {
         // `verify` refused it already; kept as a refusal should it ever not.
-        return Err(format!(
-            "job {job} has no signing time (wasm.signed_at): sign it again with `cronrun deploy --sign KEY`"
-        ));
+        return Err(ReplayError::NoSigningTime { job: job.to_string() });
     };
     let parse = |at: &str| chrono::DateTime::parse_from_rfc3339(at).map(|t| t.with_timezone(&chrono::Utc));
-    let ours =
-        parse(signed_at).map_err(|_| format!("job {job}'s wasm.signed_at {signed_at:?} is not an RFC 3339 instant"))?;
+    let ours = parse(signed_at).map_err(|source| ReplayError::BadSigningTime {
+        job: job.to_string(),
+        signed_at: signed_at.to_string(),
+        source,
+    })?;
     let key = crate::names::lease_keys::signed(job);
     let leases = &ctx.store.leases;
-    let value = serde_json::to_vec(signed_at)
-        .map(bytes::Bytes::from)
-        .map_err(|e| format!("job {job}: cannot encode its signing time for {key}: {e}"))?;
-    let failed = |e: crate::error::Error| format!("job {job}: cannot check the signing time against {key}: {e}");
+    let value = serde_json::to_vec(signed_at).map(bytes::Bytes::from).map_err(|source| ReplayError::Encode {
+        job: job.to_string(),
+        key: key.clone(),
+        source,
+    })?;
+    let failed = |source: crate::error::Error| ReplayError::Check { job: job.to_string(), key: key.clone(), source };
     for _ in 0..REPLAY_GUARD_TRIES {
         let written = match leases.get(&key).await.map_err(failed)? {
             None => leases.create(&key, value.clone(), None).await,
@@ -97,11 +120,11 @@ async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Re
                 let newest = serde_json::from_slice::<String>(&seen.value).ok().and_then(|at| parse(&at).ok());
                 match newest {
                     Some(newest) if ours < newest => {
-                        return Err(format!(
-                            "job {job} was signed at {signed_at}, older than the signing of {} already seen for it: \
-                             refused as a replay of an older build (deploy it again with `cronrun deploy --sign KEY`)",
-                            newest.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-                        ));
+                        return Err(ReplayError::Replayed {
+                            job: job.to_string(),
+                            signed_at: signed_at.to_string(),
+                            newest: newest.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                        });
                     }
                     Some(newest) if ours == newest => return Ok(()),
                     // Newer (or an unreadable value, which only a runner could have written).
@@ -115,12 +138,12 @@ async fn replay_guard(ctx: &RunnerCtx, job: &str, signed_at: Option<&str>) -> Re
             Err(e) => return Err(failed(e)),
         }
     }
-    Err(format!("job {job}: {key} kept changing while its signing time was checked; the run is refused, try again"))
+    Err(ReplayError::KeptChanging { job: job.to_string(), key })
 }
 
 #[async_trait]
 impl Ready for Prepared {
-    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, String> {
+    async fn start(self: Box<Self>, output: mpsc::Sender<Line>) -> Result<Box<dyn Running>, StartError> {
         let cancel = CancellationToken::new();
         let Prepared { wasm, context, timeout } = *self;
         let call = tokio::spawn(wasm.run(context, Some(timeout), output, cancel.clone()));

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Imported, job_name};
+use super::{ImportError, Imported, job_name};
 use crate::spec::{JobSpec, Overlap, ShellSpec};
 
 pub struct Options {
@@ -51,27 +51,32 @@ const SHORTHANDS: [(&str, &str); 7] = [
 const KEYWORD_FIELDS: [&str; 8] = ["year", "month", "day", "week", "day_of_week", "hour", "minute", "second"];
 const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
-pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, String> {
+/// Valid Cronken that cronrun cannot run as Cronken did: why, for the list of entries
+/// not imported.
+struct Unmappable(String);
+
+pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, ImportError> {
     let all: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| format!("{origin}: not a JSON object of job definitions: {e}"))?;
+        serde_json::from_str(text).map_err(|e| ImportError::at(origin)(ImportError::NotDefinitions(e)))?;
     let mut out = Imported::default();
     let mut names = std::collections::BTreeMap::new();
     for (name, definition) in &all {
         let place = format!("job {}", super::shown(name));
-        let at = |why: String| format!("{origin}: {place}: {why}");
+        let at = ImportError::at(format!("{origin}: {place}"));
         let definition = match definition {
-            Value::String(text) => serde_json::from_str(text).map_err(|e| at(format!("not JSON: {e}")))?,
+            Value::String(text) => serde_json::from_str(text).map_err(|e| at(ImportError::NotJson(e)))?,
             other => other.clone(),
         };
         let job = match job(name, &definition, options, &mut out.notes).map_err(&at)? {
             Ok(job) => job,
-            Err(why) => {
+            Err(Unmappable(why)) => {
                 out.skipped.push((place, why));
                 continue;
             }
         };
         if let Some(first) = names.insert(job.name.clone(), name.clone()) {
-            return Err(at(format!("{first:?} and {name:?} both become job {}: use --prefix or rename one", job.name)));
+            let why = format!("{first:?} and {name:?} both become job {}: use --prefix or rename one", job.name);
+            return Err(at(why.into()));
         }
         out.jobs.push((place, job));
     }
@@ -84,13 +89,15 @@ fn job(
     definition: &Value,
     options: &Options,
     notes: &mut Vec<String>,
-) -> Result<Result<JobSpec, String>, String> {
+) -> Result<Result<JobSpec, Unmappable>, ImportError> {
     let cron = definition.get("cron_args").and_then(Value::as_object).ok_or("no cron_args object")?;
     let args = definition.get("job_args").and_then(Value::as_object).ok_or("no job_args object")?;
     let command = args.get("cmd").and_then(Value::as_str).filter(|c| !c.is_empty()).ok_or("job_args.cmd is empty")?;
     let mut note = |text: String| notes.push(format!("job {}: {text}", super::shown(name)));
     let schedule = match cron.get("cronstring").and_then(Value::as_str) {
-        Some("@never") => return Ok(Err("@never (run only when triggered) has no equivalent: add it paused".into())),
+        Some("@never") => {
+            return Ok(Err(Unmappable("@never (run only when triggered) has no equivalent: add it paused".into())));
+        }
         Some(text) => match cronstring(text, &mut note)? {
             Ok(schedule) => schedule,
             Err(why) => return Ok(Err(why)),
@@ -117,21 +124,21 @@ fn job(
         _ => return Err("job_args.lock is neither true, false nor a lock name".into()),
     }
     spec.paused = definition.pointer("/job_state/paused").and_then(Value::as_bool).unwrap_or(false);
-    spec.validate().map_err(|e| e.to_string())?;
+    spec.validate()?;
     Ok(Ok(spec))
 }
 
 /// A `from_crontab` expression (five fields, or a Cronken shorthand) in cron's reading.
-fn cronstring(text: &str, note: &mut impl FnMut(String)) -> Result<Result<String, String>, String> {
+fn cronstring(text: &str, note: &mut impl FnMut(String)) -> Result<Result<String, Unmappable>, ImportError> {
     if let Some((_, expr)) = SHORTHANDS.iter().find(|(short, _)| *short == text) {
         return Ok(Ok(expr.to_string()));
     }
     let fields: Vec<&str> = text.split_whitespace().collect();
     let [minute, hour, day, month, weekday] = fields.as_slice() else {
-        return Err(format!("cronstring {text:?} is not five fields"));
+        return Err(format!("cronstring {text:?} is not five fields").into());
     };
     if restricted(day) && restricted(weekday) {
-        return Ok(Err(both_days_restricted()));
+        return Ok(Err(Unmappable(both_days_restricted())));
     }
     let days = day_names(weekday)?;
     if days != *weekday {
@@ -141,32 +148,32 @@ fn cronstring(text: &str, note: &mut impl FnMut(String)) -> Result<Result<String
 }
 
 /// APScheduler's keyword fields as six cron fields (second first).
-fn keywords(cron: &Map<String, Value>) -> Result<Result<String, String>, String> {
-    let field = |name: &str| -> Result<Option<String>, String> {
+fn keywords(cron: &Map<String, Value>) -> Result<Result<String, Unmappable>, ImportError> {
+    let field = |name: &str| -> Result<Option<String>, ImportError> {
         match cron.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(_) => Err(format!("cron_args.{name} is neither text nor a number")),
+            Some(_) => Err(format!("cron_args.{name} is neither text nor a number").into()),
         }
     };
     for unsupported in ["year", "week", "start_date", "end_date"] {
         if field(unsupported)?.is_some_and(|v| v != "*") {
-            return Ok(Err(format!("cron_args.{unsupported} has no equivalent in a cron schedule")));
+            return Ok(Err(Unmappable(format!("cron_args.{unsupported} has no equivalent in a cron schedule"))));
         }
     }
     let finest = KEYWORD_FIELDS.iter().rposition(|name| field(name).ok().flatten().is_some());
     let Some(finest) = finest else {
         return Err("cron_args has neither cronstring nor a time field".into());
     };
-    let value = |name: &str, minimum: &str| -> Result<String, String> {
+    let value = |name: &str, minimum: &str| -> Result<String, ImportError> {
         let index = KEYWORD_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
         let default = if index > finest && name != "day_of_week" { minimum } else { "*" };
         Ok(field(name)?.unwrap_or_else(|| default.to_string()))
     };
     let (day, weekday) = (value("day", "1")?, value("day_of_week", "*")?);
     if restricted(&day) && restricted(&weekday) {
-        return Ok(Err(both_days_restricted()));
+        return Ok(Err(Unmappable(both_days_restricted())));
     }
     Ok(Ok(format!(
         "{} {} {} {day} {} {}",
@@ -190,24 +197,24 @@ fn both_days_restricted() -> String {
 
 /// An APScheduler day-of-week field (numbers from 0 = Monday, names, ranges, steps) as a
 /// list of day names, which cron reads the same; `*` stays.
-fn day_names(field: &str) -> Result<String, String> {
+fn day_names(field: &str) -> Result<String, ImportError> {
     if !restricted(field) {
         return Ok(field.to_string());
     }
-    let day = |token: &str| -> Result<usize, String> {
+    let day = |token: &str| -> Result<usize, ImportError> {
         let token = token.trim().to_ascii_lowercase();
         token
             .parse::<usize>()
             .ok()
             .filter(|n| *n < 7)
             .or_else(|| DAYS.iter().position(|d| *d == token))
-            .ok_or(format!("day of week {token:?} is neither 0-6 (from Monday) nor a day name"))
+            .ok_or_else(|| format!("day of week {token:?} is neither 0-6 (from Monday) nor a day name").into())
     };
     let mut days = [false; 7];
     for item in field.split(',') {
         let (range, step) = match item.split_once('/') {
             Some((range, step)) => {
-                (range, step.parse::<usize>().ok().filter(|s| *s > 0).ok_or(format!("step {step:?}"))?)
+                (range, step.parse::<usize>().ok().filter(|s| *s > 0).ok_or_else(|| format!("step {step:?}"))?)
             }
             None => (item, 1),
         };
@@ -218,7 +225,7 @@ fn day_names(field: &str) -> Result<String, String> {
             None => (day(range)?, day(range)?),
         };
         if first > last {
-            return Err(format!("day of week range {range:?} runs backwards"));
+            return Err(format!("day of week range {range:?} runs backwards").into());
         }
         for d in (first..=last).step_by(step) {
             days[d] = true;
@@ -334,7 +341,7 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            let err = parse(text, "jobs.json", &options()).unwrap_err();
+            let err = parse(text, "jobs.json", &options()).unwrap_err().to_string();
             assert!(err.contains(expected) && !err.contains('\n'), "{text}: {err}");
         }
     }

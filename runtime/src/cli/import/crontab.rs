@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Imported;
+use super::{ImportError, Imported};
 use crate::spec::{JobSpec, Overlap, ShellSpec};
 
 /// How to read the file.
@@ -33,14 +33,14 @@ const MACROS: [&str; 7] = ["@yearly", "@annually", "@monthly", "@weekly", "@dail
 
 /// Reads `text`; a line that is neither blank, a comment, a setting nor an entry is an
 /// error naming it, and so is an entry whose job would not validate.
-pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, String> {
+pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, ImportError> {
     let mut out = Imported::default();
     let mut env: BTreeMap<String, crate::spec::secret::Value> = BTreeMap::new();
     let mut timezone = options.timezone.clone();
     let mut shell: Option<String> = None;
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
-        let at = |why: String| format!("{origin}:{n}: {why}");
+        let at = ImportError::at(format!("{origin}:{n}"));
         let line = raw.trim_start();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -48,7 +48,8 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
         if let Some((name, value)) = setting(line) {
             match name.as_str() {
                 "CRON_TZ" => {
-                    crate::schedule::parse_timezone(&value).map_err(|e| at(format!("{name}: {e}")))?;
+                    crate::schedule::parse_timezone(&value)
+                        .map_err(|e| at(ImportError::Setting { name: name.clone(), source: Box::new(e) }))?;
                     timezone = value;
                 }
                 "SHELL" => shell = Some(value).filter(|s| s != "/bin/sh"),
@@ -71,7 +72,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
             }
             Some(m) if m.starts_with('@') => {
                 if !MACROS.contains(&m) {
-                    return Err(at(format!("{m} is not a cron macro")));
+                    return Err(at(format!("{m} is not a cron macro").into()));
                 }
                 (m.to_string(), line[m.len()..].trim_start())
             }
@@ -80,7 +81,10 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
                     split_fields(line, 5).ok_or_else(|| at("an entry needs five time fields and a command".into()))?;
                 (fields.join(" "), rest)
             }
-            _ => return Err(at(format!("{:?} is neither a setting (NAME=value) nor an entry", truncate(line)))),
+            _ => {
+                let why = format!("{:?} is neither a setting (NAME=value) nor an entry", truncate(line));
+                return Err(at(why.into()));
+            }
         };
         let (user, command) = match options.system {
             true => split_fields(rest, 1)
@@ -108,7 +112,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
         spec.timezone = timezone.clone();
         spec.overlap = Overlap::Allow;
         spec.description = format!("imported from {origin}:{n}");
-        spec.validate().map_err(|e| at(e.to_string()))?;
+        spec.validate().map_err(|e| at(e.into()))?;
         out.jobs.push((format!("line {n}"), spec));
     }
     Ok(out)
@@ -239,10 +243,10 @@ mod tests {
             ("0 2 * * * %only input\n", "crontab:1: the entry has no command"),
         ];
         for (text, expected) in cases {
-            let err = parse(text, "crontab", &options(false)).unwrap_err();
+            let err = parse(text, "crontab", &options(false)).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{text:?}: {err}");
         }
-        let err = parse("0 2 * * * root\n", "crontab", &options(true)).unwrap_err();
+        let err = parse("0 2 * * * root\n", "crontab", &options(true)).unwrap_err().to_string();
         assert!(err.contains("needs a user and a command"), "{err}");
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Imported, job_name};
+use super::{ImportError, Imported, job_name};
 use crate::spec::{JobSpec, Overlap, Retries, ShellSpec};
 
 pub struct Options {
@@ -39,24 +39,25 @@ const DEFAULT_BACKOFF_LIMIT: u32 = 6;
 /// Kubernetes' first retry delay (it doubles from there, up to 6 min).
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(10);
 
-pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, String> {
+pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, ImportError> {
     let mut out = Imported::default();
     for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let at = |why: String| format!("{origin}: document {}: {why}", i + 1);
-        let value = Value::deserialize(document).map_err(|e| at(format!("not YAML: {e}")))?;
+        let at = ImportError::at(format!("{origin}: document {}", i + 1));
+        let value = Value::deserialize(document).map_err(|e| at(ImportError::NotYaml(e)))?;
         let objects = match (value.get("kind").and_then(Value::as_str), value.get("items")) {
             (_, _) if value.is_null() => Vec::new(),
             (Some("List"), Some(Value::Array(items))) => items.clone(),
             _ => vec![value],
         };
         for object in &objects {
-            cron_job(object, options, &mut out).map_err(at)?;
+            cron_job(object, options, &mut out).map_err(&at)?;
         }
     }
     let mut names: Vec<&str> = out.jobs.iter().map(|(_, spec)| spec.name.as_str()).collect();
     names.sort_unstable();
     if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(format!("{origin}: two CronJobs become job {}: import them with different --prefix", twice[0]));
+        let why = format!("{origin}: two CronJobs become job {}: import them with different --prefix", twice[0]);
+        return Err(why.into());
     }
     if options.timezone.is_none() && out.jobs.iter().any(|(_, spec)| spec.timezone == "UTC") {
         out.notes.push("CronJobs without timeZone are read as UTC, the zone of most control planes (pass --tz)".into());
@@ -65,7 +66,7 @@ pub fn parse(text: &str, origin: &str, options: &Options) -> Result<Imported, St
 }
 
 /// One object: a CronJob becomes a job, anything else a reason it did not.
-fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(), String> {
+fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(), ImportError> {
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("(no kind)");
     let name = object.pointer("/metadata/name").and_then(Value::as_str).ok_or("an object without metadata.name")?;
     let place = format!("{} {}", super::shown(kind), super::shown(name));
@@ -73,7 +74,7 @@ fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(),
         out.skipped.push((place, "not a CronJob".into()));
         return Ok(());
     }
-    let at = |why: String| format!("{place}: {why}");
+    let at = ImportError::at(place.clone());
     let spec = object.get("spec").and_then(Value::as_object).ok_or_else(|| at("no spec".into()))?;
     let mut notes = Notes { place: place.clone(), notes: &mut out.notes };
     notes.unmapped(
@@ -118,7 +119,7 @@ fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(),
         "Allow" => Overlap::Allow,
         "Forbid" => Overlap::Skip,
         "Replace" => Overlap::Replace,
-        other => return Err(at(format!("concurrencyPolicy {other:?} is none of Allow, Forbid, Replace"))),
+        other => return Err(at(format!("concurrencyPolicy {other:?} is none of Allow, Forbid, Replace").into())),
     };
     job_spec.starting_deadline = seconds(spec, "startingDeadlineSeconds").map_err(&at)?;
     job_spec.paused = spec.get("suspend").and_then(Value::as_bool).unwrap_or(false);
@@ -133,13 +134,13 @@ fn cron_job(object: &Value, options: &Options, out: &mut Imported) -> Result<(),
     let retries = count(job, "backoffLimit").map_err(&at)?.unwrap_or(DEFAULT_BACKOFF_LIMIT);
     job_spec.retries = Retries { max: retries, backoff: FIRST_RETRY_DELAY };
     job_spec.timeout = seconds(job, "activeDeadlineSeconds").map_err(&at)?;
-    job_spec.validate().map_err(|e| at(e.to_string()))?;
+    job_spec.validate().map_err(|e| at(e.into()))?;
     out.jobs.push((place, job_spec));
     Ok(())
 }
 
 /// The schedule and its zone: `spec.timeZone`, a `CRON_TZ=`/`TZ=` prefix, or the default.
-fn schedule(spec: &Map<String, Value>, options: &Options) -> Result<(String, String), String> {
+fn schedule(spec: &Map<String, Value>, options: &Options) -> Result<(String, String), ImportError> {
     let schedule = spec.get("schedule").and_then(Value::as_str).ok_or("no spec.schedule")?.trim();
     let (prefixed, schedule) = match schedule.split_once(' ') {
         Some((zone, rest)) if zone.starts_with("CRON_TZ=") || zone.starts_with("TZ=") => {
@@ -154,19 +155,19 @@ fn schedule(spec: &Map<String, Value>, options: &Options) -> Result<(String, Str
 
 /// The container's command and arguments as an argv, its env values and working dir;
 /// None when it gives no command.
-fn shell(container: &Map<String, Value>, notes: &mut Notes) -> Result<Option<ShellSpec>, String> {
+fn shell(container: &Map<String, Value>, notes: &mut Notes) -> Result<Option<ShellSpec>, ImportError> {
     notes.unmapped("the container", container, &["name", "image", "command", "args", "env", "workingDir"]);
     if let Some(image) = container.get("image").and_then(Value::as_str) {
         notes.push(format!("the command runs on the runner's host, not in image {image}"));
     }
-    let strings = |field: &str| -> Result<Vec<String>, String> {
+    let strings = |field: &str| -> Result<Vec<String>, ImportError> {
         match container.get(field) {
             None => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|item| item.as_str().map(String::from).ok_or(format!("{field} holds a non-string")))
+                .map(|item| item.as_str().map(String::from).ok_or_else(|| format!("{field} holds a non-string").into()))
                 .collect(),
-            Some(_) => Err(format!("{field} is not a list")),
+            Some(_) => Err(format!("{field} is not a list").into()),
         }
     };
     let command = strings("command")?;
@@ -187,14 +188,18 @@ fn shell(container: &Map<String, Value>, notes: &mut Notes) -> Result<Option<She
     Ok(Some(shell))
 }
 
-fn count(object: &Map<String, Value>, field: &str) -> Result<Option<u32>, String> {
+fn count(object: &Map<String, Value>, field: &str) -> Result<Option<u32>, ImportError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).map(Some).ok_or(format!("{field} is not a count")),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("{field} is not a count").into()),
     }
 }
 
-fn seconds(object: &Map<String, Value>, field: &str) -> Result<Option<Duration>, String> {
+fn seconds(object: &Map<String, Value>, field: &str) -> Result<Option<Duration>, ImportError> {
     Ok(count(object, field)?.map(|n| Duration::from_secs(n.into())))
 }
 
@@ -369,7 +374,7 @@ metadata: { name: web }
             ),
         ];
         for (text, expected) in cases {
-            let err = parse(&text, "f.yaml", &options()).unwrap_err();
+            let err = parse(&text, "f.yaml", &options()).unwrap_err().to_string();
             assert!(err.contains(expected) && !err.contains('\n'), "{text}: {err}");
         }
     }

@@ -5,10 +5,12 @@
 //!
 //! - `crontab.rs`: crontab(5), a user's or the system's;
 //! - `kubernetes.rs`: Kubernetes CronJobs (batch/v1), YAML;
-//! - `cronken.rs`: Cronken's job definitions, JSON.
+//! - `cronken.rs`: Cronken's job definitions, JSON;
+//! - `error.rs`: why a file is refused, where, and its cause.
 
 mod cronken;
 mod crontab;
+mod error;
 mod kubernetes;
 
 use anyhow::{Context, Result};
@@ -18,6 +20,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::events::EventKind;
 use crate::spec::JobSpec;
+pub use error::ImportError;
 
 #[derive(Subcommand)]
 pub enum ImportCommand {
