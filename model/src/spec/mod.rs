@@ -365,7 +365,7 @@ impl JobSpec {
     /// millions parses each once.
     pub fn from_json_checked(bytes: &[u8]) -> Result<(Self, (Arc<cronrun_time::Schedule>, chrono_tz::Tz)), Error> {
         let spec = Self::decode(bytes)?;
-        let parsed = spec.checked()?;
+        let parsed = spec.validated_schedule()?;
         Ok((spec, parsed))
     }
 

@@ -69,13 +69,13 @@ impl JobSpec {
         self.validate_at(chrono::Utc::now())
     }
 
-    /// [`JobSpec::checked`], and the schedule must have a fire after `now`: one that can
+    /// [`JobSpec::validated_schedule`], and the schedule must have a fire after `now`: one that can
     /// never fire (`0 0 0 29 FEB ? 2100`) or whose years are over is refused naming why.
     /// Reading a stored spec (`from_json`) does not ask this, so a spec stored before
     /// keeps loading. Exempt: jobs without a schedule (`after`, `on`) and `@at` instants
     /// in the past, a one-shot's normal end (a jobs file keeps applying after it fired).
     pub fn validate_at(&self, now: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
-        let (schedule, tz) = self.checked()?;
+        let (schedule, tz) = self.validated_schedule()?;
         if !schedule.fires() || schedule.once().is_some() {
             return Ok(());
         }
@@ -87,7 +87,7 @@ impl JobSpec {
 
     /// `validate`, returning the schedule and zone it parsed, so that a reader needing
     /// them parses each once.
-    pub fn checked(&self) -> Result<(std::sync::Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
+    pub fn validated_schedule(&self) -> Result<(std::sync::Arc<cronrun_time::Schedule>, chrono_tz::Tz), Error> {
         validate_job_name(&self.name)?;
         let parsed = self.parsed_schedule()?;
         super::calendar::validate_exclude(&self.exclude)?;

@@ -17,7 +17,7 @@ const PREFIX: &str = "cronrun-keepalive-";
 
 /// A directory that it or a file in it changed less than this ago is left alone even when
 /// unlocked: its runner may have made it and not locked it yet, or lost the lock (the
-/// directory removed by a cleaner and made again by `Held::touch_alive`). A live run's
+/// directory removed by a cleaner and made again by `ClaimedRun::touch_alive`). A live run's
 /// keepalive file is touched every heartbeat.
 const SETTLED: Duration = Duration::from_secs(60);
 

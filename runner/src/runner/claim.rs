@@ -11,7 +11,7 @@ use async_nats::jetstream::{AckKind, Message};
 use chrono::{DateTime, Utc};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::held::Held;
+use super::claimed_run::ClaimedRun;
 use super::lifecycle;
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
@@ -117,7 +117,7 @@ async fn claim(
     };
     let fence = Fenced::at(stored.revision);
     let (record, renewed) = (stored.record, std::time::Instant::now());
-    let mut held = Held { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
+    let mut held = ClaimedRun { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()
         && let Err(e) = held.write(ctx).await
@@ -196,7 +196,7 @@ fn lease_end(result: &Result<Disposition, Error>, status: Status) -> LeaseEnd {
 }
 
 /// Un-claims a run this runner will not start (it is shutting down).
-async fn hand_back(ctx: &RunnerCtx, held: &mut Held) -> Result<Disposition, Error> {
+async fn hand_back(ctx: &RunnerCtx, held: &mut ClaimedRun) -> Result<Disposition, Error> {
     info!("shutting down: handing the run back before it started");
     held.record.host = None;
     held.write(ctx).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
-use super::held::Held;
+use super::claimed_run::ClaimedRun;
 use super::logs::publish_end;
 use crate::dispatch::queue_retry;
 use crate::error::Error;
@@ -27,7 +27,7 @@ pub(super) struct Ended {
 
 /// Records the end of the run, or queues its next attempt when the attempt failed and
 /// the job's retries allow one; its `run` and `finish` spans go out.
-pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
+pub(super) async fn finish(ctx: &RunnerCtx, held: &mut ClaimedRun, spec: &JobSpec, ended: Ended) -> Result<(), Error> {
     let begun = std::time::SystemTime::now();
     let finished = ended.at;
     if let Some(started) = held.record.started_at {
@@ -42,7 +42,7 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut Held, spec: &JobSpec, end
 /// `finish` without its spans: the final record, or the next attempt queued.
 async fn record_end(
     ctx: &RunnerCtx,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     spec: &JobSpec,
     ended: Ended,
     finished: chrono::DateTime<chrono::Utc>,
@@ -87,7 +87,7 @@ const FINAL_WRITE_BOUND: Duration = Duration::from_secs(600);
 /// The final write is retried while NATS is away, for up to `FINAL_WRITE_BOUND`, and the
 /// run's lease is renewed meanwhile, so that an outage shorter than that does not make a
 /// finished run look lost (and run again). A conflict is final: the run was taken away.
-async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
+async fn write_final(ctx: &RunnerCtx, held: &mut ClaimedRun) -> Result<(), Error> {
     let give_up = std::time::Instant::now() + FINAL_WRITE_BOUND;
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -111,7 +111,7 @@ async fn write_final(ctx: &RunnerCtx, held: &mut Held) -> Result<(), Error> {
 /// Ends a run that never started. Ok(true): it is done with.
 pub(super) async fn finish_without_start(
     ctx: &RunnerCtx,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     status: Status,
     why: &str,
 ) -> Result<bool, Error> {
@@ -124,7 +124,7 @@ pub(super) async fn finish_without_start(
 }
 
 /// `finish_without_start` without its spans.
-async fn record_unstarted(ctx: &RunnerCtx, held: &mut Held, status: Status, why: &str) -> Result<bool, Error> {
+async fn record_unstarted(ctx: &RunnerCtx, held: &mut ClaimedRun, status: Status, why: &str) -> Result<bool, Error> {
     held.record.status = status;
     held.record.error = Some(why.to_string());
     held.record.finished_at = Some(ctx.clock.now());

@@ -252,7 +252,7 @@ async fn take_active(
         }
         taken = match line.look(&key, ctx.clock.now()).await? {
             Look::Took(lease) => Some(*lease),
-            Look::Held(_) | Look::Free => None,
+            Look::ClaimedRun(_) | Look::Free => None,
         };
     }
     if let Some(lease) = taken {

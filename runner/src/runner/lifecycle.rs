@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::claimed_run::{ClaimedRun, in_progress};
 use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
-use super::held::{Held, in_progress};
 use super::running::supervise;
 use super::starter::{Release, Ticket};
 use super::{RunnerCtx, Stops};
@@ -37,17 +37,17 @@ const OUTPUT_BUFFER: usize = 1024;
 
 /// A run's code made ready for one revision of its spec, and its place in its instant's
 /// release group, if it took one.
-struct Made {
+struct PreparedCode {
     revision: u64,
     ready: Result<Box<dyn Ready>, PrepareError>,
     ticket: Option<Ticket>,
 }
 
-impl Made {
+impl PreparedCode {
     /// Made ready, its group released without it: what it still is alone, if anything.
-    async fn without_release(self) -> Option<Made> {
+    async fn without_release(self) -> Option<PreparedCode> {
         match &self.ready {
-            Ok(ready) if !ready.bound_to_release() => Some(Made { ticket: None, ..self }),
+            Ok(ready) if !ready.bound_to_release() => Some(PreparedCode { ticket: None, ..self }),
             _ => {
                 self.discard().await;
                 None
@@ -72,7 +72,7 @@ pub(super) async fn claimed(
     ctx: &RunnerCtx,
     msg: &Message,
     d: &DispatchMsg,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     stops: &Stops,
 ) -> Result<bool, Error> {
     let alive = ctx.alive_path(&held.record.key(), d.attempt);
@@ -90,10 +90,10 @@ async fn run_claimed(
     ctx: &RunnerCtx,
     msg: &Message,
     d: &DispatchMsg,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     stops: &Stops,
     alive: Option<&std::path::Path>,
-    made: &mut Option<Made>,
+    made: &mut Option<PreparedCode>,
 ) -> Result<bool, Error> {
     // 1. Prepare.
     let early = ctx.current(&d.job, d.spec_revision).await;
@@ -191,7 +191,7 @@ async fn run_claimed(
             return waited;
         }
     }
-    let Made { ready, ticket, .. } = made;
+    let PreparedCode { ready, ticket, .. } = made;
     let ready = match ready {
         Ok(ready) => ready,
         Err(why) => return finish_without_start(ctx, held, Status::Failed, &why.to_string()).await,
@@ -201,7 +201,7 @@ async fn run_claimed(
     // Released with its group at its instant, unless that has passed (a late run).
     let planned = if in_group { d.scheduled_at.max(ctx.clock.now()) } else { ctx.clock.now() };
     if let Err(e) = mark_running(ctx, msg, held, (revision, planned), &stops.shutdown).await {
-        Made { revision, ready: Ok(ready), ticket }.discard().await;
+        PreparedCode { revision, ready: Ok(ready), ticket }.discard().await;
         return Err(e);
     }
     held.trace.claim_ended(std::time::SystemTime::now(), None, None);
@@ -260,11 +260,11 @@ async fn run_claimed(
 async fn make(
     ctx: &RunnerCtx,
     msg: &Message,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     (revision, spec): (u64, &JobSpec),
     run: &RunInfo<'_>,
     ticket: Option<Ticket>,
-) -> Made {
+) -> PreparedCode {
     if exec::keeps_alive(spec) {
         held.watch_alive(run.alive.map(|(path, _)| path.to_path_buf()));
     }
@@ -289,11 +289,11 @@ async fn make(
             }
         }
     };
-    Made { revision, ready, ticket }
+    PreparedCode { revision, ready, ticket }
 }
 
 /// How many times a refused `running` write is tried again from the record as read
-/// afresh (see `Held::adopt_current`).
+/// afresh (see `ClaimedRun::adopt_current`).
 const ADOPT_MAX: u32 = 3;
 
 /// Records the run `running` (planned to start at `at`, from spec `revision`) before its
@@ -302,11 +302,11 @@ const ADOPT_MAX: u32 = 3;
 /// so a start is late rather than doubled or lost. If it still fails, the run's lease is
 /// left to expire rather than released: the write may have landed unseen, and the
 /// scheduler that sees the expiry records the run `lost` and retries it per policy. A
-/// refused write is made again while the run is still ours (`Held::adopt_current`).
+/// refused write is made again while the run is still ours (`ClaimedRun::adopt_current`).
 async fn mark_running(
     ctx: &RunnerCtx,
     msg: &Message,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     (revision, at): (u64, DateTime<Utc>),
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
@@ -316,7 +316,7 @@ async fn mark_running(
     held.record.heartbeat_at = Some(at);
     // As long as the lease lives (renewed between tries, once NATS answers again), less
     // half a heartbeat: it must not expire while the write may still land unseen.
-    let lease_left = |held: &Held| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
+    let lease_left = |held: &ClaimedRun| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
     let mut backoff = Duration::from_millis(50);
     let mut adopted = 0;
     loop {
@@ -375,7 +375,7 @@ async fn wait_until(
     ctx: &RunnerCtx,
     msg: &Message,
     at: DateTime<Utc>,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     cancel: &CancellationToken,
 ) -> Result<bool, Error> {
     loop {

@@ -8,7 +8,7 @@
 //! - `exec/`: the executors behind one trait: `shell.rs` (process groups) and `wasm.rs`.
 //!
 //! What the steps use:
-//! - `held.rs`: what the runner holds of a run: record and fence, leases, keepalive.
+//! - `claimed_run.rs`: what the runner holds of a run: record and fence, leases, keepalive.
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `logs.rs`: the run's live log on NATS and the tail kept for its record.
@@ -21,10 +21,10 @@
 pub mod account;
 mod alive_dir;
 mod claim;
+mod claimed_run;
 pub mod exec;
 mod finish;
 mod guards;
-mod held;
 mod lifecycle;
 mod logs;
 mod presence;

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
+use super::claimed_run::ClaimedRun;
 use super::exec::{Outcome, Running, Stop, parse_signal};
 use super::finish::Ended;
-use super::held::Held;
 use super::logs::RunLog;
 use crate::error::Error;
 use crate::output::Line;
@@ -29,7 +29,7 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 const REPLY_MAX: Duration = Duration::from_millis(500);
 
 /// A heartbeat in flight, holding the run until it is done.
-type Beat<'a> = Pin<Box<dyn Future<Output = (&'a mut Held, Result<(), Error>)> + Send + 'a>>;
+type Beat<'a> = Pin<Box<dyn Future<Output = (&'a mut ClaimedRun, Result<(), Error>)> + Send + 'a>>;
 
 /// Why the lifecycle stopped waiting for the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub(super) async fn supervise(
     ctx: &RunnerCtx,
     msg: &Message,
     spec: &JobSpec,
-    held: &mut Held,
+    held: &mut ClaimedRun,
     mut code: Box<dyn Running>,
     mut lines: mpsc::Receiver<Line>,
     stop: &CancellationToken,

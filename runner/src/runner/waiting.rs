@@ -102,7 +102,7 @@ pub(super) fn on_its_way<'a>(me: &Place, line: &[Place], claimed: &'a [(String, 
 pub(super) enum Look {
     Took(Box<Lease>),
     /// Held by the run of this key.
-    Held(String),
+    ClaimedRun(String),
     /// Free, but not this run's turn (or taken by another meanwhile).
     Free,
 }
@@ -266,7 +266,7 @@ impl<'a> Line<'a> {
             }
             wait = match self.look(key, ctx.clock.now()).await? {
                 Look::Took(lease) => return Ok(Some(*lease)),
-                Look::Held(holder) => pace.after(Some(holder)),
+                Look::ClaimedRun(holder) => pace.after(Some(holder)),
                 Look::Free => pace.after(None),
             };
             if give_up.is_some_and(|at| ctx.clock.now() > at) {
@@ -318,7 +318,7 @@ impl<'a> Line<'a> {
     /// the listings of `my_turn` when it is free.
     pub async fn look(&mut self, key: &str, now: DateTime<Utc>) -> Result<Look, Error> {
         if let Some(held) = holder(self.leases, key).await? {
-            return Ok(Look::Held(held.holder));
+            return Ok(Look::ClaimedRun(held.holder));
         }
         Ok(self.take_now(key, now).await?.map_or(Look::Free, |lease| Look::Took(Box::new(lease))))
     }

@@ -238,7 +238,7 @@ fn a_specs_h_items_resolve_by_its_name() {
         JobSpec::from_json(format!(r#"{{"name":"{name}","schedule":"{schedule}","shell":"true"}}"#).as_bytes())
     };
     // The time crate's pinned slots: `backup` minute 25, hour 1.
-    let (schedule, _) = spec("backup", "H H * * *").unwrap().checked().unwrap();
+    let (schedule, _) = spec("backup", "H H * * *").unwrap().validated_schedule().unwrap();
     assert_eq!(schedule.expr(), "25 1 * * *");
     // A bad `H` is refused naming the schedule, in one line.
     let e = spec("backup", "H(5-1) * * * *").unwrap_err().to_string();

@@ -27,7 +27,7 @@ pub(super) async fn in_progress(msg: &Message) {
 
 /// The record as this runner last wrote it, the run's lease, and the overlap and lock
 /// leases it holds (see `guards`).
-pub(super) struct Held {
+pub(super) struct ClaimedRun {
     pub(super) record: RunRecord,
     pub(super) fence: Fenced,
     pub(super) lease: Option<Lease>,
@@ -40,7 +40,7 @@ pub(super) struct Held {
     pub(super) trace: crate::telemetry::RunTrace,
 }
 
-impl Held {
+impl ClaimedRun {
     pub(super) async fn write(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
         ctx.store.update_run_fenced(&self.record, &mut self.fence).await?;
         Ok(())
