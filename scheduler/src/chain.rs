@@ -16,10 +16,11 @@
 //! first such job appears, deleted when the last goes (and at start, should one be left
 //! from before), so a deployment without chains pays nothing, and a consumer left behind
 //! cannot replay old runs into a chain added later. One deleted by someone else is made
-//! again. A chain added (or removed) applies to the runs that end after the agents have
-//! seen it. A chained run carries its depth; past `MAX_DEPTH` nothing more is started,
-//! which ends any cycle written around `apply`'s check (straight into KV, two applies at
-//! once).
+//! again. The catalog signals changes of the `after` index (`Catalog::trigger_changes`),
+//! so the first chain added makes the consumer at once, and the last removed deletes it.
+//! A chain added (or removed) applies to the runs that end after the agents have seen it.
+//! A chained run carries its depth; past `MAX_DEPTH` nothing more is started, which ends
+//! any cycle written around `apply`'s check (straight into KV, two applies at once).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, TriggerChanges};
 use crate::clock::SharedClock;
 use crate::dispatch::{DispatchMsg, Outcome, dispatch_with_input};
 use crate::error::{Error, ErrorKind};
@@ -44,8 +45,12 @@ use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots,
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
-/// How often the catalog is looked at for the first or last `after`.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long after a failure (the consumer not made or not deleted, its pull ended) it is
+/// tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The longest wait for a change of the catalog's `after` index: a bound only, since each
+/// change is signalled.
+const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// How often the consumer is checked to still exist.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// Runs in one chain at most, counting from the first upstream run.
@@ -65,20 +70,27 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         _ = cancel.cancelled() => return,
         _ = catalog.wait_loaded() => {}
     }
+    let mut changes = catalog.trigger_changes();
     let chainer = Arc::new(Chainer { store, catalog, clock });
     let slots = Arc::new(Semaphore::new(CONCURRENCY));
     // One may be left from before this agent started.
     let mut may_exist = true;
     loop {
+        // Before reading the catalog: a change made while it is read wakes the wait below.
+        changes.seen();
         if !chainer.catalog.has_chains() {
             // Deleted only once every shard said it has no chains: a shard not led yet
             // (agents starting, an upgrade) may have some, and the records meanwhile wait.
-            if may_exist && chainer.catalog.triggers_complete() {
+            let complete = chainer.catalog.triggers_complete();
+            if may_exist && complete {
                 may_exist = !chainer.delete_consumer().await;
             }
+            // A deletion that failed is tried again soon; anything else waits for a change.
+            let wait = if may_exist && complete { RETRY_AFTER } else { LOOK_AT_LEAST_EVERY };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(LOOK_EVERY) => {}
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
             continue;
         }
@@ -93,7 +105,8 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
                             warn!("chains: pulling run records: {e}");
                         }
                     }
-                    _ = until(|| !chainer.catalog.has_chains()) => {}
+                    // Nothing failed: the consumer is deleted at once.
+                    _ = until_no_chains(&chainer.catalog, &mut changes) => continue,
                     _ = until_gone(&consumer, CHECK_EVERY) => warn!("chains: the consumer was deleted; making it again"),
                 }
             }
@@ -101,15 +114,24 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = tokio::time::sleep(RETRY_AFTER) => {}
         }
     }
 }
 
-/// Returns once `holds` is true, looking every `LOOK_EVERY`.
-async fn until(holds: impl Fn() -> bool) {
-    while !holds() {
-        tokio::time::sleep(LOOK_EVERY).await;
+/// Returns once no job has `after`, looking when the catalog signals a change. Not at
+/// `cancel`: it races a pull that ends at `cancel` by itself, once it has handed back
+/// what it still brings.
+async fn until_no_chains(catalog: &Catalog, changes: &mut TriggerChanges) {
+    loop {
+        changes.seen();
+        if !catalog.has_chains() {
+            return;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(LOOK_AT_LEAST_EVERY) => {}
+        }
     }
 }
 

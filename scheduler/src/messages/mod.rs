@@ -12,7 +12,7 @@
 //!   run instead of starting another;
 //! - succeeded: the message is acked;
 //! - lost (its runner died): run again as the next attempt by the reaper
-//!   (`scheduler::expiry`), while the run has had at most `on.redeliver` attempts; skipped
+//!   (`scheduler::recovery::expiry`), while the run has had at most `on.redeliver` attempts; skipped
 //!   (a held lock, the previous run still ending): the same, after 2 s, 4 s, ... a minute;
 //! - otherwise (failed or timed out with its `retries` spent, cancelled, run again too
 //!   often, or too big to be an input): published to `<ns>.dead.<job>` with headers saying
@@ -21,7 +21,9 @@
 //! An agent that dies holding a message: the server hands it to another after `ACK_WAIT`,
 //! which finds the run and goes on from where it is. A paused job's consumer is not pulled
 //! from (its messages wait in the stream); a job that loses its `on` or is removed has its
-//! consumer deleted.
+//! consumer deleted. Which jobs are followed is looked at again when the catalog signals a
+//! change (`Catalog::trigger_changes`: a job gained, changed or lost its `on`, or one with
+//! `on` was paused, resumed or removed), so such a change applies at once.
 //!
 //! - `mod.rs`: which jobs are followed, their consumers, pulling into `concurrency` slots;
 //! - `handle.rs`: one message, from its run's dispatch to its ack or dead letter.
@@ -50,8 +52,11 @@ use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots,
 const ACK_WAIT: Duration = Duration::from_secs(30);
 /// How often a held message is said to be in progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-/// How often the catalog is looked at for jobs that gained, changed or lost their `on`.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long after a failure (the catalog or NATS not answering) it is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The longest wait for a change: a bound only, since every change the followed jobs
+/// depend on is signalled (and a following task that ends wakes the wait too).
+const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 /// How often a job's consumer is checked to still exist.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 
@@ -74,19 +79,26 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
         _ = cancel.cancelled() => return,
         _ = catalog.wait_loaded() => {}
     }
+    let mut changes = catalog.trigger_changes();
     let ctx = Ctx { store, catalog, clock };
     let mut following: HashMap<String, Following> = HashMap::new();
     // Consumers whose job may have lost its `on`: at start, every one there is.
     let mut to_check: Vec<String> = existing_consumers(&ctx.store).await;
     loop {
+        // Before reading the catalog: a change made while it is read wakes the wait below.
+        changes.seen();
         let now = ctx.catalog.listeners();
         // Whether each listening job is paused; None when it is gone or invalid. A spec
         // that cannot be read now (NATS away) leaves the job as it is: followed or not.
         let mut paused_now = HashMap::new();
+        let mut unread = false;
         for job in now.keys() {
             let paused = match ctx.catalog.get(job).await {
                 Ok(found) => found.and_then(|j| j.summary.as_ref().ok().map(|s| s.paused)),
-                Err(_) => Some(!following.contains_key(job)),
+                Err(_) => {
+                    unread = true;
+                    Some(!following.contains_key(job))
+                }
             };
             paused_now.insert(job.clone(), paused);
         }
@@ -100,7 +112,10 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
                 // Aborted, not only told: a consumer creation in flight must not land
                 // after a deletion or a newer one. Messages in hand are seen through.
                 f.task.abort();
-                if !now.contains_key(job) {
+                // Gone or unreadable too: the catalog's feed may show a job removed before
+                // its shard's leader drops its `on` from the index (checked below, so an
+                // unreadable one keeps its consumer).
+                if !now.contains_key(job) || paused(job).is_none() {
                     to_check.push(job.clone());
                 }
             }
@@ -130,14 +145,30 @@ pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: Can
                 following.insert(job.clone(), Following { on: on.clone(), task });
             }
         }
+        // Something not done for want of an answer is tried again soon; otherwise nothing
+        // changes until the catalog says so (or a following task ends).
+        let wait = if unread || !to_check.is_empty() { RETRY_AFTER } else { LOOK_AT_LEAST_EVERY };
         tokio::select! {
             _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = changes.changed() => {}
+            _ = any_ended(&mut following) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
     // Each hands back what its pull still brings (see `store::pull`) before the agent exits.
     let tasks = following.into_values().map(|f| f.task);
     let _ = tokio::time::timeout(Duration::from_secs(2), futures::future::join_all(tasks)).await;
+}
+
+/// Returns when one of the tasks following a job ends (never while there is none); the
+/// loop then starts it again.
+async fn any_ended(following: &mut HashMap<String, Following>) {
+    if following.is_empty() {
+        return std::future::pending().await;
+    }
+    // How it ended does not matter (the loop says so); each task is taken out of
+    // `following` once it has ended, so none is polled after.
+    let _ = futures::future::select_all(following.values_mut().map(|f| &mut f.task)).await;
 }
 
 /// The jobs that have a consumer on the messages stream now.
@@ -197,7 +228,7 @@ async fn follow(ctx: Ctx, job: String, on: OnMessage, stop: CancellationToken) {
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = tokio::time::sleep(RETRY_AFTER) => {}
         }
     }
 }

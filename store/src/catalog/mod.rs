@@ -5,7 +5,8 @@
 //!   so no agent reads every spec (a deployment may have millions; a shard's leader reads
 //!   its own shard's from the schedules index, see `scheduler::loader`).
 //! - `cache.rs`: what was read, and when a read may be kept.
-//! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish.
+//! - `triggers.rs`: the `after` and `on` of every job, which shard leaders publish, and a
+//!   signal of their changes (`Catalog::trigger_changes`).
 //! - `all.rs`: every job in memory, for the dashboard only.
 
 mod all;
@@ -13,7 +14,7 @@ mod cache;
 mod triggers;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -31,8 +32,8 @@ use crate::store::{Store, StoredJob, kv::Versioned};
 
 pub use all::AllJobs;
 use cache::Cache;
-use triggers::Triggers;
-pub use triggers::{JobTriggers, ShardTriggers};
+use triggers::SharedTriggers;
+pub use triggers::{JobTriggers, ShardTriggers, TriggerChanges};
 
 /// A job as the catalog knows it: what scheduling needs, kept small because a leader holds
 /// one per job of its shards. Runners fetch the full spec of the jobs they run.
@@ -172,7 +173,7 @@ struct Inner {
     cache: Cache,
     /// With the deployment's shard count: every job's triggers, for a scheduler.
     shards: Option<u32>,
-    triggers: RwLock<Triggers>,
+    triggers: SharedTriggers,
     loaded: watch::Sender<bool>,
 }
 
@@ -181,7 +182,8 @@ impl Catalog {
     /// job's triggers, which its chains and message triggers need.
     pub fn start(store: Store, shards: Option<u32>, cancel: CancellationToken) -> Self {
         let (loaded, _) = watch::channel(false);
-        let inner = Arc::new(Inner { store, cache: Cache::default(), shards, triggers: RwLock::default(), loaded });
+        let inner =
+            Arc::new(Inner { store, cache: Cache::default(), shards, triggers: SharedTriggers::default(), loaded });
         tokio::spawn(feed(inner.clone(), cancel));
         Self { inner }
     }
@@ -218,24 +220,31 @@ impl Catalog {
 
     /// The jobs chained after `upstream`, and on which of its endings.
     pub fn downstream_of(&self, upstream: &str) -> Vec<(String, AfterOn)> {
-        self.inner.triggers.read().map(|t| t.downstream_of(upstream)).unwrap_or_default()
+        self.inner.triggers.read(|t| t.downstream_of(upstream)).unwrap_or_default()
     }
 
     /// Whether any job has `after`.
     pub fn has_chains(&self) -> bool {
-        self.inner.triggers.read().is_ok_and(|t| t.has_chains())
+        self.inner.triggers.read(|t| t.has_chains()).unwrap_or(false)
     }
 
     /// Whether every shard has published its triggers: until then, no job's `after` may
     /// be taken for absent (a shard not led yet, an upgrade).
     pub fn triggers_complete(&self) -> bool {
         let Some(shards) = self.inner.shards else { return false };
-        self.inner.triggers.read().is_ok_and(|t| t.complete(shards))
+        self.inner.triggers.read(|t| t.complete(shards)).unwrap_or(false)
     }
 
     /// Every job with `on`, and its trigger.
     pub fn listeners(&self) -> HashMap<String, OnMessage> {
-        self.inner.triggers.read().map(|t| t.listeners()).unwrap_or_default()
+        self.inner.triggers.read(|t| t.listeners()).unwrap_or_default()
+    }
+
+    /// A signal of every change to what `has_chains`, `triggers_complete`, `listeners`
+    /// and a listening job's pause say (and of the feed opened again, after which changes
+    /// may have been missed), for waiting on those instead of looking every so often.
+    pub fn trigger_changes(&self) -> TriggerChanges {
+        self.inner.triggers.subscribe()
     }
 
     /// Whether the feed follows changes (and the triggers are read, if asked for).
@@ -253,7 +262,7 @@ impl Catalog {
 impl Inner {
     fn set_loaded(&self) {
         if !self.loaded.send_replace(true) {
-            let shards = self.triggers.read().map(|t| t.shards()).unwrap_or(0);
+            let shards = self.triggers.read(|t| t.shards()).unwrap_or(0);
             info!(
                 shards_with_triggers = shards,
                 "job catalog loaded: following job changes, specs read when first needed"
@@ -269,9 +278,7 @@ impl Inner {
                 ShardTriggers::new()
             })
         });
-        if let Ok(mut t) = self.triggers.write() {
-            t.set_shard(n, published);
-        }
+        self.triggers.set_shard(n, published);
     }
 }
 
@@ -294,10 +301,7 @@ async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
                         error!("job feed panicked, opening it again: {}", crate::supervise::panic_message(panic.as_ref()));
                         // Read again from the start: what a panic left half-written (and
                         // its lock poisoned) is not kept.
-                        inner.triggers.clear_poison();
-                        if let Ok(mut triggers) = inner.triggers.write() {
-                            *triggers = Triggers::default();
-                        }
+                        inner.triggers.reset();
                     }
                 }
             }
@@ -312,6 +316,8 @@ async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
 async fn follow(inner: &Inner) -> Result<(), Error> {
     let mut jobs = inner.store.jobs.changes(">").await?;
     inner.cache.set_live(true);
+    // Whatever changed while the feed was closed came by no change: waiters look again.
+    inner.triggers.signal();
     let mut shards = match inner.shards {
         Some(_) => Some(inner.store.leases.watch(&lease_keys::triggers_all()).await?),
         None => None,
@@ -319,9 +325,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
     // The shards whose key is seen until the watch caught up; the others' were removed.
     let mut seen = shards.as_ref().filter(|w| !w.initially_empty).map(|_| HashSet::new());
     if seen.is_none() {
-        if let Ok(mut t) = inner.triggers.write() {
-            t.retain_shards(&HashSet::new());
-        }
+        inner.triggers.retain_shards(&HashSet::new());
         inner.set_loaded();
     }
     loop {
@@ -333,6 +337,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
                 inner.cache.changed(name, revision, removed, || {
                     CatalogJob::decode(name, &Versioned { value: change.value.clone().unwrap_or_default(), revision })
                 });
+                inner.triggers.job_changed(name);
             }
             change = async {
                 match shards.as_mut() {
@@ -346,9 +351,7 @@ async fn follow(inner: &Inner) -> Result<(), Error> {
                 if let Some(seen_now) = seen.as_mut() {
                     seen_now.insert(n);
                     if change.caught_up {
-                        if let Ok(mut t) = inner.triggers.write() {
-                            t.retain_shards(seen_now);
-                        }
+                        inner.triggers.retain_shards(seen_now);
                         seen = None;
                         inner.set_loaded();
                     }

@@ -5,10 +5,16 @@
 //! leader, which reads all of its shard's jobs, publishes the triggers among them under
 //! `triggers.<shard>` in `cronrun_leases` (`ShardTriggers`), and every scheduler follows
 //! those keys into one index (`Triggers`): a few keys, however many jobs there are.
+//!
+//! The index is shared (`SharedTriggers`) with a signal of its changes (`TriggerChanges`),
+//! so that chains and message triggers take a change up when it comes instead of looking
+//! at the index every so often.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::spec::after::{After, AfterOn};
 use crate::spec::on::OnMessage;
@@ -44,8 +50,12 @@ pub(super) struct Triggers {
 }
 
 impl Triggers {
-    /// Replaces what shard `n` had by what its key holds now (None: no key).
-    pub fn set_shard(&mut self, n: u32, now: Option<ShardTriggers>) {
+    /// Replaces what shard `n` had by what its key holds now (None: no key); true if that
+    /// changed anything (a leader may publish the same triggers again).
+    pub fn set_shard(&mut self, n: u32, now: Option<ShardTriggers>) -> bool {
+        if self.shards.get(&n) == now.as_ref() {
+            return false;
+        }
         let old = self.shards.remove(&n).unwrap_or_default();
         for (job, triggers) in &old {
             self.unlink(job, triggers);
@@ -56,14 +66,17 @@ impl Triggers {
             }
             self.shards.insert(n, now);
         }
+        true
     }
 
-    /// Drops the shards whose key was not seen when the watch was opened again.
-    pub fn retain_shards(&mut self, seen: &std::collections::HashSet<u32>) {
+    /// Drops the shards whose key was not seen when the watch was opened again; true if
+    /// there were any.
+    pub fn retain_shards(&mut self, seen: &HashSet<u32>) -> bool {
         let gone: Vec<u32> = self.shards.keys().filter(|n| !seen.contains(n)).copied().collect();
-        for n in gone {
+        for &n in &gone {
             self.set_shard(n, None);
         }
+        !gone.is_empty()
     }
 
     /// Whether every one of `count` shards has said what triggers its jobs have.
@@ -108,6 +121,96 @@ impl Triggers {
     pub fn listeners(&self) -> HashMap<String, OnMessage> {
         self.on.clone()
     }
+
+    fn listens(&self, job: &str) -> bool {
+        self.on.contains_key(job)
+    }
+}
+
+/// The index as the catalog shares it: written by the catalog's feed, read by any task,
+/// with a count of its changes that wakes whoever waits for one.
+#[derive(Debug)]
+pub(super) struct SharedTriggers {
+    index: RwLock<Triggers>,
+    /// Changes so far; only that it moved matters.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for SharedTriggers {
+    fn default() -> Self {
+        Self { index: RwLock::default(), changes: watch::channel(0).0 }
+    }
+}
+
+impl SharedTriggers {
+    /// What `look` finds in the index; None while a panic left it poisoned (the feed
+    /// then reads it again from the start, see `reset`).
+    pub fn read<T>(&self, look: impl FnOnce(&Triggers) -> T) -> Option<T> {
+        self.index.read().ok().map(|index| look(&index))
+    }
+
+    /// `Triggers::set_shard`, signalled if it changed anything.
+    pub fn set_shard(&self, n: u32, now: Option<ShardTriggers>) {
+        if self.index.write().is_ok_and(|mut index| index.set_shard(n, now)) {
+            self.signal();
+        }
+    }
+
+    /// `Triggers::retain_shards`, signalled if it dropped any.
+    pub fn retain_shards(&self, seen: &HashSet<u32>) {
+        if self.index.write().is_ok_and(|mut index| index.retain_shards(seen)) {
+            self.signal();
+        }
+    }
+
+    /// Empties the index (a panic may have left it half-written), to be read again.
+    pub fn reset(&self) {
+        self.index.clear_poison();
+        if let Ok(mut index) = self.index.write() {
+            *index = Triggers::default();
+        }
+        self.signal();
+    }
+
+    /// A change of job `name` seen by the feed: signalled if the job has `on`, since
+    /// message triggers follow whether such a job is paused (which is not in the index).
+    pub fn job_changed(&self, name: &str) {
+        if self.read(|index| index.listens(name)).unwrap_or(false) {
+            self.signal();
+        }
+    }
+
+    /// Wakes every waiter: something they follow may have changed.
+    pub fn signal(&self) {
+        // `send_modify`, not `send`: it counts the change even with no waiter yet.
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn subscribe(&self) -> TriggerChanges {
+        TriggerChanges(self.changes.subscribe())
+    }
+}
+
+/// A signal of changes to the jobs' `after` and `on` (`Catalog::trigger_changes`).
+///
+/// Used as: `seen` before reading the catalog, then `changed`: a change made while the
+/// catalog was read wakes it at once, so none is missed.
+#[derive(Debug)]
+pub struct TriggerChanges(watch::Receiver<u64>);
+
+impl TriggerChanges {
+    /// Takes every change so far as seen.
+    pub fn seen(&mut self) {
+        self.0.borrow_and_update();
+    }
+
+    /// Returns at the first change not seen yet. Never once the catalog is dropped (no
+    /// more changes can come): callers bound their waits anyway.
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +253,58 @@ mod tests {
         index.set_shard(5, Some(shard(&[("orders", after(&[("extract", AfterOn::Succeeded)]))])));
         assert!(index.listeners().is_empty());
         assert!(index.has_chains());
+    }
+
+    fn load_after_extract() -> JobTriggers {
+        after(&[("extract", AfterOn::Succeeded)])
+    }
+
+    fn on_orders() -> JobTriggers {
+        JobTriggers {
+            after: Vec::new(),
+            on: Some(OnMessage { subject: "orders.created".into(), concurrency: 1, redeliver: 3 }),
+        }
+    }
+
+    /// Whether a waiter is woken within a minute (of tokio's paused time, which runs ahead
+    /// as soon as every task waits).
+    async fn woken(changes: &mut TriggerChanges) -> bool {
+        tokio::time::timeout(std::time::Duration::from_secs(60), changes.changed()).await.is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_of_the_index_wakes_a_waiter_and_nothing_else_does() {
+        let shared = SharedTriggers::default();
+        let mut changes = shared.subscribe();
+        assert!(!woken(&mut changes).await, "nothing happened");
+        // A waiter already waiting is woken by a change made elsewhere.
+        let mut waiter = shared.subscribe();
+        let waiting = tokio::spawn(async move { woken(&mut waiter).await });
+        tokio::task::yield_now().await;
+        shared.set_shard(3, Some(shard(&[("load", load_after_extract())])));
+        assert!(waiting.await.unwrap(), "a waiter when a shard gained a chain");
+        assert!(woken(&mut changes).await, "a chain added before `changed` was called");
+        assert!(!woken(&mut changes).await, "one change wakes once");
+        type Step = fn(&SharedTriggers);
+        let steps: [(&str, Step, bool); 9] = [
+            (
+                "the same shard published again",
+                |s| s.set_shard(3, Some(shard(&[("load", load_after_extract())]))),
+                false,
+            ),
+            ("a shard saying it has none", |s| s.set_shard(4, Some(ShardTriggers::new())), true),
+            ("that said again", |s| s.set_shard(4, Some(ShardTriggers::new())), false),
+            ("a job without `on` changed", |s| s.job_changed("load"), false),
+            ("every shard seen again", |s| s.retain_shards(&[3, 4].into()), false),
+            ("a shard's key gone", |s| s.retain_shards(&[3].into()), true),
+            ("a job gained `on`", |s| s.set_shard(5, Some(shard(&[("orders", on_orders())]))), true),
+            ("a job with `on` changed (paused?)", |s| s.job_changed("orders"), true),
+            ("the index read again after a panic", SharedTriggers::reset, true),
+        ];
+        for (what, step, wakes) in steps {
+            changes.seen();
+            step(&shared);
+            assert_eq!(woken(&mut changes).await, wakes, "{what}");
+        }
     }
 }
