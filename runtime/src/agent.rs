@@ -19,7 +19,7 @@ use crate::scheduler::loader::Loader;
 use crate::scheduler::snapshot::Snapshots;
 use crate::scheduler::{Scheduler, SchedulerCtx};
 use crate::store::{Bucket, Store};
-use crate::supervise::{Watched, describe};
+use crate::watchdog::{Watched, describe};
 
 /// What an orderly stop may take beyond the runner's `drain_timeout`: releasing shard
 /// leases, final record writes and events, with NATS slow or gone.

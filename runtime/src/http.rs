@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dashboard::{Dashboard, DashboardConfig};
 use crate::error::Error;
-use crate::supervise::Watched;
+use crate::watchdog::Watched;
 
 /// What `/readyz` reports, set by the agent as it starts.
 pub struct Health {

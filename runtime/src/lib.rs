@@ -9,7 +9,7 @@
 //!   `wit/`; `cronrun-supervisor` (`supervisor/`): a shell run's first process.
 //! - `cronrun-store` (`store/`): the NATS contract and the plumbing every part uses:
 //!   `store` (typed NATS access), `catalog`, `dispatch`, `input`, `events`, `logs`,
-//!   `output`, `metrics`, `telemetry`, `private_file`, `shutdown`, `supervise`, `retry`,
+//!   `output`, `metrics`, `telemetry`, `private_file`, `shutdown`, `watchdog`, `retry`,
 //!   `silence`, `clock`, `server_time`, `memory`.
 //! - `cronrun-scheduler` (`scheduler/`): the triggers: `scheduler` (shards and their
 //!   leaders), `chain` (`after`), `messages` (`on`), `notify` (notifications).
@@ -42,7 +42,7 @@ pub use cronrun_runner::runner;
 pub use cronrun_scheduler::{chain, messages, notify, scheduler};
 pub use cronrun_store::{
     catalog, clock, dispatch, events, input, logs, memory, metrics, output, private_file, retry, server_time, shutdown,
-    silence, store, supervise, telemetry,
+    silence, store, telemetry, watchdog,
 };
 pub use cronrun_time as schedule;
 pub use cronrun_wasm as wasm;

@@ -8,7 +8,7 @@
 //! - `notify`: notifications delivered from the event stream.
 //! - Re-exported from `cronrun-store` (the modules used here): `store`, `catalog`,
 //!   `dispatch`, `events`, `input`, `output`, `metrics`, `clock`, `server_time`, `memory`,
-//!   `silence`, `supervise`; and `schedule`, `model`, `spec`, `record`, `names`, `error`.
+//!   `silence`, `watchdog`; and `schedule`, `model`, `spec`, `record`, `names`, `error`.
 pub mod chain;
 pub mod messages;
 pub mod notify;
@@ -17,7 +17,7 @@ pub mod scheduler;
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};
 pub use cronrun_store::{
-    catalog, clock, dispatch, events, input, memory, metrics, output, server_time, silence, store, supervise,
+    catalog, clock, dispatch, events, input, memory, metrics, output, server_time, silence, store, watchdog,
 };
 pub use cronrun_time as schedule;
 pub use error::{Error, ErrorKind};

@@ -15,7 +15,7 @@
 //!   exported over OTLP/HTTP; the W3C `traceparent` on dispatch messages and in jobs'
 //!   `TRACEPARENT`.
 //! - `private_file`: files only their owner may read (seeds, `auth.conf`, a run's input).
-//! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `supervise`: long-lived tasks watched;
+//! - `shutdown`: SIGTERM/SIGINT to one cancellation token; `watchdog`: long-lived tasks watched;
 //!   `retry`: start-up steps tried again through NATS trouble; `silence`: a bound on the
 //!   quiet between a long stream's items.
 //! - `clock`: time behind a trait for tests; `server_time`: the agent's clock against the
@@ -37,8 +37,8 @@ pub mod server_time;
 pub mod shutdown;
 pub mod silence;
 pub mod store;
-pub mod supervise;
 pub mod telemetry;
+pub mod watchdog;
 
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};

@@ -7,7 +7,7 @@
 //! 3. **arm**: the record is written `running`, the compare-and-set that fences the run
 //!    against a retry elsewhere, before any of its code runs;
 //! 4. **release**: with its group, or on its own at its instant, the code starts;
-//! 5. **supervise** (`running.rs`: heartbeat, output, timeout, kill) and **finish**
+//! 5. **until the code ends** (`running.rs`: heartbeat, output, timeout, kill) and **finish**
 //!    (`finish.rs`: the final record or the next attempt).
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use super::claimed_run::{ClaimedRun, in_progress};
 use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
-use super::running::supervise;
+use super::running::until_code_ends;
 use super::starter::{Release, Ticket};
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
@@ -248,7 +248,7 @@ async fn run_claimed(
     let _running = crate::metrics::run_started(fire, started);
 
     // 5. Supervise and finish.
-    let ended = supervise(ctx, msg, &spec, held, code, lines, &stops.stop).await?;
+    let ended = until_code_ends(ctx, msg, &spec, held, code, lines, &stops.stop).await?;
     finish(ctx, held, &spec, ended).await?;
     Ok(true)
 }

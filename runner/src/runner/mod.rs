@@ -3,7 +3,7 @@
 //! A run's way through the runner, one file per step, the same for every kind of job:
 //! - `claim.rs`: the dispatch message to its ack; the run's lease and record claimed.
 //! - `lifecycle.rs`: prepare ahead, check, arm (`running`), release at the instant.
-//! - `running.rs`: supervise: output, heartbeat, kill requests, timeout, stop.
+//! - `running.rs`: until the code ends: output, heartbeat, kill requests, timeout, stop.
 //! - `finish.rs`: the final record or the next attempt, the log's end, the event.
 //! - `exec/`: the executors behind one trait: `shell.rs` (process groups) and `wasm.rs`.
 //!
@@ -51,7 +51,7 @@ use crate::retry::{Patience, retried};
 use crate::spec::{History, JobSpec};
 use crate::store::pull::{EXPIRES, PullLimits, pull_into_slots};
 use crate::store::{Store, StoredJob};
-use crate::supervise::Watched;
+use crate::watchdog::Watched;
 
 pub use crate::output::{EOF_HEADER, STREAM_HEADER};
 pub use cronrun_supervisor as supervisor;

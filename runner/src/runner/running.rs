@@ -44,7 +44,7 @@ pub(super) enum Ending {
 
 /// Supervises `code` until it ends; output arrives on `lines`. A refused heartbeat (the
 /// run was taken away) stops the code at once and is returned as the error.
-pub(super) async fn supervise(
+pub(super) async fn until_code_ends(
     ctx: &RunnerCtx,
     msg: &Message,
     spec: &JobSpec,

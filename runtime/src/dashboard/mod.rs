@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::AllJobs;
 use crate::error::Error;
 use crate::store::Store;
-use crate::supervise::restarting;
+use crate::watchdog::restarting;
 use view::RunsView;
 
 /// Where the dashboard connects and who it is: from the agent's configuration.
@@ -82,7 +82,7 @@ impl Dashboard {
         config: DashboardConfig,
         agent: async_nats::Client,
         bound: SocketAddr,
-        tasks: &mut crate::supervise::Watched,
+        tasks: &mut crate::watchdog::Watched,
         cancel: CancellationToken,
     ) -> Result<Arc<Self>, Error> {
         let token = config.token_file.as_deref().map(read_token).transpose()?;

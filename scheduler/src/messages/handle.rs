@@ -52,7 +52,7 @@ pub(super) async fn handle(ctx: &Ctx, job: &str, on: &OnMessage, msg: Message, s
     let outcome = tokio::select! {
         // Not acked: the message goes to an agent that follows the job after `ACK_WAIT`.
         _ = stop.cancelled() => return,
-        outcome = see_through(ctx, job, on, &msg) => outcome,
+        outcome = start_and_follow(ctx, job, on, &msg) => outcome,
     };
     // Acks the server confirms: one lost would have the message looked at again, and its
     // run's record may be pruned by then.
@@ -77,7 +77,12 @@ pub(super) async fn handle(ctx: &Ctx, job: &str, on: &OnMessage, msg: Message, s
 
 /// Starts the message's run if it has none, and follows it to its end. Ok(None): ack;
 /// Ok(Some((why, run key))): to the dead-letter subject.
-async fn see_through(ctx: &Ctx, job: &str, on: &OnMessage, msg: &Message) -> Result<Option<(String, String)>, Error> {
+async fn start_and_follow(
+    ctx: &Ctx,
+    job: &str,
+    on: &OnMessage,
+    msg: &Message,
+) -> Result<Option<(String, String)>, Error> {
     let info = msg.info().map_err(|e| Error::nats_boxed("reading a message's metadata", e))?;
     let published = DateTime::from_timestamp_millis((info.published.unix_timestamp_nanos() / 1_000_000) as i64)
         .ok_or_else(|| Error::nats_msg("reading a message's metadata", "publish time out of range"))?;

@@ -41,7 +41,7 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::store::{Bucket, Store};
-use crate::supervise::Watched;
+use crate::watchdog::Watched;
 use firing::{leader, shard};
 use membership::{members, settle, shards};
 use recovery::reaper;
@@ -209,7 +209,7 @@ impl Scheduler {
                 end = &mut presence => {
                     fault = (!cancel.is_cancelled()).then(|| match end {
                         Ok(()) => "the scheduler's presence ended".to_string(),
-                        Err(e) => crate::supervise::describe("the scheduler's presence", e),
+                        Err(e) => crate::watchdog::describe("the scheduler's presence", e),
                     });
                     break;
                 }

@@ -298,7 +298,7 @@ async fn feed(inner: Arc<Inner>, cancel: CancellationToken) {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => warn!("job feed interrupted, opening it again: {e}"),
                     Err(panic) => {
-                        error!("job feed panicked, opening it again: {}", crate::supervise::panic_message(panic.as_ref()));
+                        error!("job feed panicked, opening it again: {}", crate::watchdog::panic_message(panic.as_ref()));
                         // Read again from the start: what a panic left half-written (and
                         // its lock poisoned) is not kept.
                         inner.triggers.reset();

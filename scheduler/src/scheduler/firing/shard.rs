@@ -55,7 +55,7 @@ impl Shard {
                     }
                     Ok(Err(e)) => warn!("stepped down from the shard: {e}"),
                     Err(panic) => {
-                        let why = crate::supervise::panic_message(panic.as_ref());
+                        let why = crate::watchdog::panic_message(panic.as_ref());
                         error!("leading the shard panicked ({why}); standing by for it again");
                         tokio::select! {
                             _ = cancel.cancelled() => return,
