@@ -50,8 +50,8 @@ async fn an_agent_whose_clock_steps_back_gives_up_its_shards_and_every_fire_runs
     eventually(Duration::from_secs(20), "skewed to lead shards", leads("skewed")).await;
     let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
 
-    // The step back.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The step back, once the jobs ran the window's first two fires.
+    jobs_fired_until(&names, nats.dir.path(), from + chrono::Duration::seconds(1)).await;
     std::fs::write(&offset_file, "-60\n").unwrap();
     let stepped_back = ceil_second(Utc::now());
     eventually(Duration::from_secs(15), "good to lead every shard", || async {
@@ -70,8 +70,9 @@ async fn an_agent_whose_clock_steps_back_gives_up_its_shards_and_every_fire_runs
     assert!((offset - 60.0).abs() < 1.0, "cronrun_clock_offset_seconds {offset}");
     let shown = nats.ok(&["status"]);
     assert!(shown.contains("+60.0 s OFF") && shown.contains("OFF") && shown.contains("leads no shards"), "{shown}");
-    // The fires while it is off run, led by good, on the time of the server.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The fires while it is off run, led by good, on the time of the server: eight
+    // seconds of them since the step.
+    jobs_fired_until(&names, nats.dir.path(), stepped_back + chrono::Duration::seconds(8)).await;
 
     // The step forward: the clock is right again.
     std::fs::write(&offset_file, "+0\n").unwrap();
@@ -82,8 +83,8 @@ async fn an_agent_whose_clock_steps_back_gives_up_its_shards_and_every_fire_runs
         (http_get(port, "/readyz")?.0 == 200).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let to = ceil_second(Utc::now()) - chrono::Duration::seconds(1);
+    // The window ends six seconds on (`fires_not_run_once` waits for it to settle).
+    let to = ceil_second(Utc::now() + chrono::Duration::seconds(6)) - chrono::Duration::seconds(1);
 
     let secs = (to - from).num_seconds();
     let wrong = fires_not_run_once(&names, nats.dir.path(), from, secs).await;
@@ -100,4 +101,12 @@ async fn an_agent_whose_clock_steps_back_gives_up_its_shards_and_every_fire_runs
          the step; every fire ran once",
         names.len()
     );
+}
+
+/// Waits until every job of `names` (see `recording_job`) recorded a fire at or after `at`.
+async fn jobs_fired_until(names: &[String], dir: &std::path::Path, at: chrono::DateTime<Utc>) {
+    eventually(Duration::from_secs(30), &format!("every job to fire at {at}"), || async {
+        names.iter().all(|name| last_fire(name, dir).is_some_and(|f| f >= at)).then_some(())
+    })
+    .await
 }

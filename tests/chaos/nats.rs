@@ -68,6 +68,8 @@ async fn fail_a_node_under_load(fault: NodeFault) -> i64 {
         runs(&store, "tick").await.iter().any(|r| r.status == Status::Succeeded).then_some(())
     })
     .await;
+    // Three seconds and more of load before the fault (the window starts two seconds
+    // before it), at a random moment relative to the fires, which come on whole seconds.
     tokio::time::sleep(Duration::from_millis(3000 + rand::random::<u64>() % 1000)).await;
     let at = Utc::now();
     let any = rand::random::<u64>() as usize % 3;
@@ -83,6 +85,7 @@ async fn fail_a_node_under_load(fault: NodeFault) -> i64 {
         NodeFault::Freeze => cluster.freeze(victim, Duration::from_secs(10)).await,
         NodeFault::Restart => {
             cluster.kill(victim);
+            // Down three seconds, the outage it then rejoins from.
             tokio::time::sleep(Duration::from_secs(3)).await;
             cluster.restart(victim).await;
         }
@@ -99,10 +102,10 @@ async fn fail_a_node_under_load(fault: NodeFault) -> i64 {
             assert!(matches!(watch, Ok(Ok(_))), "a watch opened after the kill: {:?}", watch.map(|w| w.err()));
         }
     }
-    // From two seconds before the fault to twelve after it ended.
+    // From two seconds before the fault to twelve after it ended, judged once the jobs
+    // recorded a fire after that.
     let from = ceil_second(at) - chrono::Duration::seconds(2);
     let secs = (Utc::now() - from).num_seconds() + 12;
-    tokio::time::sleep(Duration::from_secs(12)).await;
     let wrong = fires_not_run_once(&names, cluster.dir.path(), from, secs).await;
     if !wrong.is_empty() {
         let mut why = String::new();
@@ -309,7 +312,11 @@ async fn a_stop_while_nats_is_gone_is_bounded_and_a_second_signal_ends_it_at_onc
     println!("agent a stopped {:?} after SIGTERM with NATS gone ({status})", asked.elapsed());
 
     kill(Pid::from_raw(b.pid()), Signal::SIGTERM).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The second signal is one only once b took the first and began its orderly stop.
+    eventually(Duration::from_secs(10), "b to take the first SIGTERM", || async {
+        b.log().contains("SIGTERM received, shutting down").then_some(())
+    })
+    .await;
     assert!(b.child.try_wait().unwrap().is_none(), "b waits for its run to drain");
     let second = Instant::now();
     kill(Pid::from_raw(b.pid()), Signal::SIGTERM).unwrap();
@@ -448,7 +455,8 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
     let agent = nats.agent_with_heartbeat("a", "", "5s");
     ready(&agent).await;
     let dir = nats.dir.path().display().to_string();
-    let wait_go = format!("until [ -e {dir}/go ]; do sleep 0.1; done");
+    // Each run that waited for `go` says so once it ends: `e <run id>`.
+    let wait_go = format!("until [ -e {dir}/go ]; do sleep 0.1; done; echo \"e $CRONRUN_RUN_ID\" >> {dir}/jobs.log");
     apply(
         &nats,
         &format!(
@@ -479,9 +487,15 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
     })
     .await;
 
+    let down = Instant::now();
     nats.kill_server().await;
     std::fs::write(nats.dir.path().join("go"), "").unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(Duration::from_secs(10), "both runs to end while NATS is away", || async {
+        (lines().iter().filter(|l| l.starts_with("e ")).count() == 2).then_some(())
+    })
+    .await;
+    // Away for two seconds in all, as in `a_nats_restart_keeps_finished_runs_...`.
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(down.elapsed())).await;
     nats.restart_server().await;
 
     let done = final_record(&store, &upstream).await;
@@ -500,8 +514,8 @@ async fn a_nats_restart_in_the_middle_of_a_message_run_and_a_chain_runs_each_onc
         (stream.info().await.ok()?.state.messages == 0).then_some(())
     })
     .await;
-    // Anything run twice would have had time to start by now.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Counted once nothing more can run: anything run twice has run by then.
+    nothing_left_to_run(&store, &["upstream", "downstream", "listener"]).await;
     let seen = lines();
     let count = |prefix: &str| seen.iter().filter(|l| l.starts_with(prefix)).count();
     assert_eq!((count("u "), count("d ")), (1, 1), "the upstream and its chained run once each: {seen:?}");

@@ -84,6 +84,7 @@ async fn killing_the_leading_agent_ten_times_loses_no_fire_of_the_takeover_windo
     let mut takeovers = Vec::new();
     for trial in 0..TRIALS {
         let victim = eventually(Duration::from_secs(10), "a leader of j0's shard", owner).await;
+        // A fire or so under this leader, killed at a random moment relative to the fires.
         tokio::time::sleep(Duration::from_millis(500 + rand::random::<u64>() % 1000)).await;
         let index = agents.iter().position(|a| a.name == victim).unwrap();
         let at = Instant::now();

@@ -30,6 +30,7 @@ async fn nats_killed_while_snapshots_are_written_leaves_none_that_lies() {
     })
     .await;
     nats.kill_server().await;
+    // NATS away for a while (the scheduler lease is 2 s): the outage the scenario is about.
     tokio::time::sleep(Duration::from_secs(2)).await;
     nats.restart_server().await;
     eventually(Duration::from_secs(60), "a to lead every job", || led(port_a, JOBS)).await;
@@ -80,6 +81,7 @@ async fn a_leaders_rewrite_cut_short_by_a_nats_kill_leaves_no_snapshot_that_lies
         .unwrap();
     kill(Pid::from_raw(a.pid()), Signal::SIGSTOP).unwrap();
     nats.kill_server().await;
+    // NATS away for a while, as in the test above: the outage the scenario is about.
     tokio::time::sleep(Duration::from_secs(2)).await;
     nats.restart_server().await;
     let removed = removing.await.unwrap();
@@ -180,6 +182,5 @@ async fn b_takes_over_from_snapshots_and_fires_once(
     eventually(Duration::from_secs(30), "b to lead every job and tick", || led(port_b, jobs + 1)).await;
     assert_eq!(shard_loads(port_b, "snapshot"), f64::from(TEST_SHARDS), "b read every shard from its snapshot");
     let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_each_second_once(store, "tick", from, 3).await;
 }

@@ -43,20 +43,24 @@ async fn many_runs_and_restarts_leave_state_and_agent_flat() {
     let mut first = nats.agent_with_heartbeat("a", "", "5s");
     ready(&first).await;
     apply(&nats, &jobs);
+    // The soak's pace: eight seconds of runs (160) on the first agent, then its restart.
     tokio::time::sleep(Duration::from_secs(8)).await;
     kill(Pid::from_raw(first.pid()), Signal::SIGTERM).unwrap();
     let stopped = wait_exit(&mut first.child, Duration::from_secs(30)).await;
     assert!(stopped.success(), "the first agent stopped with {stopped}");
     let agent = nats.agent_with_heartbeat("a2", "", "5s");
     ready(&agent).await;
+    // Five seconds of runs on the second agent, then the nats-server restart.
     tokio::time::sleep(Duration::from_secs(5)).await;
     nats.kill_server().await;
     nats.restart_server().await;
     let store = nats.store().await;
-    // Warmed up: history full, the restarts behind.
+    // Warmed up: history full, the restarts behind, ten seconds on (what is measured
+    // from here must not count what the restarts left in flight).
     tokio::time::sleep(Duration::from_secs(10)).await;
     let from = ceil_second(Utc::now());
     let before = sample(&store, &agent).await;
+    // The span measured: 360 runs between the two samples.
     tokio::time::sleep(Duration::from_secs(18)).await;
     let after = sample(&store, &agent).await;
     println!("soak: after the restarts {before:?}, 18 s (360 runs) later {after:?}");

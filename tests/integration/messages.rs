@@ -78,8 +78,8 @@ async fn a_message_published_once_runs_once_even_when_its_runner_is_killed_mid_r
         (lines(&log).iter().filter(|l| l.starts_with("done")).count() == 3).then_some(())
     })
     .await;
-    // Anything run twice would have had time to start by now.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Counted once nothing more can run: anything run twice has run by then.
+    nothing_left_to_run(&store, &["orders"]).await;
     let seen = lines(&log);
     let done: Vec<&String> = seen.iter().filter(|l| l.starts_with("done")).collect();
     assert_eq!(done.len(), 3, "each message ran to its end once: {seen:?}");

@@ -40,9 +40,8 @@ async fn a_failed_run_is_notified_once_with_two_agents_up_signed_and_listed() {
     })
     .await;
     // Two agents pull from the one consumer: whichever took it, the other never sees it.
-    // A second delivery would come within the ack wait; a bounded look suffices here, as
-    // the event was acked when `notified` was published.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A second delivery would be of an event still pending or unacked: none is left.
+    notices_settled(&store).await;
     let received = receiver.received();
     assert_eq!(received.len(), 1, "{received:#?}");
     let notice = &received[0];
@@ -295,7 +294,8 @@ async fn a_fire_not_succeeded_in_time_is_told_late_once_and_one_in_time_is_not()
     let slow = final_record(&store, &format!("slow.{run_id}")).await;
     assert_eq!(slow.status, cronrun::record::Status::Succeeded);
     assert_eq!(final_record(&store, &format!("quick.{run_id}")).await.status, cronrun::record::Status::Succeeded);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Their events handled and acked, none to be handed back: no notice about it is to come.
+    notices_settled(&store).await;
     let about_it: Vec<_> = receiver.received().into_iter().filter(|r| r.json()["run_id"] == run_id.as_str()).collect();
     assert_eq!(about_it.len(), 1, "{about_it:#?}");
     assert!(receiver.received().iter().all(|r| r.path == "/slow"), "quick was told late");
@@ -344,8 +344,8 @@ async fn webhooks_to_internal_addresses_are_refused_once_naming_the_address_with
         assert!(detail.starts_with(&format!("failed: POST {url}: {needle}")), "{name}: {detail}");
         assert!(detail.contains("[notify] allow_hosts") && detail.ends_with("(not retried)"), "{name}: {detail}");
     }
-    // Retries would come 1 s and then 2 s later: none comes.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Retries would be of events handed back (unacked) until then: none is left.
+    notices_settled(&store).await;
     for (name, _, _) in &targets {
         assert_eq!(events(&store, name, "notify_failed").await.len(), 1, "{name} was tried again");
         assert!(events(&store, name, "notified").await.is_empty(), "{name}");

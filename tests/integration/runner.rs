@@ -233,6 +233,7 @@ history = { succeeded = 2, failed = 2 }
             let records = stream_messages(&store, "cronrun_runs").await;
             sampled.push((at, leases, records));
         }
+        // Looked at every 0.3 s over twenty seconds of runs: the span the bound must hold.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     // Eleven more seconds of runs (about 15 of them) leave the streams where they were:

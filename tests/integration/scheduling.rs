@@ -19,6 +19,27 @@ overlap = "allow"
 history = { succeeded = 1000, failed = 1000 }
 "#;
 
+/// A job beside `tick` that goes on firing while tick is paused or removed: its run of a
+/// later instant, ended, shows the scheduler past every instant before.
+const WITNESS: &str = r#"
+[[job]]
+name = "witness"
+schedule = "* * * * * *"
+shell = "true"
+overlap = "allow"
+"#;
+
+/// Waits until the witness ran a fire at or after `at` to its end and every run of tick
+/// ended: a fire of tick up to `at` would have been recorded, and would show as it ended.
+async fn settled_until(store: &cronrun::store::Store, at: chrono::DateTime<Utc>) {
+    eventually(Duration::from_secs(15), &format!("the fires up to {at} to be behind"), || async {
+        let witnessed =
+            runs(store, "witness").await.iter().any(|r| r.scheduled_at.is_some_and(|t| t >= at) && r.status.is_final());
+        (witnessed && runs(store, "tick").await.iter().all(|r| r.status.is_final())).then_some(())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_agents_run_every_second_exactly_once() {
     let nats = Nats::start().await;
@@ -78,7 +99,7 @@ async fn pause_resume_edit_and_remove_take_effect_live() {
     let nats = Nats::start().await;
     let agent = nats.agent("a", "");
     ready(&agent).await;
-    apply(&nats, EVERY_SECOND);
+    apply(&nats, &format!("{EVERY_SECOND}{WITNESS}"));
     let store = nats.store().await;
     let succeeded_after = |store: cronrun::store::Store, t: chrono::DateTime<Utc>| async move {
         runs(&store, "tick")
@@ -95,7 +116,7 @@ async fn pause_resume_edit_and_remove_take_effect_live() {
 
     nats.ok(&["pause", "tick"]);
     let paused_at = Utc::now();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    settled_until(&store, paused_at + chrono::Duration::seconds(3)).await;
     let during = succeeded_after(store.clone(), paused_at + chrono::Duration::seconds(1)).await;
     assert!(during.is_empty(), "runs while paused: {during:?}");
     assert!(nats.ok(&["ls"]).contains("paused"));
@@ -121,7 +142,7 @@ async fn pause_resume_edit_and_remove_take_effect_live() {
 
     nats.ok(&["rm", "tick"]);
     let removed_at = Utc::now();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    settled_until(&store, removed_at + chrono::Duration::seconds(4)).await;
     let after_rm = succeeded_after(store.clone(), removed_at + chrono::Duration::seconds(1)).await;
     assert!(after_rm.is_empty(), "runs after rm: {after_rm:?}");
     assert!(nats.fails(&["get", "tick"]).contains("not found"));

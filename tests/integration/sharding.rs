@@ -23,12 +23,19 @@ fn every_second_jobs() -> String {
         .collect()
 }
 
+/// The names of the jobs of `every_second_jobs`.
+fn every_second_names() -> Vec<String> {
+    (0..JOBS).map(|i| format!("tick-{i}")).collect()
+}
+
 /// Waits until every shard is held and the holders' loads are `want` (sorted, largest
-/// first); returns how long that took and who holds how many.
+/// first), then until each of `jobs` ran fires under that assignment; returns how long
+/// the spread took and who holds how many.
 async fn wait_for_spread(
     store: &cronrun::store::Store,
     want: &[usize],
     what: &str,
+    jobs: &[String],
 ) -> (Duration, BTreeMap<String, usize>) {
     let start = Instant::now();
     let counts = eventually(Duration::from_secs(20), what, || async {
@@ -40,8 +47,16 @@ async fn wait_for_spread(
     .await;
     let took = start.elapsed();
     println!("{what}: {counts:?} after {} ms", took.as_millis());
-    // Some fires under this assignment before the next change.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Some fires under this assignment before the next change: each job's fire of the
+    // second whole second after it, run to its end.
+    let under = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
+    for job in jobs {
+        eventually(Duration::from_secs(20), &format!("{job} to fire under this assignment"), || async {
+            let runs = runs(store, job).await;
+            runs.iter().any(|r| r.scheduled_at.is_some_and(|t| t >= under) && r.status.is_final()).then_some(())
+        })
+        .await;
+    }
     (took, counts)
 }
 
@@ -60,7 +75,7 @@ async fn shards_follow_schedulers_joining_and_leaving_and_no_fire_is_lost_or_dou
         ready(agent).await;
     }
     // 8 shards over 3 schedulers.
-    wait_for_spread(&store, &[3, 3, 2], "three schedulers").await;
+    wait_for_spread(&store, &[3, 3, 2], "three schedulers", &[]).await;
     apply(&nats, &every_second_jobs());
     eventually(Duration::from_secs(10), "the jobs to run", || async {
         (!runs(&store, "tick-0").await.is_empty()).then_some(())
@@ -69,16 +84,17 @@ async fn shards_follow_schedulers_joining_and_leaving_and_no_fire_is_lost_or_dou
     let from = ceil_second(Utc::now());
 
     schedulers.push(nats.agent("s4", "roles = [\"scheduler\"]"));
-    let (joined, _) = wait_for_spread(&store, &[2, 2, 2, 2], "a fourth scheduler joined").await;
+    let ticks = every_second_names();
+    let (joined, _) = wait_for_spread(&store, &[2, 2, 2, 2], "a fourth scheduler joined", &ticks).await;
     assert!(joined < Duration::from_secs(10), "rebalancing after a join took {joined:?}");
 
     let s4 = schedulers.pop().unwrap();
     kill(Pid::from_raw(s4.pid()), Signal::SIGTERM).unwrap();
-    let (left, _) = wait_for_spread(&store, &[3, 3, 2], "the fourth stopped (SIGTERM)").await;
+    let (left, _) = wait_for_spread(&store, &[3, 3, 2], "the fourth stopped (SIGTERM)", &ticks).await;
     assert!(left < Duration::from_secs(5), "rebalancing after a stop took {left:?}");
 
     schedulers[0].kill9();
-    let (died, counts) = wait_for_spread(&store, &[4, 4], "s1 killed (kill -9, lease TTL 2 s)").await;
+    let (died, counts) = wait_for_spread(&store, &[4, 4], "s1 killed (kill -9, lease TTL 2 s)", &ticks).await;
     assert!(!counts.contains_key("s1"), "{counts:?}");
     assert!(died < Duration::from_secs(10), "taking over a dead scheduler's shards took {died:?}");
 
@@ -171,6 +187,7 @@ async fn the_index_files_each_job_in_its_shard_and_is_made_again_when_deleted() 
     a.kill9();
     let stopped = Utc::now();
     store.js.delete_stream(&index).await.unwrap();
+    // No scheduler for three seconds more: the outage leaves fires behind.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let b = nats.agent("b", "");
     ready(&b).await;
@@ -239,7 +256,6 @@ async fn shards_taken_over_are_read_from_their_snapshots_and_the_changes_since()
     assert_eq!(shard_loads(port_b, "snapshot"), TEST_SHARDS as f64, "every shard from its snapshot");
     assert_eq!(shard_loads(port_b, "index"), 0.0, "none from the whole index");
     let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_each_second_once(&store, "added-later", from, 3).await;
     for job in ["paused-later", "removed-later"] {
         let late: Vec<_> =
@@ -405,7 +421,6 @@ async fn a_scheduler_without_rights_to_the_snapshots_says_so_and_reads_the_whole
     .await;
     assert_eq!(shard_loads(port, "snapshot"), 0.0);
     let from = ceil_second(Utc::now()) + chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_each_second_once(&store, "tick", from, 3).await;
     let log = a.log();
     assert_eq!(log.matches(said).count(), 1, "said once:\n{log}");

@@ -376,6 +376,7 @@ async fn sandbox_violations_fail_the_run_and_the_runtime_keeps_serving() {
     let cancel = CancellationToken::new();
     let c = cancel.clone();
     tokio::spawn(async move {
+        // Any moment of the endless loop will do: a run cancelled is cancelled.
         tokio::time::sleep(Duration::from_millis(300)).await;
         c.cancel();
     });

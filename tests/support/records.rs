@@ -56,6 +56,73 @@ pub async fn following_chains(store: &Store, downstream: &[&str]) {
     .await;
 }
 
+/// Waits until nothing more of `jobs` can run, so that what ran is counted over a span
+/// known complete rather than within a fixed while: every record of theirs final, no
+/// message waiting for a job, no run record's write waiting for the chains consumer, and
+/// no run queued or running (the dispatch stream, a work queue whose messages runners ack
+/// at a run's end, empty), with nothing dispatched while all that was looked at.
+pub async fn nothing_left_to_run(store: &Store, jobs: &[&str]) {
+    super::eventually(Duration::from_secs(60), "nothing left to run", || async {
+        let before = idle_dispatch(store).await?;
+        for job in jobs {
+            if !runs(store, job).await.iter().all(|r| r.status.is_final()) {
+                return None;
+            }
+        }
+        stream_empty(store, &store.names.messages_stream()).await?;
+        consumer_idle(store, &runs_stream(store), cronrun::model::roles::CHAIN_CONSUMER).await?;
+        (idle_dispatch(store).await? == before).then_some(())
+    })
+    .await
+}
+
+/// Waits until no notice can come any more of the events published so far: the shared
+/// `notify` consumer has handed out and had acked every one (a retry or a redelivery is
+/// an event pending or unacked until then).
+pub async fn notices_settled(store: &Store) {
+    let events = store.names.events_stream();
+    super::eventually(Duration::from_secs(60), "the notify consumer to settle", || async {
+        consumer_idle(store, &events, cronrun::model::roles::NOTIFY_CONSUMER).await
+    })
+    .await
+}
+
+/// The last sequence of the dispatch stream, if it holds no message: no run queued or
+/// running.
+async fn idle_dispatch(store: &Store) -> Option<u64> {
+    let mut stream = store.js.get_stream(store.names.dispatch_stream()).await.ok()?;
+    let state = stream.info().await.ok()?.state.clone();
+    (state.messages == 0).then_some(state.last_sequence)
+}
+
+/// Some if stream `name` holds no message, or does not exist.
+async fn stream_empty(store: &Store, name: &str) -> Option<()> {
+    use async_nats::jetstream::{ErrorCode, context::GetStreamErrorKind};
+    match store.js.get_stream(name).await {
+        Ok(mut stream) => (stream.info().await.ok()?.state.messages == 0).then_some(()),
+        Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) => {
+            Some(())
+        }
+        Err(_) => None,
+    }
+}
+
+/// Some if `consumer` of `stream` has nothing left to hand out and nothing unacked, or
+/// does not exist.
+async fn consumer_idle(store: &Store, stream: &str, consumer: &str) -> Option<()> {
+    use async_nats::jetstream::context::ConsumerInfoErrorKind;
+    let stream = store.js.get_stream(stream).await.ok()?;
+    match stream.consumer_info(consumer).await {
+        Ok(info) => (info.num_pending == 0 && info.num_ack_pending == 0).then_some(()),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Some(()),
+        Err(_) => None,
+    }
+}
+
+fn runs_stream(store: &Store) -> String {
+    format!("KV_{}", store.names.runs_bucket())
+}
+
 /// Every event `kind` of `job` published so far, as JSON.
 pub async fn events(store: &Store, job: &str, kind: &str) -> Vec<serde_json::Value> {
     use async_nats::jetstream::consumer::{DeliverPolicy, push};
@@ -156,8 +223,8 @@ pub fn seconds_not_run_once(
         .collect()
 }
 
-/// Waits (within a bound) until each job of `names` ran at every second of the window,
-/// then asserts each ran exactly once per second, judged by what the jobs recorded.
+/// Waits (within a bound) until the window is settled (see `fires_not_run_once`), then
+/// asserts each job of `names` ran exactly once per second, judged by what they recorded.
 pub async fn assert_jobs_ran_each_second_once(
     names: &[String],
     dir: &Path,
@@ -170,14 +237,17 @@ pub async fn assert_jobs_ran_each_second_once(
 }
 
 /// The fires of `[from, from + secs)` at which the jobs of `names` (see `recording_job`)
-/// did not run exactly once, as (job, fire, times it ran), once those not run yet have
-/// had a bounded while to run: the fires of a gap are dispatched late.
+/// did not run exactly once, as (job, fire, times it ran), once the window is settled:
+/// every fire of it ran and each job recorded a later fire (its runs do not overlap, so
+/// a later fire recorded means the window's own are behind it). Judged after a bounded
+/// while from the window's end all the same: the fires of a gap are dispatched late.
 pub async fn fires_not_run_once(
     names: &[String],
     dir: &Path,
     from: chrono::DateTime<chrono::Utc>,
     secs: i64,
 ) -> Vec<(String, chrono::DateTime<chrono::Utc>, usize)> {
+    let to = from + chrono::Duration::seconds(secs);
     let wrong = || -> Vec<(String, chrono::DateTime<chrono::Utc>, usize)> {
         names
             .iter()
@@ -186,11 +256,28 @@ pub async fn fires_not_run_once(
             })
             .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while wrong().iter().any(|(_, _, n)| *n == 0) && Instant::now() < deadline {
+    let settled = || {
+        !wrong().iter().any(|(_, _, n)| *n == 0)
+            && names.iter().all(|name| last_fire(name, dir).is_some_and(|f| f >= to))
+    };
+    let deadline = after_window(to, Duration::from_secs(30));
+    while !settled() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     wrong()
+}
+
+/// The latest fire job `name` (see `recording_job`) recorded in `dir`.
+pub fn last_fire(name: &str, dir: &Path) -> Option<chrono::DateTime<chrono::Utc>> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}.fires"))).ok()?;
+    text.lines().filter_map(|l| chrono::DateTime::parse_from_rfc3339(l).ok()).map(|t| t.to_utc()).max()
+}
+
+/// The instant `bound` after the window ending at `to` has passed (or after now, if it
+/// has): how long a window's late fires are waited for, however far ahead it ends.
+fn after_window(to: chrono::DateTime<chrono::Utc>, bound: Duration) -> Instant {
+    let ahead = (to - chrono::Utc::now()).to_std().unwrap_or_default();
+    Instant::now() + ahead + bound
 }
 
 /// Asserts that every second of `[from, from + secs)` has exactly one scheduled run of
@@ -198,16 +285,16 @@ pub async fn fires_not_run_once(
 pub async fn assert_each_second_once(store: &Store, job: &str, from: chrono::DateTime<chrono::Utc>, secs: i64) {
     use cronrun::record::{Status, Trigger};
     let to = from + chrono::Duration::seconds(secs);
-    // Wait until the window is complete, then judge whatever is there.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Wait until the window is settled: complete, every run of it final, and the run of
+    // a later fire final too (schedulers fire in order: a fire of the window dispatched
+    // twice is dispatched before it). Then judge what is there, also past the bound.
+    let deadline = after_window(to, Duration::from_secs(30));
     let runs = loop {
-        let runs: Vec<_> = runs(store, job)
-            .await
-            .into_iter()
-            .filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to))
-            .collect();
+        let all = runs(store, job).await;
+        let later_final = all.iter().any(|r| r.scheduled_at.is_some_and(|t| t >= to) && r.status.is_final());
+        let runs: Vec<_> = all.into_iter().filter(|r| r.scheduled_at.is_some_and(|t| t >= from && t < to)).collect();
         let complete = runs.len() as i64 >= secs && runs.iter().all(|r| r.status.is_final());
-        if complete || Instant::now() > deadline {
+        if (complete && later_final) || Instant::now() > deadline {
             break runs;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
