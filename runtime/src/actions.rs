@@ -42,16 +42,7 @@ pub async fn trigger(store: &Store, name: &str, input: Option<serde_json::Value>
     let spec = job.spec?;
     crate::input::check(&spec, input.as_ref())?;
     let now = Utc::now();
-    let msg = DispatchMsg {
-        job: spec.name.clone(),
-        run_id: manual_run_id(now),
-        attempt: 1,
-        trigger: Trigger::Manual,
-        scheduled_at: now,
-        spec_revision: job.revision,
-        queued: None,
-        overlap: None,
-    };
+    let msg = DispatchMsg::first(&spec.name, manual_run_id(now), Trigger::Manual, now, job.revision);
     dispatch_with_input(store, &spec.pool, &msg, input, now).await?;
     Ok((run_key(&msg.job, &msg.run_id), spec.pool))
 }

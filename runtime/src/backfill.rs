@@ -182,14 +182,8 @@ pub async fn dispatch_fire(
     overlap: Option<Overlap>,
 ) -> Result<(String, Outcome), Error> {
     let msg = DispatchMsg {
-        job: spec.name.clone(),
-        run_id: backfill_run_id(fire),
-        attempt: 1,
-        trigger: Trigger::Backfill,
-        scheduled_at: fire,
-        spec_revision: revision,
-        queued: None,
         overlap,
+        ..DispatchMsg::first(&spec.name, backfill_run_id(fire), Trigger::Backfill, fire, revision)
     };
     let outcome = dispatch(store, &spec.pool, &msg, Utc::now()).await?;
     Ok((run_key(&msg.job, &msg.run_id), outcome))

@@ -42,6 +42,7 @@ use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger, chain_run_id};
 use crate::store::Store;
 use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots, until_gone};
+use crate::trigger;
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
@@ -57,6 +58,21 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 pub const MAX_DEPTH: u64 = 100;
 /// How long a `chained` marker is kept.
 const MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Chains as a trigger (see `trigger`): the scheduler runs it as one of its tasks.
+pub struct Chains {
+    pub store: Store,
+    pub catalog: Catalog,
+    pub clock: SharedClock,
+}
+
+impl trigger::Trigger for Chains {
+    const TASK: &'static str = "the chains";
+    const KIND: Trigger = Trigger::Chain;
+    fn run(self, cancel: CancellationToken) -> impl std::future::Future<Output = ()> + Send + 'static {
+        run(self.store, self.catalog, self.clock, cancel)
+    }
+}
 
 struct Chainer {
     store: Store,
@@ -273,16 +289,8 @@ impl Chainer {
 fn chained_run(upstream: &RunRecord, job: &str, revision: u64, now: DateTime<Utc>) -> DispatchMsg {
     let ended = upstream.finished_at.map_or(now, |t| t.min(now));
     let fire = upstream.scheduled_at.or(upstream.finished_at).unwrap_or(ended);
-    DispatchMsg {
-        job: job.to_string(),
-        run_id: chain_run_id(fire, &upstream.job, &upstream.run_id),
-        attempt: 1,
-        trigger: Trigger::Chain,
-        scheduled_at: ended,
-        spec_revision: revision,
-        queued: None,
-        overlap: None,
-    }
+    let run_id = chain_run_id(fire, &upstream.job, &upstream.run_id);
+    DispatchMsg::first(job, run_id, <Chains as trigger::Trigger>::KIND, ended, revision)
 }
 
 /// How many chained runs led to `record`: 0 for a run not started by a chain.

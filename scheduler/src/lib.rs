@@ -6,6 +6,7 @@
 //! - `chain`: the end of a run starts the runs of the jobs chained `after` its job.
 //! - `messages`: a message on a job's `on` subject starts one run of it.
 //! - `notify`: notifications delivered from the event stream.
+//! - `trigger`: the kinds of trigger above, and a person's, and their one way out (dispatch).
 //! - Re-exported from `cronrun-store` (the modules used here): `store`, `catalog`,
 //!   `dispatch`, `events`, `input`, `output`, `metrics`, `clock`, `server_time`, `memory`,
 //!   `silence`, `watchdog`; and `schedule`, `model`, `spec`, `record`, `names`, `error`.
@@ -13,6 +14,7 @@ pub mod chain;
 pub mod messages;
 pub mod notify;
 pub mod scheduler;
+pub mod trigger;
 
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};

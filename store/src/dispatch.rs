@@ -33,6 +33,22 @@ pub struct DispatchMsg {
 }
 
 impl DispatchMsg {
+    /// The first attempt of run `run_id` of `job` (spec `spec_revision`) that `trigger`
+    /// starts for `scheduled_at`: what every trigger hands dispatch (see the scheduler's
+    /// `trigger`).
+    pub fn first(job: &str, run_id: String, trigger: Trigger, scheduled_at: DateTime<Utc>, spec_revision: u64) -> Self {
+        DispatchMsg {
+            job: job.to_string(),
+            run_id,
+            attempt: 1,
+            trigger,
+            scheduled_at,
+            spec_revision,
+            queued: None,
+            overlap: None,
+        }
+    }
+
     /// The run, as its spans name it.
     pub fn traced(&self) -> crate::telemetry::TracedRun<'_> {
         crate::telemetry::TracedRun {

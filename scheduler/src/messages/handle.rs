@@ -11,14 +11,15 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Ctx, PROGRESS_EVERY};
+use super::{Ctx, MessageTriggers, PROGRESS_EVERY};
 use crate::dispatch::{DispatchMsg, dispatch_with_input, publish_queued, queue_retry};
 use crate::error::{Error, ErrorKind};
 use crate::events::publish_event;
 use crate::names::lease_keys;
-use crate::record::{MAX_INPUT_BYTES, RunRecord, Status, Trigger, message_run_id, run_key};
+use crate::record::{MAX_INPUT_BYTES, RunRecord, Status, message_run_id, run_key};
 use crate::spec::on::OnMessage;
 use crate::store::{MESSAGES_MAX_AGE, Store, StoredRun};
+use crate::trigger;
 
 /// The longest wait before a message's run is run again.
 const MAX_RUN_AGAIN_WAIT: Duration = Duration::from_secs(60);
@@ -100,16 +101,13 @@ async fn start_and_follow(
                 Ok(input) => input,
                 Err(why) => return Ok(Some((why, key))),
             };
-            let d = DispatchMsg {
-                job: job.to_string(),
-                run_id: run_id.clone(),
-                attempt: 1,
-                trigger: Trigger::Message,
-                scheduled_at: published,
-                spec_revision: entry.revision,
-                queued: None,
-                overlap: None,
-            };
+            let d = DispatchMsg::first(
+                job,
+                run_id.clone(),
+                <MessageTriggers as trigger::Trigger>::KIND,
+                published,
+                entry.revision,
+            );
             dispatch_with_input(&ctx.store, &summary.pool, &d, Some(input), ctx.clock.now()).await?;
             match ctx.store.leases.create(&marker, "".into(), Some(MESSAGES_MAX_AGE)).await {
                 Err(e) if !e.is_conflict() && *e.kind() != ErrorKind::AlreadyExists => return Err(e),
@@ -251,7 +249,7 @@ mod tests {
         let t = Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap();
         let on = OnMessage { subject: "orders.created".into(), concurrency: 1, redeliver: 2 };
         let record = |status: Status, attempt: u32| {
-            let mut r = RunRecord::queued("orders", &message_run_id(t, 7), Trigger::Message, t, 1);
+            let mut r = RunRecord::queued("orders", &message_run_id(t, 7), crate::record::Trigger::Message, t, 1);
             (r.status, r.attempt) = (status, attempt);
             r
         };

@@ -73,6 +73,22 @@ struct Following {
     task: JoinHandle<()>,
 }
 
+/// Message triggers as a trigger (see `trigger`): the scheduler runs them as one of its
+/// tasks.
+pub struct MessageTriggers {
+    pub store: Store,
+    pub catalog: Catalog,
+    pub clock: SharedClock,
+}
+
+impl crate::trigger::Trigger for MessageTriggers {
+    const TASK: &'static str = "the message triggers";
+    const KIND: crate::record::Trigger = crate::record::Trigger::Message;
+    fn run(self, cancel: CancellationToken) -> impl std::future::Future<Output = ()> + Send + 'static {
+        run(self.store, self.catalog, self.clock, cancel)
+    }
+}
+
 /// Follows every job with `on` until `cancel`.
 pub async fn run(store: Store, catalog: Catalog, clock: SharedClock, cancel: CancellationToken) {
     tokio::select! {

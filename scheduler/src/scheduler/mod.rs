@@ -41,6 +41,7 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::store::{Bucket, Store};
+use crate::trigger;
 use crate::watchdog::Watched;
 use firing::{leader, shard};
 use membership::{members, settle, shards};
@@ -190,8 +191,10 @@ impl Scheduler {
             "the notifier",
             crate::notify::run(store.clone(), catalog.clone(), notify, clock.clone(), cancel.clone()),
         );
-        tasks.spawn("the chains", crate::chain::run(store.clone(), catalog.clone(), clock.clone(), cancel.clone()));
-        tasks.spawn("the message triggers", crate::messages::run(store, catalog, clock, cancel.clone()));
+        // The triggers that follow events beside the schedule (see `trigger`).
+        let chains = crate::chain::Chains { store: store.clone(), catalog: catalog.clone(), clock: clock.clone() };
+        trigger::spawn(&mut tasks, chains, cancel.clone());
+        trigger::spawn(&mut tasks, crate::messages::MessageTriggers { store, catalog, clock }, cancel.clone());
         let mut fault = None;
         let mut running: HashMap<u32, Running> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();

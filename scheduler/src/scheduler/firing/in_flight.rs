@@ -138,16 +138,8 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
     let deadline = summary.starting_deadline.unwrap_or(default_deadline);
     let give_up = Instant::now() + deadline.min(Duration::from_secs(60));
     async {
-        let msg = DispatchMsg {
-            job: name.to_string(),
-            run_id: run_id.clone(),
-            attempt: 1,
-            trigger,
-            scheduled_at: due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire),
-            spec_revision: due.job.revision,
-            queued: None,
-            overlap: None,
-        };
+        let at = due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire);
+        let msg = DispatchMsg::first(name, run_id.clone(), trigger, at, due.job.revision);
         let mut backoff = Duration::from_millis(100);
         loop {
             let outcome = match excluded_by(&store, summary, due.fire).await {
