@@ -116,7 +116,7 @@ async fn claim(
         return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
     };
     let fence = Fenced::at(stored.revision);
-    let (record, renewed) = (stored.record, std::time::Instant::now());
+    let (record, renewed) = (stored.record, tokio::time::Instant::now());
     let mut held = ClaimedRun { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
     if d.scheduled_at > ctx.clock.now()

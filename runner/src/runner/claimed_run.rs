@@ -35,7 +35,7 @@ pub(super) struct ClaimedRun {
     /// The keepalive file of a shell run, touched with every lease renewal.
     pub(super) alive: Option<PathBuf>,
     /// When the run's lease was last taken or renewed, as sent.
-    pub(super) renewed: std::time::Instant,
+    pub(super) renewed: tokio::time::Instant,
     /// The run's spans (see `telemetry`); inert when telemetry is off.
     pub(super) trace: crate::telemetry::RunTrace,
 }
@@ -74,7 +74,7 @@ impl ClaimedRun {
         if let Some(lease) = self.lease.as_mut() {
             // Stamped with the time the renewal was sent: the server's TTL runs from no
             // earlier than that, so the supervisor's window never outlasts the lease.
-            let (sent, sent_at) = (std::time::SystemTime::now(), std::time::Instant::now());
+            let (sent, sent_at) = (std::time::SystemTime::now(), tokio::time::Instant::now());
             lease.renew().await?;
             self.renewed = sent_at;
             self.touch_alive(sent);

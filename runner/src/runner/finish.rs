@@ -88,12 +88,12 @@ const FINAL_WRITE_BOUND: Duration = Duration::from_secs(600);
 /// run's lease is renewed meanwhile, so that an outage shorter than that does not make a
 /// finished run look lost (and run again). A conflict is final: the run was taken away.
 async fn write_final(ctx: &RunnerCtx, held: &mut ClaimedRun) -> Result<(), Error> {
-    let give_up = std::time::Instant::now() + FINAL_WRITE_BOUND;
+    let give_up = tokio::time::Instant::now() + FINAL_WRITE_BOUND;
     let mut backoff = Duration::from_millis(100);
     loop {
         match held.write(ctx).await {
             Ok(()) => return Ok(()),
-            Err(e) if e.is_conflict() || std::time::Instant::now() > give_up => return Err(e),
+            Err(e) if e.is_conflict() || tokio::time::Instant::now() > give_up => return Err(e),
             Err(e) => {
                 warn!("final record not written yet, retrying in {backoff:?}: {e}");
                 tokio::time::sleep(backoff).await;

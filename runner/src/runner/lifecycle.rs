@@ -269,7 +269,7 @@ async fn make(
         held.watch_alive(run.alive.map(|(path, _)| path.to_path_buf()));
     }
     let beat = ctx.config.heartbeat;
-    let next = tokio::time::Instant::from_std(held.renewed) + beat;
+    let next = held.renewed + beat;
     let mut renew = tokio::time::interval_at(next, beat);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ready = {
@@ -340,7 +340,7 @@ async fn mark_running(
             }
             Err(e) => e,
         };
-        if std::time::Instant::now() + backoff > lease_left(held) {
+        if tokio::time::Instant::now() + backoff > lease_left(held) {
             held.lease = None;
             return Err(error);
         }
@@ -362,7 +362,7 @@ async fn mark_running(
         in_progress(msg).await;
         // A failing renewal takes its own time (NATS away): no write once the lease may
         // have run out.
-        if std::time::Instant::now() >= lease_left(held) {
+        if tokio::time::Instant::now() >= lease_left(held) {
             held.lease = None;
             return Err(error);
         }
