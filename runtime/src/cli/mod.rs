@@ -5,7 +5,6 @@ mod agent;
 mod apply;
 mod auth;
 mod backfill;
-#[cfg(feature = "bench")]
 mod bench;
 mod calendar;
 mod deploy;
@@ -149,18 +148,15 @@ pub enum Command {
     },
     /// The man page, as roff: cronrun man > cronrun.1
     Man,
-    /// Measure lateness, dispatch throughput and scheduler load on this machine (results in docs/benchmarks.md)
-    #[cfg(feature = "bench")]
+    /// Measure lateness, dispatch throughput and scheduler load on this machine (results in
+    /// docs/benchmarks.md): runs the cronrun-bench binary beside this one
+    #[command(disable_help_flag = true)]
     Bench(bench::BenchArgs),
 }
 
 impl Command {
     /// Daemons log at info; one-shot commands only warn.
     pub fn is_daemon(&self) -> bool {
-        #[cfg(feature = "bench")]
-        if matches!(self, Command::Bench(_)) {
-            return true;
-        }
         matches!(self, Command::Up(_) | Command::Agent(_))
     }
 }
@@ -328,8 +324,8 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
             let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
             page.render(&mut std::io::stdout()).context("writing the man page")
         }
-        #[cfg(feature = "bench")]
-        Command::Bench(a) => bench::run(&ctx, a).await,
+        // It becomes `cronrun-bench`; back here only when that could not be run.
+        Command::Bench(a) => return Ok(bench::run(&ctx, a)),
     }?;
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -14,10 +14,10 @@ use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
 use super::servers::Servers;
-use crate::auth::Identities;
-use crate::embedded::ServerOptions;
-use crate::names::Names;
-use crate::store::{LayoutOptions, Store};
+use cronrun::auth::Identities;
+use cronrun::embedded::ServerOptions;
+use cronrun::names::Names;
+use cronrun::store::{LayoutOptions, Store};
 
 /// How long an agent has to load its catalog, and to stop when told.
 const AGENT_START: Duration = Duration::from_secs(30);
@@ -63,7 +63,7 @@ impl Deployment {
         let path = dir.path().to_path_buf();
         let ids = Identities::ensure(&path.join("identities"))?;
         let names = Names::new(namespace)?;
-        let bench_password = crate::auth::route_password();
+        let bench_password = cronrun::auth::route_password();
         let bench_user = serde_json::json!({ "user": "bench", "password": bench_password });
         let server_options = ServerOptions {
             extra_config: ids.authorization(&names, &[], &[], &[bench_user])?,
@@ -115,7 +115,7 @@ impl Deployment {
     /// A store acting as the admin identity.
     pub async fn store(&self) -> Result<Store> {
         let admin = path_str(&self.ids.path("admin"));
-        let client = crate::connect::connect(&self.url, Some(&admin), "cronrun-bench").await?;
+        let client = cronrun::connect::connect(&self.url, Some(&admin), "cronrun-bench").await?;
         Ok(Store::open(client, Names::new(&self.namespace)?, &self.layout).await?)
     }
 
@@ -143,7 +143,7 @@ impl Deployment {
 
     /// Runs `cronrun ARGS` as the admin; fails with its stderr when it does.
     pub async fn cli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(std::env::current_exe().context("finding the cronrun binary")?)
+        let out = Command::new(crate::binaries::cronrun()?)
             .args(["--nats", &self.url, "--namespace", &self.namespace, "--creds"])
             .arg(self.ids.path("admin"))
             .args(args)
@@ -184,7 +184,7 @@ impl Deployment {
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = self.path.join(format!("{name}.log"));
         let file = std::fs::File::options().create(true).append(true).open(&log);
-        let child = Command::new(std::env::current_exe().context("finding the cronrun binary")?)
+        let child = Command::new(crate::binaries::cronrun()?)
             .arg("agent")
             .arg("--config")
             .arg(&config)
@@ -245,7 +245,7 @@ impl Deployment {
         let mut failed = Vec::new();
         for mut agent in self.agents.drain(..) {
             if let Err(e) = agent.stop().await {
-                failed.push(crate::cli::error_line(&e));
+                failed.push(cronrun::cli::error_line(&e));
             }
         }
         if !failed.is_empty() {

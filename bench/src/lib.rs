@@ -1,6 +1,8 @@
-//! `cronrun bench lateness|throughput|nats|dispatch|load|scale|soak`: measurements on this
-//! machine, reported in docs/benchmarks.md. Each starts its own nats-server in a temp
-//! directory unless --nats is given, and works in a namespace of its own.
+//! cronrun-bench: the measurements of docs/benchmarks.md, a crate of their own so that the
+//! `cronrun` binary users deploy carries none of them (`cronrun bench ...` execs the
+//! `cronrun-bench` binary built beside it). `lateness|throughput|nats|dispatch|load|scale|soak`
+//! each starts its own nats-server in a temp directory unless --nats is given, and works in a
+//! namespace of its own.
 //!
 //! - `lateness.rs`: fire to the job's own code of N jobs (every second, on one
 //!   schedule, or spread over the minute), on `deployment.rs`
@@ -13,8 +15,11 @@
 //! - `scale.rs`: whole agents loading millions of schedules, and one leaving, on
 //!   `deployment.rs`, beside its anchor (`index_anchor.rs`: the same passes over the
 //!   schedules index by readers that only count).
+//! - `binaries.rs`: the binaries they spawn: `cronrun` beside `cronrun-bench`, and
+//!   `cronrun-bench` itself for a measurement that needs a fresh process.
 
 mod anchor;
+mod binaries;
 mod deployment;
 mod dispatch;
 mod executions;
@@ -28,16 +33,24 @@ mod soak;
 mod throughput;
 
 use anyhow::{Context, Result};
-use clap::{Args, Subcommand};
+use clap::{Parser, Subcommand};
+use cronrun::cli::{Ctx, Global};
+use cronrun::embedded::ServerOptions;
+use cronrun::names::Names;
+use cronrun::spec::{History, JobSpec, ShellSpec};
+use cronrun::store::{LayoutOptions, Store};
 
-use super::Ctx;
-use crate::embedded::ServerOptions;
-use crate::names::Names;
-use crate::spec::{History, JobSpec, ShellSpec};
-use crate::store::{LayoutOptions, Store};
-
-#[derive(Args)]
-pub struct BenchArgs {
+/// `cronrun-bench [GLOBAL FLAGS] KIND ...`: `cronrun bench KIND ...` passes its global
+/// flags (`--nats`, `--namespace`, `--output`, ...) on as these.
+#[derive(Parser)]
+#[command(
+    name = "cronrun-bench",
+    version,
+    about = "Measure lateness, dispatch throughput and scheduler load on this machine (results in docs/benchmarks.md)"
+)]
+pub struct BenchCli {
+    #[command(flatten)]
+    pub global: Global,
     #[command(subcommand)]
     pub what: BenchKind,
 }
@@ -153,9 +166,11 @@ pub enum BenchKind {
     },
 }
 
-pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
+pub async fn run(cli: BenchCli) -> Result<()> {
+    let BenchCli { global, what } = cli;
+    let ctx = &Ctx { global };
     // These start a deployment of their own: nats-server and agent processes.
-    match a.what {
+    match what {
         BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } if ctx.global.nats.is_some() => {
             anyhow::bail!("bench soak, lateness and scale start their own nats-server and agents: leave out --nats")
         }
@@ -177,7 +192,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
         }
         _ => {}
     }
-    let nodes = match a.what {
+    let nodes = match what {
         BenchKind::Throughput { cluster, .. } | BenchKind::Nats { cluster, .. } => cluster,
         _ => 1,
     };
@@ -195,7 +210,7 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     let server_pids = servers.as_ref().map(servers::Servers::pids).unwrap_or_default();
     let server_pid = server_pids.first().copied();
     let layout = servers.as_ref().map(servers::Servers::layout).unwrap_or_default();
-    let result = match a.what {
+    let result = match what {
         BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
         BenchKind::Throughput { runs, wasm, .. } => {
             throughput::run(ctx, (&url, &layout), runs, wasm, &server_pids).await
@@ -218,32 +233,32 @@ pub async fn run(ctx: &Ctx, a: BenchArgs) -> Result<()> {
     result
 }
 
-pub(super) async fn open(url: &str, namespace: &str) -> Result<Store> {
+async fn open(url: &str, namespace: &str) -> Result<Store> {
     open_with(url, namespace, &LayoutOptions::default()).await
 }
 
-pub(super) async fn open_with(url: &str, namespace: &str, layout: &LayoutOptions) -> Result<Store> {
-    let client = crate::connect::connect(url, None, "cronrun-bench").await?;
+async fn open_with(url: &str, namespace: &str, layout: &LayoutOptions) -> Result<Store> {
+    let client = cronrun::connect::connect(url, None, "cronrun-bench").await?;
     Ok(Store::open(client, Names::new(namespace)?, layout).await?)
 }
 
 /// Share `i` of `of` (1 to 64) of the shards, as `FIRST-LAST`: what one of `of` agents
 /// starting together leads.
 fn shard_share(i: u32, of: u32) -> String {
-    let shards = crate::scheduler::DEFAULT_SHARDS;
+    let shards = cronrun::scheduler::DEFAULT_SHARDS;
     format!("{}-{}", i * shards / of, (i + 1) * shards / of - 1)
 }
 
 /// The shards `FIRST-LAST` given to `flag` (a process measuring one agent's share).
 fn shard_range(flag: &str, arg: &str) -> Result<std::ops::RangeInclusive<u32>> {
-    let shards = crate::scheduler::DEFAULT_SHARDS;
+    let shards = cronrun::scheduler::DEFAULT_SHARDS;
     let range = arg.split_once('-').and_then(|(a, b)| Some(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?));
     range
         .filter(|r| !r.is_empty() && *r.end() < shards)
         .with_context(|| format!("{flag} {arg:?}: give FIRST-LAST shards below {shards}"))
 }
 
-pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
+fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -252,23 +267,23 @@ pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Stores the component at `path`, if any; returns its digest.
-pub(super) async fn store_plugin(store: &Store, path: Option<&std::path::Path>) -> Result<Option<String>> {
+async fn store_plugin(store: &Store, path: Option<&std::path::Path>) -> Result<Option<String>> {
     let Some(path) = path else { return Ok(None) };
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(Some(store.put_plugin(&bytes).await?.0))
 }
 
 /// `spec` running the plugin `digest` instead of its command, when one is given.
-pub(super) fn run_plugin(mut spec: JobSpec, digest: Option<&str>) -> JobSpec {
+fn run_plugin(mut spec: JobSpec, digest: Option<&str>) -> JobSpec {
     if let Some(digest) = digest {
         spec.shell = None;
-        spec.wasm = Some(crate::spec::WasmSpec { plugin: digest.into(), ..Default::default() });
+        spec.wasm = Some(cronrun::spec::WasmSpec { plugin: digest.into(), ..Default::default() });
     }
     spec
 }
 
 /// An every-second job that prints when its own code ran (ns since the epoch).
-pub(super) fn every_second_job(name: String, history: u32) -> JobSpec {
+fn every_second_job(name: String, history: u32) -> JobSpec {
     let shell = ShellSpec { command: Some("date +%s%N".into()), ..Default::default() };
     let mut spec = JobSpec::shell(&name, "* * * * * *", shell);
     spec.history = History { succeeded: history, failed: history };
@@ -277,9 +292,9 @@ pub(super) fn every_second_job(name: String, history: u32) -> JobSpec {
 
 /// The agent of a benchmark: defaults, and shell jobs run as the benchmark's own user,
 /// root included (a runner running as root refuses that unless told, see `account`).
-fn bench_config(namespace: &str) -> crate::config::AgentConfig {
+fn bench_config(namespace: &str) -> cronrun::config::AgentConfig {
     let mut config =
-        crate::config::AgentConfig { namespace: namespace.into(), name: "bench".into(), ..Default::default() };
+        cronrun::config::AgentConfig { namespace: namespace.into(), name: "bench".into(), ..Default::default() };
     config.runner.allow_root = true;
     config
 }

@@ -13,9 +13,9 @@ use super::anchor::{self, sleep_until};
 use super::deployment::{Cpu, Deployment};
 use super::executions;
 use super::percentile;
-use crate::cli::Ctx;
-use crate::record::Status;
-use crate::store::Store;
+use cronrun::cli::Ctx;
+use cronrun::record::Status;
+use cronrun::store::Store;
 
 const NAMESPACE: &str = "benchlate";
 /// A shell job's own clock: `date` exec'd by the job's shell prints it.
@@ -74,16 +74,16 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     for schedule in &schedules {
         *sharing.entry(schedule).or_default() += 1;
     }
-    let sharing: Vec<(crate::schedule::Schedule, usize)> = sharing
+    let sharing: Vec<(cronrun::schedule::Schedule, usize)> = sharing
         .into_iter()
         .map(|(text, jobs)| {
-            Ok((crate::schedule::Schedule::parse(text).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?, jobs))
+            Ok((cronrun::schedule::Schedule::parse(text).map_err(|e| anyhow::anyhow!("--schedule: {e}"))?, jobs))
         })
         .collect::<Result<_>>()?;
     let described = a.schedules.describe();
     // A runner holds at most `slots` runs; one may be handed every job of an instant (of
     // one schedule; spread, jobs/60 an instant, and the slots are more than needed).
-    let slots = a.jobs.max(crate::runner::RunnerConfig::default().slots);
+    let slots = a.jobs.max(cronrun::runner::RunnerConfig::default().slots);
     let mut deployment = Deployment::start(NAMESPACE, (a.agents, a.cluster), &format!("slots = {slots}\n")).await?;
     let idle_per_s = idle_cpu(&deployment, a.seconds).await;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
@@ -362,7 +362,7 @@ async fn measure(store: &Store, names: &[String], from: DateTime<Utc>, to: DateT
 /// The instants in `[from, to)` at which the jobs fire (UTC), and how many jobs fire at
 /// each: `sharing` gives each schedule with the number of jobs on it.
 fn fires_within(
-    sharing: &[(crate::schedule::Schedule, usize)],
+    sharing: &[(cronrun::schedule::Schedule, usize)],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> BTreeMap<DateTime<Utc>, usize> {

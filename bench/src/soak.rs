@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::deployment::Deployment;
-use crate::cli::Ctx;
-use crate::store::Store;
+use cronrun::cli::Ctx;
+use cronrun::store::Store;
 
 const NAMESPACE: &str = "benchsoak";
 /// After a restart, the time the deployment has to settle before it is sampled.

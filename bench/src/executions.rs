@@ -11,8 +11,8 @@ use async_nats::jetstream::consumer::{DeliverPolicy, push};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
-use crate::output::{EOF_HEADER, STREAM_HEADER, log_lines};
-use crate::store::Store;
+use cronrun::output::{EOF_HEADER, STREAM_HEADER, log_lines};
+use cronrun::store::Store;
 
 /// A read of the logs stream that delivers nothing for this long has stalled.
 const IDLE_MAX: Duration = Duration::from_secs(30);

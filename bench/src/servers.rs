@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 
-use crate::embedded::{EmbeddedNats, ServerOptions};
-use crate::store::LayoutOptions;
+use cronrun::embedded::{EmbeddedNats, ServerOptions};
+use cronrun::store::LayoutOptions;
 
 pub(super) struct Servers {
     nodes: Vec<EmbeddedNats>,
@@ -67,7 +67,7 @@ impl Servers {
 fn cluster_options(base: &ServerOptions) -> Result<Vec<ServerOptions>> {
     let route_ports = (0..3).map(|_| free_port()).collect::<Result<Vec<u16>>>()?;
     let routes: Vec<String> = route_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let route_auth = crate::auth::route_authorization(&crate::auth::route_password(), &routes);
+    let route_auth = cronrun::auth::route_authorization(&cronrun::auth::route_password(), &routes);
     let options = route_ports.iter().enumerate().map(|(i, port)| ServerOptions {
         server_name: Some(format!("n{i}")),
         extra_config: format!(

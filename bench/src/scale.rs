@@ -17,8 +17,8 @@ use super::deployment::{AgentProcess, Deployment};
 use super::index_anchor;
 use super::lateness::whole_second;
 use super::{load, soak};
-use crate::cli::Ctx;
-use crate::scheduler::DEFAULT_SHARDS;
+use cronrun::cli::Ctx;
+use cronrun::scheduler::DEFAULT_SHARDS;
 
 const NAMESPACE: &str = "benchscale";
 /// How long the agents have to lead every shard and load every job, at start and after one

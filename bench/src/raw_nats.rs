@@ -22,9 +22,9 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 
 use super::deployment::CpuWindow;
-use crate::cli::Ctx;
-use crate::store::LEASE_MARKER_TTL;
-use crate::store::kv::RELEASE_MARKER_TTL;
+use cronrun::cli::Ctx;
+use cronrun::store::LEASE_MARKER_TTL;
+use cronrun::store::kv::RELEASE_MARKER_TTL;
 
 const BUCKET: &str = "benchnats";
 const STREAM: &str = "BENCHNATS";
@@ -45,7 +45,7 @@ pub(super) async fn run(
     layout: bool,
     (replicas, server_pids): (usize, &[u32]),
 ) -> Result<()> {
-    let client = crate::connect::connect(url, None, "cronrun-bench-nats").await?;
+    let client = cronrun::connect::connect(url, None, "cronrun-bench-nats").await?;
     let js = jetstream::new(client.clone());
     let layout = match layout {
         true => Some(Layout::create(&js, replicas).await?),
@@ -234,7 +234,7 @@ impl Layout {
     /// short run's output.
     async fn output(&self, key: &str) -> Result<()> {
         let mut payload = String::new();
-        LINES.iter().for_each(|line| crate::output::push_log_line(&mut payload, line));
+        LINES.iter().for_each(|line| cronrun::output::push_log_line(&mut payload, line));
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Cronrun-Eof", "succeeded");
         Ok(self.client.publish_with_headers(format!("benchnats.logs.{key}"), headers, payload.into()).await?)

@@ -9,15 +9,15 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 
 use super::open;
-use crate::cli::Ctx;
-use crate::dispatch::{DispatchMsg, dispatch};
-use crate::record::{Trigger, fire_run_id};
+use cronrun::cli::Ctx;
+use cronrun::dispatch::{DispatchMsg, dispatch};
+use cronrun::record::{Trigger, fire_run_id};
 
 /// Fires through `dispatch` (record create-if-absent + deduplicated publish + event),
 /// as many in flight as the scheduler allows by default.
 pub(super) async fn run(ctx: &Ctx, url: &str, fires: usize) -> Result<()> {
     let store = open(url, "benchdisp").await?;
-    let in_flight_max = crate::scheduler::SchedulerConfig::default().max_in_flight;
+    let in_flight_max = cronrun::scheduler::SchedulerConfig::default().max_in_flight;
     let base = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap_or_default();
     let start = Instant::now();
     let mut in_flight = FuturesUnordered::new();

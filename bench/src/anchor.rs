@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
-use crate::runner::supervisor::{Plan, shell_is_dash};
+use cronrun::runner::supervisor::{Plan, shell_is_dash};
 
 const STREAM: &str = "BENCH_ANCHOR";
 

@@ -18,8 +18,8 @@ use tokio::process::Command;
 
 use super::deployment::{Cpu, Deployment};
 use super::{shard_range, shard_share};
-use crate::names::Names;
-use crate::scheduler::loader::pass_filters;
+use cronrun::names::Names;
+use cronrun::scheduler::loader::pass_filters;
 
 /// The bench user's password, handed to a reader process (not on its command line).
 const PASSWORD_ENV: &str = "CRONRUN_BENCH_PASSWORD";
@@ -39,14 +39,14 @@ pub(super) struct Anchor {
 /// Runs `readers` reader processes over the index of `deployment` (its agents stopped) and
 /// checks that together they were delivered each of its `entries` entries once.
 pub(super) async fn measure(deployment: &Deployment, readers: u32, entries: u64) -> Result<Anchor> {
-    let exe = std::env::current_exe().context("finding the cronrun binary")?;
+    let exe = crate::binaries::this_binary()?;
     let (server_before, _) = deployment.cpu();
     let readers_before = Cpu::of_self();
     let start = Instant::now();
     let children = (0..readers).map(|i| {
         let mut command = Command::new(&exe);
         command
-            .args(["--nats", &deployment.url, "--namespace", deployment.namespace(), "bench", "index-reader"])
+            .args(["--nats", &deployment.url, "--namespace", deployment.namespace(), "index-reader"])
             .args(["--shards", &shard_share(i, readers)])
             .env(PASSWORD_ENV, deployment.bench_password())
             .kill_on_drop(true);

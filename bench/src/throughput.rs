@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::deployment::{CpuWindow, StoredWindow};
 use super::{every_second_job, open_with, run_plugin, store_plugin};
-use crate::cli::Ctx;
-use crate::dispatch::{DispatchMsg, dispatch};
-use crate::record::{Trigger, fire_run_id};
-use crate::store::LayoutOptions;
+use cronrun::cli::Ctx;
+use cronrun::dispatch::{DispatchMsg, dispatch};
+use cronrun::record::{Trigger, fire_run_id};
+use cronrun::store::LayoutOptions;
 
 /// N runs of one job dispatched at once to an agent with production settings; the rate
 /// is runs recorded as finished per second, from the first dispatch to the last record.
@@ -35,14 +35,14 @@ pub(super) async fn run(
     for j in 0..runs.div_ceil(PER_JOB) {
         let mut spec = every_second_job(format!("thru-{j:03}"), PER_JOB as u32);
         spec.schedule = "@yearly".into();
-        spec.overlap = crate::spec::Overlap::Allow;
+        spec.overlap = cronrun::spec::Overlap::Allow;
         spec.output_lines = 5;
         revisions.push(store.put_job(&run_plugin(spec, plugin.as_deref())).await?.0);
     }
     let cancel = CancellationToken::new();
-    let config = crate::config::AgentConfig { layout: layout.clone(), ..super::bench_config(namespace) };
-    let client = crate::connect::connect(url, None, "cronrun-bench-agent").await?;
-    let agent = tokio::spawn(crate::agent::run(client, config, crate::clock::system(), cancel.clone()));
+    let config = cronrun::config::AgentConfig { layout: layout.clone(), ..super::bench_config(namespace) };
+    let client = cronrun::connect::connect(url, None, "cronrun-bench-agent").await?;
+    let agent = tokio::spawn(cronrun::agent::run(client, config, cronrun::clock::system(), cancel.clone()));
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Completion is counted from the runs' final events (plain NATS fan-out, no reads
     // from JetStream while the runs go), then checked once against the records.
@@ -96,7 +96,8 @@ pub(super) async fn run(
     // This invocation's runs only: the namespace may hold an earlier one's.
     let ours = format!("{}-b", fire_run_id(base));
     let all = store.list_all_runs().await?;
-    let ok = all.iter().filter(|r| r.run_id.starts_with(&ours) && r.status == crate::record::Status::Succeeded).count();
+    let ok =
+        all.iter().filter(|r| r.run_id.starts_with(&ours) && r.status == cronrun::record::Status::Succeeded).count();
     cancel.cancel();
     let _ = agent.await;
     let rate = runs as f64 / finished.as_secs_f64();

@@ -9,10 +9,10 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 
 use super::{every_second_job, open, shard_range, shard_share};
-use crate::cli::Ctx;
-use crate::scheduler::loader::read;
-use crate::scheduler::{DEFAULT_SHARDS, FireQueue};
-use crate::store::Store;
+use cronrun::cli::Ctx;
+use cronrun::scheduler::loader::read;
+use cronrun::scheduler::{DEFAULT_SHARDS, FireQueue};
+use cronrun::store::Store;
 
 pub(super) struct LoadArgs {
     pub schedules: usize,
@@ -38,11 +38,11 @@ pub(super) async fn run(ctx: &Ctx, url: &str, a: LoadArgs) -> Result<()> {
     write_jobs(&store, a.schedules, &LOAD_SHAPES.map(String::from)).await?;
     eprintln!("wrote {} jobs in {:.1}s", a.schedules, write_start.elapsed().as_secs_f64());
     filed(&store, a.schedules).await?;
-    let exe = std::env::current_exe().context("finding the cronrun binary")?;
+    let exe = crate::binaries::this_binary()?;
     let probes = (0..a.agents).map(|i| {
         let exe = exe.clone();
         async move {
-            let args = ["--nats", url, "bench", "load", "--probe", &shard_share(i, a.agents)];
+            let args = ["--nats", url, "load", "--probe", &shard_share(i, a.agents)];
             let out = tokio::process::Command::new(exe).args(args).output().await.context("running a load probe")?;
             if !out.status.success() {
                 bail!("load probe failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -88,7 +88,7 @@ async fn probe(url: &str, namespace: &str, shards: &str) -> Result<()> {
         .into_values()
         .map(|jobs| {
             let mut queue = FireQueue::with_capacity(jobs.len());
-            for job in crate::scheduler::prefetching(jobs) {
+            for job in cronrun::scheduler::prefetching(jobs) {
                 queue.upsert(job, now);
             }
             queue
