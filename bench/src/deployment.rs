@@ -59,6 +59,17 @@ impl Deployment {
     /// `runner_toml`: lines added to the agents' `[runner]` table (a setting the workload
     /// needs beyond the defaults), or "".
     pub async fn start(namespace: &str, (agents, nodes): (usize, usize), runner_toml: &str) -> Result<Self> {
+        Self::with_guest_subjects(namespace, (agents, nodes), runner_toml, &[]).await
+    }
+
+    /// `start`, the runners' identity allowed to publish to `guest_publish` for the Wasm
+    /// jobs they run (`cronrun auth init --guest-publish`).
+    pub async fn with_guest_subjects(
+        namespace: &str,
+        (agents, nodes): (usize, usize),
+        runner_toml: &str,
+        guest_publish: &[String],
+    ) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("cronrun-bench-").tempdir().context("creating a temp dir")?;
         let path = dir.path().to_path_buf();
         let ids = Identities::ensure(&path.join("identities"))?;
@@ -66,7 +77,7 @@ impl Deployment {
         let bench_password = cronrun::auth::route_password();
         let bench_user = serde_json::json!({ "user": "bench", "password": bench_password });
         let server_options = ServerOptions {
-            extra_config: ids.authorization(&names, &[], &[], &[bench_user])?,
+            extra_config: ids.authorization(&names, guest_publish, &[], &[bench_user])?,
             probe_creds: Some(path_str(&ids.path("admin"))),
             ..Default::default()
         };

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::anchor::{self, sleep_until};
 use super::deployment::{Cpu, Deployment};
+use super::effect;
 use super::executions;
 use super::percentile;
 use cronrun::cli::Ctx;
@@ -28,6 +29,9 @@ pub(super) struct LatenessArgs {
     pub agents: usize,
     /// A component that logs its own clock first (plugins/clock), instead of a shell job.
     pub wasm: Option<PathBuf>,
+    /// The component also publishes one event per fire to a stream of the user's (see
+    /// `effect`), timed from the fire to stored.
+    pub emit: bool,
     /// nats-server nodes: 1, or 3 (a cluster, the layout and the anchor's stream at R3).
     pub cluster: usize,
 }
@@ -84,14 +88,24 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // A runner holds at most `slots` runs; one may be handed every job of an instant (of
     // one schedule; spread, jobs/60 an instant, and the slots are more than needed).
     let slots = a.jobs.max(cronrun::runner::RunnerConfig::default().slots);
-    let mut deployment = Deployment::start(NAMESPACE, (a.agents, a.cluster), &format!("slots = {slots}\n")).await?;
+    let guests = if a.emit { vec![effect::SUBJECTS.to_string()] } else { Vec::new() };
+    let runner_toml = format!("slots = {slots}\n");
+    let mut deployment =
+        Deployment::with_guest_subjects(NAMESPACE, (a.agents, a.cluster), &runner_toml, &guests).await?;
     let idle_per_s = idle_cpu(&deployment, a.seconds).await;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
     let plugin = match &a.wasm {
         Some(path) => Some(deploy_plugin(&deployment, path, &names[0]).await?),
         None => None,
     };
-    deployment.apply(&jobs_toml(&names, &schedules, plugin.as_deref(), a.seconds as u32 + 30)).await?;
+    if a.emit {
+        effect::create(deployment.bench_client().await?, a.cluster).await?;
+    }
+    let code = match &plugin {
+        Some(digest) => Code::Wasm { digest, emit: a.emit },
+        None => Code::Shell,
+    };
+    deployment.apply(&jobs_toml(&names, &schedules, code, a.seconds as u32 + 30)).await?;
     let store = deployment.store().await?;
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
     let to = from + chrono::Duration::seconds(a.seconds);
@@ -99,7 +113,11 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     if expected == 0 {
         bail!("--schedule {described:?} does not fire within {} s from {from}: give a longer --seconds", a.seconds);
     }
-    let kind = if plugin.is_some() { "Wasm (clock)" } else { "shell" };
+    let kind = match code {
+        Code::Wasm { emit: true, .. } => "Wasm (clock, emitting an event)",
+        Code::Wasm { .. } => "Wasm (clock)",
+        Code::Shell => "shell",
+    };
     eprintln!("{} {kind} jobs ({described}) on {} agents; measuring {from} .. {to}", a.jobs, a.agents);
     // The window's CPU, for what a run costs: at high rates that, not waiting, is the lateness.
     sleep_until(from).await;
@@ -122,6 +140,11 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         .collect();
     effect_ms.sort_by(f64::total_cmp);
     drop(store);
+    // The effect the user's own stream stored: an event per fire.
+    let event_ms = match a.emit {
+        true => effect::read(deployment.bench_client().await?, from, to).await?,
+        false => Vec::new(),
+    };
 
     // Time to store the schedules before the first fire.
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
@@ -160,6 +183,8 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "job_code_ms": figures(&measured.code_ms), "started_at_ms": figures(&measured.started_ms),
         "dispatched_at_ms": figures(&measured.dispatched_ms), "first_line_stored_ms": figures(&effect_ms),
         "first_line_stored_p99_ratio": percentile(&effect_ms, 99.0) / percentile(&anchor_ms, 99.0),
+        "events_stored": event_ms.len(), "event_stored_ms": figures(&event_ms),
+        "event_stored_p99_ratio": percentile(&event_ms, 99.0) / percentile(&anchor_ms, 99.0),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
         "agent_cpu_per_run_ms": 1e3 * (agents_total / runs - command_cpu),
         "agents_idle_cpu_ms_per_s": 1e3 * idle_per_s,
@@ -179,6 +204,9 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
             executions.doubled
         );
     }
+    if a.emit && event_ms.len() != expected {
+        bail!("{} of {expected} fires' events were stored", event_ms.len());
+    }
     if measured.code_ms.len() != expected {
         bail!("{} of {expected} fires ran ({} ended otherwise)", measured.code_ms.len(), measured.not_succeeded);
     }
@@ -195,6 +223,17 @@ fn text(v: &Value) -> String {
         true => format!("\nfire to the job's own code, p99 of each minute: {} ms", by_minute.join(", ")),
         false => String::new(),
     };
+    if v["events_stored"].as_u64().is_some_and(|n| n > 0) {
+        drift += &format!(
+            "\nfire to the job's event stored in the user's stream (its effect) p50 {:.1}, p99 {:.1}, max {:.1} ms \
+             ({} events; p99 {:.2} x the anchor's)",
+            ms(&v["event_stored_ms"], "p50"),
+            ms(&v["event_stored_ms"], "p99"),
+            ms(&v["event_stored_ms"], "max"),
+            v["events_stored"],
+            v["event_stored_p99_ratio"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
     if let Some(worst) = v["worst_instants"].as_array().filter(|w| !w.is_empty()) {
         let worst: Vec<String> = worst
             .iter()
@@ -285,19 +324,35 @@ async fn deploy_plugin(deployment: &Deployment, path: &std::path::Path, name: &s
     report["plugin"].as_str().map(str::to_string).context("deploy reported no plugin digest")
 }
 
-/// Jobs on their `schedules`, shell (`SHELL_CLOCK`) or running `plugin`, keeping `history` runs.
-fn jobs_toml(names: &[String], schedules: &[String], plugin: Option<&str>, history: u32) -> String {
-    let what = match plugin {
-        Some(digest) => format!("wasm = {{ plugin = \"{digest}\" }}"),
-        None => format!("shell = \"{SHELL_CLOCK}\""),
+/// What the jobs run.
+#[derive(Clone, Copy)]
+enum Code<'a> {
+    /// `SHELL_CLOCK`.
+    Shell,
+    /// The component `digest` (the clock), publishing an event per fire if `emit`.
+    Wasm { digest: &'a str, emit: bool },
+}
+
+/// Jobs on their `schedules` running `code`, keeping `history` runs, with the defaults
+/// users get otherwise (`overlap = "skip"`).
+fn jobs_toml(names: &[String], schedules: &[String], code: Code<'_>, history: u32) -> String {
+    let what = |name: &str| match code {
+        Code::Shell => format!("shell = \"{SHELL_CLOCK}\""),
+        Code::Wasm { digest, emit: false } => format!("wasm = {{ plugin = \"{digest}\" }}"),
+        Code::Wasm { digest, emit: true } => format!(
+            "wasm = {{ plugin = \"{digest}\", config = {{ subject = \"{}\" }}, allow_publish = [\"{}\"] }}",
+            effect::subject(name),
+            effect::SUBJECTS
+        ),
     };
     names
         .iter()
         .zip(schedules)
         .map(|(name, schedule)| {
             format!(
-                "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\noverlap = \"allow\"\n\
-                 history = {{ succeeded = {history}, failed = {history} }}\n{what}\n"
+                "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n\
+                 history = {{ succeeded = {history}, failed = {history} }}\n{}\n",
+                what(name)
             )
         })
         .collect()

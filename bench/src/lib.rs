@@ -22,6 +22,7 @@ mod anchor;
 mod binaries;
 mod deployment;
 mod dispatch;
+mod effect;
 mod executions;
 mod index_anchor;
 mod lateness;
@@ -79,6 +80,11 @@ pub enum BenchKind {
         /// first, target/wasm32-wasip2/release/clock.wasm from plugins/build.sh
         #[arg(long)]
         wasm: Option<std::path::PathBuf>,
+        /// Each job also publishes one event per fire into a stream of the user's (the clock
+        /// component with config `subject`), timed from the fire to the event stored: the
+        /// job's effect. Needs --wasm clock.wasm
+        #[arg(long, requires = "wasm")]
+        emit: bool,
         /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
         /// replicas (R3), the production shape
         #[arg(long, default_value_t = 1)]
@@ -185,10 +191,10 @@ pub async fn run(cli: BenchCli) -> Result<()> {
             let restart_every = std::time::Duration::from_secs(restart_every);
             return soak::run(ctx, soak::SoakArgs { jobs, minutes, agents, restart_every }).await;
         }
-        BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm, cluster } => {
+        BenchKind::Lateness { jobs, seconds, agents, schedule, spread, wasm, emit, cluster } => {
             let schedules = if spread { lateness::Schedules::Spread } else { lateness::Schedules::One(schedule) };
-            return lateness::run(ctx, lateness::LatenessArgs { jobs, schedules, seconds, agents, wasm, cluster })
-                .await;
+            let a = lateness::LatenessArgs { jobs, schedules, seconds, agents, wasm, emit, cluster };
+            return lateness::run(ctx, a).await;
         }
         _ => {}
     }
