@@ -4,7 +4,11 @@
 //! NATS otherwise). Grants are checked by the caller; errors here are [`HostCallError`]s,
 //! whose text the guest gets.
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
 use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, kv};
 use tokio::sync::OnceCell;
 
@@ -23,6 +27,52 @@ pub struct NatsAccess {
     nats: HostNats,
     jobkv: OnceCell<kv::Store>,
     quota: KvQuota,
+    captured: Captured,
+}
+
+/// Whether a stream captures a subject, as the JetStream API said within
+/// [`CAPTURED_FOR`]: asking it at every publish was a request per run that queues under
+/// load (1,000 guests a second each publishing an event: stored some 60 ms after the
+/// guest's code ran). A stream made since a subject was found uncaptured still stores
+/// what is published there, unacknowledged until the answer is asked again; one removed
+/// since is noticed at the publish (no responders).
+#[derive(Default)]
+struct Captured(std::sync::Mutex<HashMap<String, (Instant, bool)>>);
+
+/// How long an answer of the JetStream API about a subject is kept.
+const CAPTURED_FOR: Duration = Duration::from_secs(10);
+/// Subjects whose answer is kept at most: past it, the answers kept are dropped at once.
+const CAPTURED_MAX: usize = 4096;
+
+impl Captured {
+    async fn of(&self, js: &jetstream::Context, subject: &str) -> bool {
+        let kept =
+            self.lock().get(subject).filter(|(at, _)| at.elapsed() < CAPTURED_FOR).map(|(_, captured)| *captured);
+        if let Some(captured) = kept {
+            return captured;
+        }
+        use async_nats::jetstream::context::GetStreamByNameErrorKind;
+        let captured = match js.stream_by_subject(subject).await {
+            Ok(_) => true,
+            Err(e) if matches!(e.kind(), GetStreamByNameErrorKind::NotFound) => false,
+            // No answer (NATS busy or away): published plainly, and asked again next time.
+            Err(_) => return false,
+        };
+        let mut answers = self.lock();
+        if answers.len() >= CAPTURED_MAX {
+            answers.clear();
+        }
+        answers.insert(subject.to_string(), (Instant::now(), captured));
+        captured
+    }
+
+    fn forget(&self, subject: &str) {
+        self.lock().remove(subject);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, bool)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// What one job may keep in its KV store (`[wasm] kv_max_keys`, `kv_max_value_bytes`): at
@@ -71,7 +121,7 @@ const DELETE_MARKER_TTL: std::time::Duration = std::time::Duration::from_secs(5)
 
 impl NatsAccess {
     pub fn new(nats: HostNats, quota: KvQuota) -> Self {
-        Self { nats, jobkv: OnceCell::new(), quota }
+        Self { nats, jobkv: OnceCell::new(), quota, captured: Captured::default() }
     }
 
     /// The name of the bucket that holds every job's private keys.
@@ -138,7 +188,8 @@ impl NatsAccess {
         Ok(subjects.try_fold(0, |n, _| async move { Ok(n + 1) }).await?)
     }
 
-    /// Publishes; waits for the stream's ack when a stream captures `subject`.
+    /// Publishes; waits for the stream's ack when a stream captures `subject` (see
+    /// [`Captured`]).
     pub async fn publish(
         &self,
         subject: &str,
@@ -165,23 +216,25 @@ impl NatsAccess {
             map.append(name.as_str(), value.as_str());
         }
         let failed = |e: async_nats::Error| HostCallError::Publish { subject: subject_name(), source: e };
-        let js = &self.nats.js;
-        if js.stream_by_subject(subject).await.is_ok() {
+        if self.captured.of(&self.nats.js, subject).await {
+            let js = &self.nats.js;
             let ack = js
                 .publish_with_headers(subject.to_string(), map, payload.into())
                 .await
                 .map_err(|e| failed(e.into()))?;
-            ack.await
-                .map(|_| ())
-                .map_err(|e| HostCallError::NotAcknowledged { subject: subject_name(), source: e.into() })
-        } else {
-            let client = &self.nats.client;
-            client
-                .publish_with_headers(subject.to_string(), map, payload.into())
-                .await
-                .map_err(|e| failed(e.into()))?;
-            client.flush().await.map_err(|e| failed(e.into()))
+            return match ack.await {
+                Ok(_) => Ok(()),
+                // The stream went since it was looked up: published, as to no stream.
+                Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                    self.captured.forget(subject);
+                    Ok(())
+                }
+                Err(e) => Err(HostCallError::NotAcknowledged { subject: subject_name(), source: e.into() }),
+            };
         }
+        let client = &self.nats.client;
+        client.publish_with_headers(subject.to_string(), map, payload.into()).await.map_err(|e| failed(e.into()))?;
+        client.flush().await.map_err(|e| failed(e.into()))
     }
 }
 

@@ -156,12 +156,6 @@ const POLL: Duration = Duration::from_millis(200);
 /// its job sets no `starting_deadline`: the schedulers' default deadline.
 pub(super) const BACKLOG_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Whether a run of `spec` takes no lease here (overlap allowed, no lock): nothing can
-/// hold it back.
-pub(super) fn unguarded(spec: &JobSpec) -> bool {
-    spec.overlap == Overlap::Allow && spec.lock_name().is_none()
-}
-
 /// Takes the leases `spec` asks for, keeping the run's own lease alive while it waits.
 /// `fire` is the run's fire instant (see [`on_active`]).
 pub(super) async fn acquire(

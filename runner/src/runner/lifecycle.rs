@@ -24,13 +24,13 @@ use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
 use super::running::until_code_ends;
-use super::starter::{Release, Ticket};
+use super::starter::{Confirms, Release, Ticket};
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
 use crate::record::{Status, Trigger};
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, Overlap};
 
 /// Lines of output waiting for the lifecycle; a job printing faster waits for it.
 const OUTPUT_BUFFER: usize = 1024;
@@ -115,10 +115,12 @@ async fn run_claimed(
         input: held.record.input.as_ref().map(|input| input.to_string()),
         traceparent: held.trace.traceparent(),
     };
-    // Only a run that nothing can hold back (overlap allowed, no lock) confirms ahead of
-    // the margin in a large group: the previous run of a job that guards its overlap may
-    // still be running then, and would skip or stop this one for no reason.
-    let uncontended = matches!(&early, Ok(Some((_, spec))) if guards::unguarded(spec));
+    let confirms = match &early {
+        Ok(Some((_, spec))) if spec.lock_name().is_some() => Confirms::AtTheMargin,
+        Ok(Some((_, spec))) if spec.overlap == Overlap::Allow => Confirms::Unguarded,
+        Ok(Some(_)) => Confirms::Guarded,
+        Ok(None) | Err(_) => Confirms::AtTheMargin,
+    };
     match early {
         Ok(Some((revision, spec))) => {
             *made = Some(make(ctx, msg, held, (revision, &spec), &run, ctx.starter.ticket(d.scheduled_at)).await);
@@ -129,7 +131,7 @@ async fn run_claimed(
 
     // 2. Check, just before a group release, or at the instant when starting alone.
     let check_at = match made.as_ref().and_then(|m| m.ticket.as_ref()) {
-        Some(ticket) => ticket.check_at(d.scheduled_at, uncontended),
+        Some(ticket) => ticket.check_at(d.scheduled_at, confirms),
         None => d.scheduled_at,
     };
     if !wait_until(ctx, msg, check_at, held, &stops.shutdown).await? {
