@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
+use super::run_ahead::{Holder, LATE_START, POLL, Span, holder_alive, span};
 use super::waiting::{Line, Look};
 use crate::error::Error;
 use crate::names::lease_keys;
@@ -80,59 +81,6 @@ struct Active<'a> {
     in_backlog: bool,
 }
 
-/// When a run's code started and, if its end is recorded, ended: its record's
-/// `started_at` and `finished_at`, by its runner's clock as corrected to the server's (see
-/// `server_time`), the start no earlier than its dispatch (a scheduler's clock: a run
-/// dispatched late, after a takeover, started late whatever its runner stamped).
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    started: DateTime<Utc>,
-    finished: Option<DateTime<Utc>>,
-    /// Its own fire, if it started over [`LATE_START`] after it: a backlog's run.
-    late: Option<DateTime<Utc>>,
-}
-
-/// How late after its fire a run's start makes it a backlog's run, and its coming to its
-/// guards a backlog's fire (see `waiting::Place::late`).
-const LATE_START: chrono::Duration = chrono::Duration::milliseconds(500);
-
-impl Span {
-    /// Whether the run was going at `fire`: started before it and not ended by then. A
-    /// backlog's run is judged where it belonged, lasting as long as it did from its own
-    /// fire: one that ran past `fire` only because it started late (after a takeover)
-    /// says nothing of the job's runs overlapping, and a job's fires are skipped only
-    /// behind runs as long as the time between them.
-    fn covers(&self, fire: DateTime<Utc>) -> bool {
-        let end = match (self.late, self.finished) {
-            (Some(own), Some(finished)) => Some(own + (finished - self.started)),
-            (_, finished) => finished,
-        };
-        self.started < fire && end.is_none_or(|end| end > fire)
-    }
-
-    fn ended_at(self, at: DateTime<Utc>) -> Span {
-        Span { finished: Some(at), ..self }
-    }
-}
-
-/// The span of the run `run_key`, if its record says it started and did not end `lost`,
-/// ended by `ended_at` if its lease says so (its final write still waiting for NATS). A
-/// holder whose start is not recorded (a backlog's run taken, its start write waiting for
-/// NATS) or whose record cannot be read is taken as not started: waited for, never
-/// skipped behind.
-async fn span(ctx: &RunnerCtx, run_key: &str, ended_at: Option<DateTime<Utc>>) -> Option<Span> {
-    use crate::record::Status;
-    let (job, run_id) = crate::record::parse_run_key(run_key).ok()?;
-    let record = ctx.store.get_run(job, run_id).await.ok()?.record;
-    let ended = record.status.is_final();
-    let started =
-        record.started_at.filter(|_| record.status == Status::Running || ended && record.status != Status::Lost)?;
-    let finished = ended.then(|| record.finished_at.unwrap_or(started)).or(ended_at);
-    let started = record.dispatched_at.map_or(started, |dispatched| started.max(dispatched));
-    let late = record.scheduled_at.filter(|fire| started - *fire > LATE_START);
-    Some(Span { started, finished, late })
-}
-
 /// What a run of `run_key`, fired at `fire`, does about the run holding `active.<job>`.
 fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<Utc>) -> OnActive {
     let running_at_fire = current.span.is_some_and(|span| span.covers(fire));
@@ -148,9 +96,6 @@ fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<U
         Overlap::Replace => OnActive::Replace,
     }
 }
-
-/// How often a waiting run looks whether its predecessor is gone.
-const POLL: Duration = Duration::from_millis(200);
 
 /// How long after its fire a run of a backlog may still wait for the run before it, when
 /// its job sets no `starting_deadline`: the schedulers' default deadline.
@@ -389,105 +334,6 @@ fn period(spec: &JobSpec, fire: DateTime<Utc>) -> Option<Duration> {
     (schedule.next_after(fire, tz)? - fire).to_std().ok()
 }
 
-/// What became of a run that started before this fire and holds the job's overlap lease.
-enum Holder {
-    /// It renews its lease, or released it having run past this fire's instant: skip.
-    Alive,
-    /// It did not run past this fire's instant after all, and this run took the lease in
-    /// its turn: its lease ran out unreleased, its run not over (it died with its runner),
-    /// or its end, recorded late (its final write waited for NATS), came before this fire.
-    Gone(Box<Lease>),
-    /// Another run holds the lease now, or an earlier fire in line takes the lease first:
-    /// to be judged afresh.
-    Changed,
-    /// It says it ended, and did not overlap this fire after all (see [`Span::covers`]):
-    /// to be judged afresh, and waited for.
-    EndedBefore,
-    ShutDown,
-}
-
-/// Waits at most the lease's TTL (and a second) for the holder `current` of lease `key` to
-/// show whether it lives: a runner that dies holds its run's overlap lease until the TTL,
-/// and the fires meanwhile must not be skipped behind a run that no longer runs. Found not
-/// to overlap this fire, the run stands in `line` and takes the lease in its turn: the
-/// other fires behind the same run may have found the same.
-async fn holder_alive(
-    ctx: &RunnerCtx,
-    (key, current, span): (&str, &str, Option<Span>),
-    (ttl, fire): (Duration, DateTime<Utc>),
-    mut run_lease: Option<&mut Lease>,
-    shutdown: &CancellationToken,
-    line: &mut Line<'_>,
-) -> Result<Holder, Error> {
-    let leases = &ctx.store.leases;
-    let until = tokio::time::Instant::now() + ttl + Duration::from_secs(1);
-    while tokio::time::Instant::now() < until {
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(Holder::ShutDown),
-            _ = tokio::time::sleep(POLL) => {}
-        }
-        // Watched, not taken: a lease taken only to look would look like a new holder to
-        // the other fires waiting on it.
-        match holder(leases, key).await? {
-            // Its code ended: before this fire, it is waited for (judged again); after it,
-            // it overlapped.
-            Some(h) if h.holder == current => match h.ended_at {
-                Some(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
-                Some(_) => return Ok(Holder::Alive),
-                None => {}
-            },
-            Some(_) => return Ok(Holder::Changed),
-            None => {
-                let why = match ended(ctx, current).await {
-                    Ended::At(at) if ended_before(span, at, fire) => "the run in progress had ended before this fire",
-                    Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
-                    Ended::Not => "the run in progress died with its runner",
-                };
-                line.join().await;
-                return Ok(match line.take_now(key, ctx.clock.now()).await? {
-                    Some(lease) => {
-                        info!(%current, "{why}: this one runs");
-                        Holder::Gone(Box::new(lease))
-                    }
-                    None => Holder::Changed,
-                });
-            }
-        }
-        if let Some(lease) = run_lease.as_deref_mut() {
-            lease.renew().await?;
-        }
-    }
-    Ok(Holder::Alive)
-}
-
-/// Whether a run of `span` (unknown: taken as going before `fire`) that ended `at` did not
-/// overlap `fire`.
-fn ended_before(span: Option<Span>, at: DateTime<Utc>, fire: DateTime<Utc>) -> bool {
-    span.map_or(at <= fire, |span| !span.ended_at(at).covers(fire))
-}
-
-/// How the run `run_key` ended, its overlap lease gone.
-enum Ended {
-    /// As runs end, at this instant (its record's `finished_at`).
-    At(DateTime<Utc>),
-    /// As runs end, at a time unknown (its record unreadable, or without `finished_at`):
-    /// taken as past the fire, so that a doubt skips rather than runs beside it.
-    Unknown,
-    /// Not: `lost`, or still `running` with its lease gone. It died with its runner.
-    Not,
-}
-
-async fn ended(ctx: &RunnerCtx, run_key: &str) -> Ended {
-    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return Ended::Unknown };
-    let Ok(stored) = ctx.store.get_run(job, run_id).await else { return Ended::Unknown };
-    let record = stored.record;
-    match record.finished_at {
-        _ if !record.status.is_final() || record.status == crate::record::Status::Lost => Ended::Not,
-        Some(at) => Ended::At(at),
-        None => Ended::Unknown,
-    }
-}
-
 /// Asks the runner of `run_key` to stop it (overlap `replace`).
 async fn replace(ctx: &RunnerCtx, run_key: &str) {
     let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return };
@@ -511,6 +357,7 @@ pub(super) async fn release_all(leases: Vec<Lease>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::run_ahead::ended_before;
     use super::*;
 
     #[test]
