@@ -135,7 +135,7 @@ async fn assert_waiting_fires_in_order(
     late
 }
 
-/// Since when each run (job, run id) waited for its job's overlap lease (`runner::guards`)
+/// Since when each run (job, run id) stood in line for its job's overlap lease (`runner::guards`)
 /// where it ran, from the agents' logs in `dir`: its first such line on the agent that ran
 /// it since that agent last handed it back (NATS trouble: it came back to its guards later).
 fn waiting_since(dir: &std::path::Path) -> HashMap<(String, String), chrono::DateTime<Utc>> {
@@ -148,7 +148,14 @@ fn waiting_since(dir: &std::path::Path) -> HashMap<(String, String), chrono::Dat
         let mut here: HashMap<(String, String), chrono::DateTime<Utc>> = HashMap::new();
         for line in log.lines() {
             let Some((at, run, said)) = run_line(line) else { continue };
-            if said.starts_with("cronrun_runner::runner::guards: waiting") {
+            // In line once its place is written: NATS away, a run waits without one (its
+            // fires behind cannot see it) until it is written, and says so.
+            let in_line = (said.starts_with("cronrun_runner::runner::guards: waiting")
+                && said.contains("in_line=true"))
+                || said.starts_with(
+                    "cronrun_runner::runner::waiting: standing in line for the job's overlap lease at last",
+                );
+            if in_line {
                 here.entry(run).or_insert(at);
             } else if said.contains("handing it back") || said.contains("handing the run back") {
                 here.remove(&run);

@@ -245,9 +245,13 @@ async fn take_active(
             },
             OnActive::Replace => replace(ctx, &current).await,
         }
+        // In line before it says so: the fires behind it go after it only once its place
+        // is written (NATS away, it is written later, and says so then).
+        line.join().await;
+        let in_line = line.standing();
         match free {
-            true => info!("waiting for the earlier fires of the job to take its overlap lease first"),
-            false => info!(%current, "waiting for the run in progress to end"),
+            true => info!(in_line, "waiting for the earlier fires of the job to take its overlap lease first"),
+            false => info!(%current, in_line, "waiting for the run in progress to end"),
         }
         let waited = line.wait_turn(ctx, &key, give_up, (run_lease.as_deref_mut(), queued.as_mut()), shutdown).await;
         if let Some(waiter) = queued {

@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::RunnerCtx;
 use crate::error::Error;
@@ -154,6 +154,8 @@ pub(super) struct Line<'a> {
     /// The last revision of the leases bucket this run wrote or read: a listing of the line
     /// answered from before it is not trusted (see the module's doc).
     seen: u64,
+    /// A write of its place failed: the next one that lands says so in the log.
+    unwritten: bool,
 }
 
 /// How often a listing answered from a replica behind [`Line::seen`] is asked again, and
@@ -186,7 +188,7 @@ impl<'a> Line<'a> {
         let run_id = crate::record::parse_run_key(run_key).map_or(run_key, |(_, id)| id);
         let me = Place { run: run_key.to_string(), fire, late };
         let key = lease_keys::waiting(job, run_id);
-        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new(), seen: 0 }
+        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new(), seen: 0, unwritten: false }
     }
 
     /// Stands in line, if it does not yet. Written whatever the key holds: a place left
@@ -205,9 +207,20 @@ impl<'a> Line<'a> {
             Ok(revision) => {
                 self.saw(revision);
                 self.standing = Some(Standing { fence: Fenced::at(revision), written });
+                if std::mem::take(&mut self.unwritten) {
+                    info!("standing in line for the job's overlap lease at last");
+                }
             }
-            Err(e) => debug!("standing in line for the job's overlap lease: {e}"),
+            Err(e) => {
+                self.unwritten = true;
+                debug!("standing in line for the job's overlap lease: {e}");
+            }
         }
+    }
+
+    /// Whether its place in line is written.
+    pub fn standing(&self) -> bool {
+        self.standing.is_some()
     }
 
     /// Keeps its place: renewed once a third of its TTL has passed since it was written,
