@@ -20,16 +20,25 @@ use cronrun::runner::supervisor::{Plan, shell_is_dash};
 
 const STREAM: &str = "BENCH_ANCHOR";
 
+/// What NATS's scheduler did over the window: for each generated message, milliseconds
+/// from its whole second to its store time; the messages its stream stored meanwhile, and
+/// the nats-server CPU seconds it took (what a fire costs the server, beside cronrun's).
+pub(super) struct Scheduled {
+    pub late_ms: Vec<f64>,
+    pub stored: u64,
+    pub server_cpu_s: f64,
+}
+
 /// A message schedule for each of the cron expressions `schedules` (six fields) over
-/// `[from, to)`; for each generated message, milliseconds from its whole second to its store time (a
-/// fire is stored well under a second after its instant here, so the second it was stored
-/// in is the one it fired for).
+/// `[from, to)`, timed as [`Scheduled`] says (a fire is stored well under a second after
+/// its instant here, so the second it was stored in is the one it fired for).
+/// `server_cpu` reads nats-server's CPU seconds so far.
 pub(super) async fn nats_schedules(
     client: async_nats::Client,
     (schedules, replicas): (&[String], usize),
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Vec<f64>> {
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    server_cpu: impl Fn() -> f64,
+) -> Result<Scheduled> {
     let js = jetstream::new(client);
     let _ = js.delete_stream(STREAM).await;
     let config = stream::Config {
@@ -60,6 +69,12 @@ pub(super) async fn nats_schedules(
     if Utc::now() >= from {
         bail!("storing {} message schedules took past the first fire at {from}", schedules.len());
     }
+    let before = anchor.info().await.context("reading the anchor stream")?.state.last_sequence;
+    sleep_until(from).await;
+    let cpu_from = server_cpu();
+    sleep_until(to).await;
+    let server_cpu_s = server_cpu() - cpu_from;
+    let stored = anchor.info().await.context("reading the anchor stream")?.state.last_sequence - before;
     sleep_until(to + chrono::Duration::seconds(1)).await;
     // Stop the schedules, then read what they stored.
     anchor.purge().filter("anchor.schedule.>").await.context("removing the schedules")?;
@@ -83,7 +98,7 @@ pub(super) async fn nats_schedules(
         }
     }
     js.delete_stream(STREAM).await.context("removing the anchor stream")?;
-    Ok(late_ms)
+    Ok(Scheduled { late_ms, stored, server_cpu_s })
 }
 
 /// At each of `fires`, as many processes of COMMAND as it gives, started at once, the

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::anchor::{self, sleep_until};
-use super::deployment::{Cpu, Deployment};
+use super::deployment::{Cpu, Deployment, StoredWindow};
 use super::effect;
 use super::executions;
 use super::percentile;
@@ -92,7 +92,8 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     let runner_toml = format!("slots = {slots}\n");
     let mut deployment =
         Deployment::with_guest_subjects(NAMESPACE, (a.agents, a.cluster), &runner_toml, &guests).await?;
-    let idle_per_s = idle_cpu(&deployment, a.seconds).await;
+    let store = deployment.store().await?;
+    let (idle_per_s, idle_stored_per_s) = idle(&deployment, &store, a.seconds).await?;
     let names: Vec<String> = (0..a.jobs).map(|i| format!("late-{i:05}")).collect();
     let plugin = match &a.wasm {
         Some(path) => Some(deploy_plugin(&deployment, path, &names[0]).await?),
@@ -106,7 +107,6 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         None => Code::Shell,
     };
     deployment.apply(&jobs_toml(&names, &schedules, code, a.seconds as u32 + 30)).await?;
-    let store = deployment.store().await?;
     let from = whole_second(Utc::now()) + chrono::Duration::seconds(5);
     let to = from + chrono::Duration::seconds(a.seconds);
     let expected: usize = fires_within(&sharing, from, to).values().sum();
@@ -120,11 +120,13 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     };
     eprintln!("{} {kind} jobs ({described}) on {} agents; measuring {from} .. {to}", a.jobs, a.agents);
     // The window's CPU, for what a run costs: at high rates that, not waiting, is the lateness.
+    // So are the messages stored (the layout's streams; the job's own event is its effect).
     sleep_until(from).await;
-    let cpu_from = deployment.cpu();
+    let (cpu_from, stored) = (deployment.cpu(), StoredWindow::start(&store).await?);
     sleep_until(to).await;
     let cpu_to = deployment.cpu();
     let (server_cpu, agents_cpu) = (cpu_to.0.since(cpu_from.0), cpu_to.1.since(cpu_from.1));
+    let (stored, _) = stored.report(&store, expected).await?;
     sleep_until(to + chrono::Duration::seconds(3)).await;
     // The agents stop before the records are read (no prune takes the window's runs away)
     // and before the anchor runs alone on the machine; the server stays.
@@ -153,10 +155,17 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
     // A shell command's own CPU, as the plain spawn measures it: what a run's CPU is
     // counted without.
     let mut command_cpu = 0.0;
+    let mut anchor_cost = Value::Null;
     let (anchor_name, mut anchor_ms) = if plugin.is_some() {
         let client = deployment.bench_client().await?;
-        let late = anchor::nats_schedules(client, (&schedules, a.cluster), from, to).await?;
-        ("NATS message schedules, fire to stored", late)
+        let server_cpu = || deployment.cpu().0.own;
+        let scheduled = anchor::nats_schedules(client, (&schedules, a.cluster), (from, to), server_cpu).await?;
+        let fires = scheduled.late_ms.len().max(1) as f64;
+        anchor_cost = json!({
+            "stored_per_fire": scheduled.stored as f64 / fires,
+            "nats_server_cpu_per_fire_us": 1e6 * scheduled.server_cpu_s / fires,
+        });
+        ("NATS message schedules, fire to stored", scheduled.late_ms)
     } else {
         let before = Cpu::of_self();
         let late = anchor::plain_spawn(SHELL_CLOCK, &anchor_fires).await?;
@@ -186,6 +195,9 @@ pub(super) async fn run(ctx: &Ctx, a: LatenessArgs) -> Result<()> {
         "events_stored": event_ms.len(), "event_stored_ms": figures(&event_ms),
         "event_stored_p99_ratio": percentile(&event_ms, 99.0) / percentile(&anchor_ms, 99.0),
         "cpu_s": { "nats_server": server_cpu.own, "agents": agents_cpu.own, "agents_children": agents_cpu.children },
+        "stored_per_run": stored, "nats_server_cpu_per_run_us": 1e6 * server_cpu.own / expected.max(1) as f64,
+        "stored_per_run_less_idle": stored["total"].as_f64().unwrap_or_default() - idle_stored_per_s * a.seconds as f64 / expected.max(1) as f64,
+        "anchor_cost": anchor_cost,
         "agent_cpu_per_run_ms": 1e3 * (agents_total / runs - command_cpu),
         "agents_idle_cpu_ms_per_s": 1e3 * idle_per_s,
         "agent_cpu_per_run_less_idle_ms": 1e3 * ((agents_total - idle_per_s * a.seconds as f64) / runs - command_cpu),
@@ -293,20 +305,45 @@ fn text(v: &Value) -> String {
         v["anchor_fires"],
         v["p99_ratio"].as_f64().unwrap_or(f64::NAN),
     );
-    summary + &drift
+    summary + &drift + &cost(v)
+}
+
+/// What a run cost NATS beside what a fire of the anchor did, when it has a NATS anchor.
+fn cost(v: &Value) -> String {
+    let number = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let mut line = format!(
+        "\nwhat a run cost NATS: {:.2} stored messages ({:.2} less the agents' idle writes: presence, shard leases), \
+         nats-server CPU {:.0} us",
+        number(&v["stored_per_run"]["total"]),
+        number(&v["stored_per_run_less_idle"]),
+        number(&v["nats_server_cpu_per_run_us"]),
+    );
+    let anchor = &v["anchor_cost"];
+    if !anchor.is_null() {
+        line += &format!(
+            "; a fire of the anchor: {:.2} stored messages, nats-server CPU {:.0} us",
+            number(&anchor["stored_per_fire"]),
+            number(&anchor["nats_server_cpu_per_fire_us"]),
+        );
+    }
+    line
 }
 
 /// The agents' CPU a second before they have jobs (leases, presence, timers): what they
 /// use whatever they run, shared by few runs at a low rate. Read after `IDLE_SETTLE`, over
 /// a third of the window (1-10 s; `/proc` counts in ticks of 10 ms).
-async fn idle_cpu(deployment: &Deployment, seconds: i64) -> f64 {
+/// So are the messages they store meanwhile (presence, shard leases, watermarks): a
+/// second's worth of them, per second.
+async fn idle(deployment: &Deployment, store: &Store, seconds: i64) -> Result<(f64, f64)> {
     const IDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
     let window = std::time::Duration::from_secs((seconds as u64 / 3).clamp(1, 10));
     tokio::time::sleep(IDLE_SETTLE).await;
-    let before = deployment.cpu().1;
+    let (before, stored) = (deployment.cpu().1, StoredWindow::start(store).await?);
     tokio::time::sleep(window).await;
     let idle = deployment.cpu().1.since(before);
-    (idle.own + idle.children) / window.as_secs_f64()
+    let (stored, _) = stored.report(store, 1).await?;
+    let per_s = |total: f64| total / window.as_secs_f64();
+    Ok((per_s(idle.own + idle.children), per_s(stored["total"].as_f64().unwrap_or_default())))
 }
 
 /// The `n` fire instants whose slowest run was latest, latest first.
@@ -433,4 +470,32 @@ fn fires_within(
 
 pub(super) fn whole_second(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_runs_cost_in_nats_is_printed_beside_the_anchors_fire_when_there_is_one() {
+        let run = json!({ "stored_per_run": { "total": 12.5 }, "stored_per_run_less_idle": 12.25, "nats_server_cpu_per_run_us": 140.0 });
+        let cases = [
+            (json!(null), "12.50 stored messages (12.25 less", None),
+            (
+                json!({ "stored_per_fire": 2.0, "nats_server_cpu_per_fire_us": 30.0 }),
+                "CPU 140 us",
+                Some("a fire of the anchor: 2.00 stored messages, nats-server CPU 30 us"),
+            ),
+        ];
+        for (anchor, says, anchor_says) in cases {
+            let mut v = run.clone();
+            v["anchor_cost"] = anchor;
+            let line = super::cost(&v);
+            assert!(line.contains(says), "{line}");
+            assert_eq!(line.contains("a fire of the anchor"), anchor_says.is_some(), "{line}");
+            if let Some(anchor_says) = anchor_says {
+                assert!(line.contains(anchor_says), "{line}");
+            }
+        }
+    }
 }
