@@ -21,6 +21,7 @@ mod next;
 mod notifications;
 mod pause;
 mod plan;
+pub mod process;
 mod rm;
 mod runs;
 mod secret;
