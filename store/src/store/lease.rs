@@ -41,7 +41,7 @@ pub struct Lease {
 /// Until when a lease written with `ttl`, asked at `asked`, is surely still ours as far as
 /// the server's clock goes: it expires its TTL after the server applied the write, which
 /// was after we asked. The TTL as sent (whole seconds), less a tenth for the clocks' drift.
-fn held_until(asked: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+pub fn held_until(asked: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
     let ttl = Duration::from_secs(ttl.as_secs().max(1));
     asked + ttl - ttl / 10
 }

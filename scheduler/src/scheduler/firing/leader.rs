@@ -1,7 +1,6 @@
 //! What the lease holder does: keep the fire queue, dispatch due fires ahead of their
 //! instant, renew the lease and move the watermark.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use tracing::{debug, error, warn};
 
 use super::catchup;
 use super::in_flight::{InFlight, fire};
+use super::keeping::{Ended, Event, Held, Keeping, Mark};
 use super::plan::{Action, Planner, Record};
 use super::queue::{Due, FireQueue};
 use crate::catalog::CatalogJob;
@@ -55,41 +55,20 @@ pub(super) struct LedShard<'a> {
     pub ctx: &'a SchedulerCtx,
 }
 
-/// What the leader keeps up beside its dispatching: the lease and the watermark.
-struct Leadership {
-    lease: Lease,
+/// The shard's watermark, moved by the lease keeping after each renewal.
+struct ShardMark<'s, 'c> {
+    s: &'s LedShard<'c>,
     watermark: Watermark,
 }
 
-impl Leadership {
-    /// Renews the lease, then moves the watermark to `low` while the lease is surely ours
-    /// (a successor may read the watermark once it is not). A renewal unanswered within
-    /// the lease's TTL counts as failed.
-    async fn keep(&mut self, s: &LedShard<'_>, low: DateTime<Utc>) -> Result<(), Error> {
-        let ttl = self.lease.ttl();
-        match tokio::time::timeout(ttl, self.lease.renew()).await {
-            Ok(renewed) => renewed?,
-            Err(_) => return Err(Error::nats_msg("renewing the shard's lease", format!("no answer within {ttl:?}"))),
-        }
-        let held_until = self.lease.held_until();
-        if Instant::now() >= held_until {
-            return Err(Error::nats_msg("renewing the shard's lease", "answered too late to lead on"));
-        }
-        let moved = write_watermark(s, &mut self.watermark, low);
-        match tokio::time::timeout_at(held_until, moved).await {
-            Ok(moved) => moved,
-            Err(_) => Err(Error::nats_msg("moving the watermark", "no answer while the lease was surely ours")),
-        }
+impl Mark for ShardMark<'_, '_> {
+    fn write(&mut self, low: DateTime<Utc>) -> impl Future<Output = Result<(), Error>> + Send {
+        write_watermark(self.s, &mut self.watermark, low)
     }
 }
 
-/// How long the end of leading waits for a renewal in flight.
-const LAST_KEEP_MAX: Duration = Duration::from_secs(2);
 /// How long a stop waits for the shard's snapshot to be brought up to date.
 const FINAL_SNAPSHOT_MAX: Duration = Duration::from_secs(2);
-
-/// A renewal in flight, holding the lease and watermark until it is done.
-type Keeping<'a> = Pin<Box<dyn Future<Output = (&'a mut Leadership, Result<(), Error>)> + Send + 'a>>;
 
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
 pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
@@ -120,31 +99,17 @@ pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &Cancellati
     publish_triggers(s, &mut triggers).await;
     let mut publish_at = None;
     let mut in_flight = InFlight::default();
-    let mut renew = tokio::time::interval(s.ctx.config.lease_ttl / 3);
-    // A renewal that outlasted its period is followed by one, not by a burst.
-    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    renew.tick().await;
+    // Renewed beside the other arms (see `keeping.rs`): nothing is dispatched while the
+    // lease may have run out, and a lease lost or renewed too late ends leading.
+    let mut keeping = Keeping::new(lease, ShardMark { s, watermark });
     let mut counted = Counted(0);
 
-    // The renewal's writes run beside the other arms, not in one: during an election of
-    // the leases bucket each waits out its request timeout, and dispatching (and the stop)
-    // must not wait with it. One at a time. Nothing is dispatched from the moment the lease
-    // may have run out (`lease_end`) until a renewal is answered; one refused, failed or
-    // answered too late to lead on makes the leader step down.
-    let mut lease_end = lease.held_until();
-    let mut leadership = Leadership { lease, watermark };
-    let mut idle = Some(&mut leadership);
-    let mut keeping: Option<Keeping<'_>> = None;
     let ended = loop {
         counted.set(queue.len());
         keeper.write_if_due(jobs.last());
         let now = s.ctx.clock.now();
         // Dispatch everything due within the lead time, up to the in-flight limit.
-        let leased = Instant::now() < lease_end;
-        if !leased && idle.is_some() {
-            // A long catch-up before the first pass: renewed now, not a period later.
-            renew.reset_immediately();
-        }
+        let leased = keeping.leased();
         let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
         for action in planner.due(&mut queue, now, room) {
             let (at, store) = (action.fire(), s.ctx.store.clone());
@@ -186,76 +151,53 @@ pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &Cancellati
                 publish_at = None;
                 publish_triggers(s, &mut triggers).await;
             }
-            _ = renew.tick(), if idle.is_some() => {
-                s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
-                if let Some(leadership) = idle.take() {
+            kept = keeping.next() => match kept {
+                Ok(Event::Due) => {
+                    s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
                     // Not past now: a job added while the write is in flight fires from now.
-                    let low = low_water(&mut queue, &in_flight, now);
-                    keeping = Some(Box::pin(async move {
-                        let kept = leadership.keep(s, low).await;
-                        (leadership, kept)
-                    }));
+                    keeping.start(low_water(&mut queue, &in_flight, now));
+                    publish_triggers(s, &mut triggers).await;
                 }
-                publish_triggers(s, &mut triggers).await;
-            }
-            (leadership, kept) = async { match keeping.as_mut() { Some(k) => k.await, None => std::future::pending().await } }, if keeping.is_some() => {
-                lease_end = leadership.lease.held_until();
-                (keeping, idle) = (None, Some(leadership));
+                Ok(Event::Renewed) => {}
                 // Lost, not renewed, or renewed too late to lead on: step down at once.
-                if let Err(e) = kept {
-                    break Err(e);
-                }
-                if Instant::now() >= lease_end {
-                    break Err(Error::nats_msg("renewing the shard's lease", "answered too late to lead on"));
-                }
+                Err(e) => break Err(e),
             }
         }
     };
     // A renewal in flight is waited for a moment: failed or unanswered, the lease may not
     // be ours, and nothing more is written.
-    let stopping = ended.is_ok();
-    let (mut ended, mut abandoned) = (ended, false);
-    if let Some(k) = keeping.take() {
-        let kept = match tokio::time::timeout(LAST_KEEP_MAX, k).await {
-            Ok((leadership, Ok(()))) => Ok(leadership.lease.held_until()),
-            Ok((_, Err(e))) => Err(e),
-            Err(_) => {
-                abandoned = true;
-                Err(Error::nats_msg("stepping down", "the lease's renewal was still unanswered"))
-            }
-        };
-        lease_end = kept.as_ref().map_or_else(|_| Instant::now(), |end| *end);
-        ended = ended.and(kept.map(|_| ()));
-    }
-    drop((keeping, idle));
-    end(s, leadership, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), (stopping, abandoned)).await;
-    ended
+    let Ended { outcome, stopping, lease_end, held } = keeping.finish(ended).await;
+    end(s, held, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), stopping).await;
+    outcome
 }
 
 /// The end of leading. On a stop, dispatches in flight are finished, the watermark
 /// written and the shard's snapshot brought up to date, while the lease is surely ours
 /// (`lease_end`). Then the lease is released:
 /// fenced by its revision, this does nothing if it is no longer ours. Unless a write was
-/// `abandoned` (it could still land, after a successor read what it wrote): then the lease
-/// is left to expire.
+/// abandoned (`held` None: a renewal; or the watermark's): it could still land, after a
+/// successor read what it wrote, so the lease is left to expire.
 async fn end(
     s: &LedShard<'_>,
-    leadership: Leadership,
+    mut held: Option<Held<Lease, ShardMark<'_, '_>>>,
     lease_end: Instant,
     (queue, mut in_flight, (keeper, followed)): (&mut FireQueue, InFlight, (Keeper, u64)),
-    (stopping, mut abandoned): (bool, bool),
+    stopping: bool,
 ) {
-    let Leadership { lease, mut watermark } = leadership;
+    let mut abandoned = held.is_none();
     if stopping {
         // Finished while the lease is ours, so that the watermark covers them; any left go
         // on by themselves (cut short, one would leave its fire to a successor's catch-up;
         // a successor's second dispatch of it is refused by its run record).
         let _ = tokio::time::timeout_at(lease_end, async { while in_flight.join_next().await {} }).await;
     }
-    if stopping && Instant::now() < lease_end {
+    if stopping
+        && Instant::now() < lease_end
+        && let Some(Held { mark, .. }) = held.as_mut()
+    {
         // Not past now: a job's change not read yet fires from now at its successor.
         let low = low_water(queue, &in_flight, s.ctx.clock.now());
-        let moved = write_watermark(s, &mut watermark, low);
+        let moved = mark.write(low);
         let moved = tokio::time::timeout_at(lease_end, moved).await;
         abandoned |= moved.is_err();
         if !matches!(moved, Ok(Ok(()))) {
@@ -269,9 +211,7 @@ async fn end(
     // one would leave its fire's record `queued` unpublished until the sweep; a
     // successor's second dispatch of it is refused by its run record.
     in_flight.tasks.detach_all();
-    if abandoned {
-        return;
-    }
+    let Some(Held { lease, .. }) = held.filter(|_| !abandoned) else { return };
     if let Err(e) = lease.release().await {
         warn!("releasing scheduler lease: {e}");
     }
