@@ -174,7 +174,7 @@ pub enum BenchKind {
 
 pub async fn run(cli: BenchCli) -> Result<()> {
     let BenchCli { global, what } = cli;
-    let ctx = &Ctx { global };
+    let ctx = &Ctx::new(global);
     // These start a deployment of their own: nats-server and agent processes.
     match what {
         BenchKind::Soak { .. } | BenchKind::Lateness { .. } | BenchKind::Scale { .. } if ctx.global.nats.is_some() => {

@@ -58,6 +58,7 @@ pub async fn run(
             viewer_creds: config.http.viewer_creds.clone(),
             admin_creds: config.http.admin_creds.clone(),
             token_file: config.http.token_file.clone(),
+            clock: clock.clone(),
         };
         let http = config.http.bound.as_deref();
         let bound =

@@ -11,15 +11,16 @@
 //! out unless asked for (`rerun`), one recorded missed is backfilled.
 
 use chrono::{DateTime, Utc};
-
-use crate::dispatch::{DispatchMsg, Outcome, dispatch};
 use serde::{Deserialize, Serialize};
 
+use crate::clock::SharedClock;
+use crate::dispatch::{DispatchMsg, Outcome};
 use crate::error::{Error, ErrorKind};
 use crate::names::lease_keys;
-use crate::record::{Status, Trigger, backfill_run_id, fire_run_id, run_key};
+use crate::record::{Status, backfill_run_id, fire_run_id, run_key};
 use crate::spec::{JobSpec, Overlap};
 use crate::store::{Excluded, Store};
+use crate::trigger::{Backfill, Trigger as _};
 
 /// The most fires one backfill may be asked to run (`--max`'s ceiling).
 pub const MAX_FIRES: usize = 100_000;
@@ -174,18 +175,17 @@ pub async fn plan(store: &Store, job: &str, fires: &[DateTime<Utc>], rerun: bool
 }
 
 /// Dispatches the backfill of `fire` of `spec` (at `revision`), following `overlap`
-/// instead of the job's own when given. Returns the run's key and whether it was sent.
+/// instead of the job's own when given, at `clock`'s now (see `trigger`). Returns the run's
+/// key and whether it was sent.
 pub async fn dispatch_fire(
     store: &Store,
+    clock: &SharedClock,
     (spec, revision): (&JobSpec, u64),
     fire: DateTime<Utc>,
     overlap: Option<Overlap>,
 ) -> Result<(String, Outcome), Error> {
-    let msg = DispatchMsg {
-        overlap,
-        ..DispatchMsg::first(&spec.name, backfill_run_id(fire), Trigger::Backfill, fire, revision)
-    };
-    let outcome = dispatch(store, &spec.pool, &msg, Utc::now()).await?;
+    let msg = DispatchMsg { overlap, ..Backfill::first(&spec.name, backfill_run_id(fire), fire, revision) };
+    let outcome = Backfill::start(store, &spec.pool, &msg, None, clock.now()).await?;
     Ok((run_key(&msg.job, &msg.run_id), outcome))
 }
 

@@ -12,7 +12,8 @@
 //!   `output`, `metrics`, `telemetry`, `private_file`, `shutdown`, `watchdog`, `retry`,
 //!   `silence`, `clock`, `server_time`, `memory`.
 //! - `cronrun-scheduler` (`scheduler/`): the triggers: `scheduler` (shards and their
-//!   leaders), `chain` (`after`), `messages` (`on`), `notify` (notifications).
+//!   leaders), `chain` (`after`), `messages` (`on`), `notify` (notifications), `trigger`
+//!   (every kind's one way to start a run).
 //! - `cronrun-runner` (`runner/`): `runner`, a run's lifecycle and its executors.
 //! - `cronrun` (`runtime/`, this crate; every module above is re-exported here by name):
 //!   - `agent`: scheduler and runner of one host; `config`: `cronrun.toml`.
@@ -39,7 +40,7 @@ pub mod status;
 pub use cronrun_model as model;
 pub use cronrun_model::{error, names, record, spec};
 pub use cronrun_runner::runner;
-pub use cronrun_scheduler::{chain, messages, notify, scheduler};
+pub use cronrun_scheduler::{chain, messages, notify, scheduler, trigger};
 pub use cronrun_store::{
     catalog, clock, dispatch, events, input, logs, memory, metrics, output, private_file, retry, server_time, shutdown,
     silence, store, telemetry, watchdog,

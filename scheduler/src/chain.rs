@@ -35,14 +35,14 @@ use tracing::{debug, info, warn};
 
 use crate::catalog::{Catalog, TriggerChanges};
 use crate::clock::SharedClock;
-use crate::dispatch::{DispatchMsg, Outcome, dispatch_with_input};
+use crate::dispatch::{DispatchMsg, Outcome};
 use crate::error::{Error, ErrorKind};
 use crate::model::roles::CHAIN_CONSUMER;
 use crate::names::lease_keys;
 use crate::record::{RunRecord, Trigger, chain_run_id};
 use crate::store::Store;
 use crate::store::pull::{EXPIRES, PullLimits, consumer_missing, pull_into_slots, until_gone};
-use crate::trigger;
+use crate::trigger::{self, Trigger as _};
 
 /// Record writes handled at once by one agent.
 const CONCURRENCY: usize = 64;
@@ -59,7 +59,8 @@ pub const MAX_DEPTH: u64 = 100;
 /// How long a `chained` marker is kept.
 const MARKER_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// Chains as a trigger (see `trigger`): the scheduler runs it as one of its tasks.
+/// Chains as a trigger (see `trigger`) that follows run records: the scheduler runs it as
+/// one of its tasks.
 pub struct Chains {
     pub store: Store,
     pub catalog: Catalog,
@@ -67,8 +68,11 @@ pub struct Chains {
 }
 
 impl trigger::Trigger for Chains {
-    const TASK: &'static str = "the chains";
     const KIND: Trigger = Trigger::Chain;
+}
+
+impl trigger::Follows for Chains {
+    const TASK: &'static str = "the chains";
     fn run(self, cancel: CancellationToken) -> impl std::future::Future<Output = ()> + Send + 'static {
         run(self.store, self.catalog, self.clock, cancel)
     }
@@ -272,7 +276,7 @@ impl Chainer {
             return Ok(());
         }
         let input = input_of(upstream, depth);
-        let outcome = dispatch_with_input(&self.store, &summary.pool, &msg, Some(input), now).await?;
+        let outcome = Chains::start(&self.store, &summary.pool, &msg, Some(input), now).await?;
         if outcome == Outcome::Dispatched {
             info!(job, run = %msg.run_id, upstream = %upstream.key(), "chained run dispatched");
         }
@@ -290,7 +294,7 @@ fn chained_run(upstream: &RunRecord, job: &str, revision: u64, now: DateTime<Utc
     let ended = upstream.finished_at.map_or(now, |t| t.min(now));
     let fire = upstream.scheduled_at.or(upstream.finished_at).unwrap_or(ended);
     let run_id = chain_run_id(fire, &upstream.job, &upstream.run_id);
-    DispatchMsg::first(job, run_id, <Chains as trigger::Trigger>::KIND, ended, revision)
+    Chains::first(job, run_id, ended, revision)
 }
 
 /// How many chained runs led to `record`: 0 for a run not started by a chain.

@@ -99,7 +99,7 @@ pub async fn run(ctx: &Ctx, a: AddArgs) -> Result<()> {
     ctx.audit(&store, &spec.name, EventKind::Changed, format!("added, revision {revision}")).await;
     ctx.warn_if_unserved(&store, &spec.pool).await;
     let (schedule, tz) = spec.parsed_schedule()?;
-    let next = schedule.next_after(chrono::Utc::now(), tz);
+    let next = schedule.next_after(ctx.now(), tz);
     ctx.print(&json!({ "name": spec.name, "revision": revision, "next": next.map(|t| fmt_time(&t)) }), || {
         let next = next.map(|t| fmt_time(&t)).unwrap_or_else(|| "never".into());
         format!("added {} (revision {revision}); next fire {next}", spec.name)

@@ -77,6 +77,6 @@ pub async fn run(ctx: &Ctx, a: AgentArgs) -> Result<()> {
     let client =
         crate::connect::connect(&config.nats, config.creds.as_deref(), &format!("cronrun-agent {}", config.name))
             .await?;
-    crate::agent::run(client, config, crate::clock::system(), cancel).await?;
+    crate::agent::run(client, config, ctx.clock.clone(), cancel).await?;
     Ok(())
 }

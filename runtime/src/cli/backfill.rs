@@ -65,7 +65,7 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
     if from >= to {
         bail!("--from {} is not before --to {}: give the range's start first", a.from, a.to);
     }
-    if to > Utc::now() {
+    if to > ctx.now() {
         bail!("--to {} is in the future: a backfill runs past fires; the schedule runs the rest", a.to);
     }
     let excluded = store.calendars.excluded(&spec.exclude).await?;
@@ -100,7 +100,7 @@ pub async fn run(ctx: &Ctx, a: BackfillArgs) -> Result<()> {
         if cancel.is_cancelled() {
             break;
         }
-        let (key, sent) = dispatch_fire(&store, (&spec, job.revision), *fire, Some(overlap)).await?;
+        let (key, sent) = dispatch_fire(&store, &ctx.clock, (&spec, job.revision), *fire, Some(overlap)).await?;
         outcome.dispatched += usize::from(sent == Outcome::Dispatched);
         mark(&store, &a.job, neighbours(&all, *fire), *fire).await?;
         if overlap == Overlap::Queue {

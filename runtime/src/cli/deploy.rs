@@ -193,7 +193,7 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
     }
     // Signed last, over the spec as it is written (the pool it keeps included).
     if let Some(seed) = &seed {
-        sign(&a, seed, &mut spec, chrono::Utc::now())?;
+        sign(&a, seed, &mut spec, ctx.now())?;
         spec.validate().with_context(|| format!("{file}: the job spec is refused"))?;
     }
     // As `apply` does: grants, chains without cycles, the messages stream capturing `on`.
@@ -207,7 +207,7 @@ pub async fn run(ctx: &Ctx, a: DeployArgs) -> Result<()> {
     }
     ctx.warn_if_unserved(&store, &spec.pool).await;
     let (schedule, tz) = spec.parsed_schedule()?;
-    let next = schedule.next_after(chrono::Utc::now(), tz).map(|t| fmt_time(&t));
+    let next = schedule.next_after(ctx.now(), tz).map(|t| fmt_time(&t));
     let value = json!({
         "name": spec.name,
         "plugin": digest,

@@ -24,7 +24,7 @@ pub async fn run(ctx: &Ctx, a: KillArgs) -> Result<()> {
         bail!("--signal {:?} is not a signal name; use TERM or KILL", a.signal);
     };
     let store = ctx.store().await?;
-    let host = crate::actions::kill(&store, job, run_id, signal).await?;
+    let host = crate::actions::kill(&store, &ctx.clock, job, run_id, signal).await?;
     ctx.print(&json!({ "run": a.run, "signal": signal.as_str(), "host": host }), || {
         format!("sent {signal} to {} on {host}", a.run)
     })

@@ -1,7 +1,6 @@
 //! `cronrun ls`: every job with its next fire; invalid stored specs show why.
 
 use anyhow::Result;
-use chrono::Utc;
 use serde_json::json;
 
 use super::{Ctx, fmt_time, table};
@@ -9,7 +8,7 @@ use super::{Ctx, fmt_time, table};
 pub async fn run(ctx: &Ctx) -> Result<()> {
     let store = ctx.store().await?;
     let jobs = store.list_jobs().await?;
-    let now = Utc::now();
+    let now = ctx.now();
     // The calendars jobs exclude, read once each.
     let mut excluded = std::collections::HashMap::new();
     for spec in jobs.iter().filter_map(|j| j.spec.as_ref().ok()).filter(|s| !s.exclude.is_empty()) {

@@ -32,9 +32,11 @@ mod validate;
 mod watch;
 
 use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
+use crate::clock::SharedClock;
 use crate::names::Names;
 use crate::store::{LayoutOptions, Store};
 
@@ -162,12 +164,24 @@ impl Command {
     }
 }
 
-/// What commands share: the global flags and, once asked for, the store.
+/// What commands share: the global flags, the clock and, once asked for, the store.
 pub struct Ctx {
     pub global: Global,
+    /// What every command takes "now" from (the system's; one built per process).
+    pub clock: SharedClock,
 }
 
 impl Ctx {
+    /// The context of a command run by the process: the system's clock.
+    pub fn new(global: Global) -> Self {
+        Ctx { global, clock: crate::clock::system() }
+    }
+
+    /// Now, by the command's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     pub fn nats_url(&self) -> String {
         self.global.nats.clone().unwrap_or_else(|| "nats://127.0.0.1:4222".into())
     }
@@ -215,7 +229,7 @@ impl Ctx {
 
     /// Publishes the audit event of a CLI write to `job` (`by` is the store's actor).
     pub async fn audit(&self, store: &Store, job: &str, kind: crate::events::EventKind, detail: String) {
-        crate::actions::audit(store, job, kind, detail).await;
+        crate::actions::audit(store, &self.clock, job, kind, detail).await;
     }
 
     pub fn json(&self) -> bool {
@@ -285,7 +299,7 @@ pub fn read_definitions(path: &std::path::Path) -> Result<String> {
 }
 
 pub async fn run(cli: Cli) -> Result<std::process::ExitCode> {
-    let ctx = Ctx { global: cli.global };
+    let ctx = Ctx::new(cli.global);
     match cli.command {
         Command::Up(a) => up::run(&ctx, a).await,
         Command::Auth(a) => auth::run(&ctx, a),

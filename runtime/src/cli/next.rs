@@ -53,7 +53,7 @@ pub async fn run(ctx: &Ctx, a: NextArgs) -> Result<()> {
         Some(s) => DateTime::parse_from_rfc3339(s)
             .with_context(|| format!("--from {s:?} is not an RFC 3339 instant like 2026-03-29T00:00:00Z"))?
             .with_timezone(&Utc),
-        None => Utc::now(),
+        None => ctx.now(),
     };
     let first = schedule.first_fire_after(at, tz).map_err(|why| anyhow::anyhow!("schedule {:?}: {why}", a.expr))?;
     let mut fires = Vec::new();

@@ -28,7 +28,7 @@ pub async fn run(ctx: &Ctx, a: PauseArgs, paused: bool) -> Result<()> {
     let store = ctx.store().await?;
     let mut changed = Vec::new();
     for name in &names {
-        if crate::actions::set_paused(&store, name, paused).await? {
+        if crate::actions::set_paused(&store, &ctx.clock, name, paused).await? {
             changed.push(name.clone());
         }
     }

@@ -34,7 +34,7 @@ pub async fn run(ctx: &Ctx, a: RunsArgs) -> Result<()> {
             let d = humantime::parse_duration(d)
                 .map_err(|e| anyhow::anyhow!("--since {d:?}: {e}: write it like 30m, 1h or 7d"))?;
             let d = chrono::TimeDelta::from_std(d).map_err(|_| anyhow::anyhow!("--since {d:?} is too long"))?;
-            Some(chrono::Utc::now().checked_sub_signed(d).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC))
+            Some(ctx.now().checked_sub_signed(d).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC))
         }
         None => None,
     };

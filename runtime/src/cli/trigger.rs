@@ -38,7 +38,7 @@ pub async fn run(ctx: &Ctx, a: TriggerArgs) -> Result<()> {
         (None, None) => None,
     };
     let store = ctx.store().await?;
-    let (key, pool) = crate::actions::trigger(&store, &a.name, input).await?;
+    let (key, pool) = crate::actions::trigger(&store, &ctx.clock, &a.name, input).await?;
     ctx.warn_if_unserved(&store, &pool).await;
     if !a.wait {
         return ctx.print(&json!({ "run": key }), || format!("triggered {key}"));

@@ -116,7 +116,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
         dashboard_login(&mut config.http, a.data_dir.clone().unwrap_or_else(default_data_dir), &admin_creds)?;
     let client = crate::connect::connect(&config.nats, config.creds.as_deref(), "cronrun-up").await?;
     if !a.no_examples {
-        add_examples(&config, admin_creds.clone()).await?;
+        add_examples(&config, admin_creds.clone(), &ctx.clock).await?;
     }
     // The agent runs on whether or not anyone reads the banner.
     let nats_cli = match (&server, &admin_creds) {
@@ -128,7 +128,7 @@ pub async fn run(ctx: &Ctx, a: UpArgs) -> Result<()> {
          Try `cronrun ls`, `cronrun runs hello`, `cronrun status`, `{nats_cli} kv ls {}_jobs`. Ctrl-C stops.",
         config.nats, config.namespace
     ));
-    let result = crate::agent::run(client, config, crate::clock::system(), cancel).await;
+    let result = crate::agent::run(client, config, ctx.clock.clone(), cancel).await;
     if let Some(server) = server {
         server.stop().await;
     }
@@ -182,7 +182,11 @@ fn run_jobs_as_nobody_if_root(runner: &mut crate::runner::RunnerConfig) {
 }
 
 /// Adds the example jobs if the deployment has no jobs at all.
-async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<String>) -> Result<()> {
+async fn add_examples(
+    config: &crate::config::AgentConfig,
+    admin_creds: Option<String>,
+    clock: &crate::clock::SharedClock,
+) -> Result<()> {
     let client = crate::connect::connect(&config.nats, admin_creds.as_deref(), "cronrun-up examples").await?;
     let store = Store::open(client, config.names()?, &config.layout)
         .await?
@@ -207,6 +211,7 @@ async fn add_examples(config: &crate::config::AgentConfig, admin_creds: Option<S
             output: Output::Text,
             log_format: Output::Text,
         },
+        clock: clock.clone(),
     };
     let args = DeployArgs {
         plugin,

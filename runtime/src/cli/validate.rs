@@ -40,7 +40,7 @@ pub async fn run(ctx: &Ctx, a: ValidateArgs) -> Result<()> {
         return ctx
             .print(&json!({ "file": origin, "valid": names }), || format!("{origin}: {} jobs valid", jobs.len()));
     }
-    let now = chrono::Utc::now();
+    let now = ctx.now();
     if let Some(expr) = &a.schedule {
         let schedule = super::next::parse(expr, a.job.as_deref())?;
         let tz = parse_timezone(&a.tz).map_err(|e| anyhow::anyhow!("--tz: {e}"))?;

@@ -52,7 +52,7 @@ enum Filter {
 }
 
 pub async fn jobs(_: Viewer, State(d): State<Arc<Dashboard>>, Query(q): Query<JobsQuery>) -> Json<Value> {
-    let now = Utc::now();
+    let now = d.clock.now();
     let needle = q.q.trim().to_lowercase();
     let mut jobs = d.all_jobs();
     jobs.retain(|job| needle.is_empty() || job.name.to_lowercase().contains(&needle));
@@ -164,7 +164,7 @@ pub async fn job(
             let parsed = spec.parsed_schedule();
             let excluded = store.calendars.excluded(&spec.exclude).await?;
             let next = match &parsed {
-                Ok((s, tz)) if !spec.paused => next_fires(s, *tz, Utc::now(), 5, &excluded),
+                Ok((s, tz)) if !spec.paused => next_fires(s, *tz, d.clock.now(), 5, &excluded),
                 _ => Vec::new(),
             };
             // In words as it fires: `H` items as the job's slots ("at minute 25").
@@ -258,19 +258,19 @@ pub struct TriggerBody {
 }
 
 pub async fn job_action(
-    Admin(store): Admin,
+    Admin(store, clock): Admin,
     Path((name, action)): Path<(String, String)>,
     body: Option<Json<TriggerBody>>,
 ) -> Result<Json<Value>, ApiError> {
     validate_job_name(&name)?;
     match action.as_str() {
         "pause" | "resume" => {
-            crate::actions::set_paused(&store, &name, action == "pause").await?;
+            crate::actions::set_paused(&store, &clock, &name, action == "pause").await?;
             Ok(Json(json!({ "ok": true })))
         }
         "trigger" => {
             let input = body.and_then(|Json(b)| b.input);
-            let (run, _) = crate::actions::trigger(&store, &name, input).await?;
+            let (run, _) = crate::actions::trigger(&store, &clock, &name, input).await?;
             Ok(Json(json!({ "ok": true, "run": run })))
         }
         other => Err(ApiError::new(
@@ -286,7 +286,7 @@ pub struct KillBody {
 }
 
 pub async fn kill(
-    Admin(store): Admin,
+    Admin(store, clock): Admin,
     Path((job, run_id)): Path<(String, String)>,
     body: Option<Json<KillBody>>,
 ) -> Result<Json<Value>, ApiError> {
@@ -295,6 +295,6 @@ pub async fn kill(
     let signal = crate::runner::exec::parse_signal(&name).ok_or_else(|| {
         ApiError::from(crate::Error::invalid("signal", format!("{name:?} is not a signal name; use TERM or KILL")))
     })?;
-    let host = crate::actions::kill(&store, &job, &run_id, signal).await?;
+    let host = crate::actions::kill(&store, &clock, &job, &run_id, signal).await?;
     Ok(Json(json!({ "ok": true, "host": host })))
 }

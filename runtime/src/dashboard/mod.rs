@@ -33,6 +33,7 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::AllJobs;
+use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::store::Store;
 use crate::watchdog::restarting;
@@ -47,6 +48,8 @@ pub struct DashboardConfig {
     pub viewer_creds: Option<String>,
     pub admin_creds: Option<String>,
     pub token_file: Option<String>,
+    /// What it takes "now" from: the agent's.
+    pub clock: SharedClock,
 }
 
 pub struct Dashboard {
@@ -64,6 +67,7 @@ pub struct Dashboard {
     /// Live output streams open now, at most `MAX_STREAMS`.
     streams: Arc<tokio::sync::Semaphore>,
     cancel: CancellationToken,
+    clock: SharedClock,
 }
 
 /// How long a session lasts.
@@ -96,6 +100,7 @@ impl Dashboard {
             view: RunsView::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
             cancel: cancel.clone(),
+            clock: config.clock.clone(),
         });
         if dashboard.token.is_some() {
             let names = config.names.clone();
@@ -142,7 +147,7 @@ impl Dashboard {
             let revisions = || async {
                 loop {
                     if jobs.is_loaded() {
-                        self.view.note_revisions(jobs, chrono::Utc::now());
+                        self.view.note_revisions(jobs, self.clock.now());
                     }
                     tokio::time::sleep(Duration::from_secs(5)).await;
                 }
@@ -182,7 +187,7 @@ impl Dashboard {
     /// A request from a session: a cookie this token made less than `SESSION` ago.
     fn allow(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(token) = &self.token else { return Err(ApiError::new(StatusCode::FORBIDDEN, OFF)) };
-        let now = chrono::Utc::now().timestamp();
+        let now = self.clock.now().timestamp();
         let cookies = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok());
         let prefix = format!("{}=", self.cookie);
         let mut presented = cookies.flat_map(|c| c.split(';')).filter_map(|c| c.trim().strip_prefix(prefix.as_str()));
@@ -204,7 +209,7 @@ impl Dashboard {
         if !same(given.trim().as_bytes(), token.as_bytes()) {
             return None;
         }
-        let value = session_value(token, chrono::Utc::now().timestamp());
+        let value = session_value(token, self.clock.now().timestamp());
         Some(format!("{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", self.cookie, SESSION.as_secs()))
     }
 
@@ -364,8 +369,8 @@ impl FromRequestParts<Arc<Dashboard>> for Viewer {
 
 /// A request allowed to act: from a session, on a dashboard with an admin identity, sent
 /// as a script sends it (`X-Cronrun` header), which a cross-site form cannot. Its store
-/// acts as that identity.
-pub struct Admin(pub Store);
+/// acts as that identity; the dashboard's clock stamps what it does.
+pub struct Admin(pub Store, pub SharedClock);
 
 impl FromRequestParts<Arc<Dashboard>> for Admin {
     type Rejection = ApiError;
@@ -376,7 +381,7 @@ impl FromRequestParts<Arc<Dashboard>> for Admin {
             return Err(ApiError::new(StatusCode::FORBIDDEN, "actions need the X-Cronrun header"));
         }
         match d.admin.get() {
-            Some(store) => Ok(Admin(store.clone())),
+            Some(store) => Ok(Admin(store.clone(), d.clock.clone())),
             None if d.actions => Err(ApiError::unavailable("the dashboard is still connecting to NATS")),
             None => Err(ApiError::new(
                 StatusCode::FORBIDDEN,

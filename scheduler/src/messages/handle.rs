@@ -12,14 +12,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{Ctx, MessageTriggers, PROGRESS_EVERY};
-use crate::dispatch::{DispatchMsg, dispatch_with_input, publish_queued, queue_retry};
+use crate::dispatch::{publish_queued, queue_retry};
 use crate::error::{Error, ErrorKind};
 use crate::events::publish_event;
 use crate::names::lease_keys;
 use crate::record::{MAX_INPUT_BYTES, RunRecord, Status, message_run_id, run_key};
 use crate::spec::on::OnMessage;
 use crate::store::{MESSAGES_MAX_AGE, Store, StoredRun};
-use crate::trigger;
+use crate::trigger::Trigger as _;
 
 /// The longest wait before a message's run is run again.
 const MAX_RUN_AGAIN_WAIT: Duration = Duration::from_secs(60);
@@ -101,14 +101,8 @@ async fn start_and_follow(
                 Ok(input) => input,
                 Err(why) => return Ok(Some((why, key))),
             };
-            let d = DispatchMsg::first(
-                job,
-                run_id.clone(),
-                <MessageTriggers as trigger::Trigger>::KIND,
-                published,
-                entry.revision,
-            );
-            dispatch_with_input(&ctx.store, &summary.pool, &d, Some(input), ctx.clock.now()).await?;
+            let d = MessageTriggers::first(job, run_id.clone(), published, entry.revision);
+            MessageTriggers::start(&ctx.store, &summary.pool, &d, Some(input), ctx.clock.now()).await?;
             match ctx.store.leases.create(&marker, "".into(), Some(MESSAGES_MAX_AGE)).await {
                 Err(e) if !e.is_conflict() && *e.kind() != ErrorKind::AlreadyExists => return Err(e),
                 _ => {}

@@ -82,8 +82,11 @@ pub struct MessageTriggers {
 }
 
 impl crate::trigger::Trigger for MessageTriggers {
-    const TASK: &'static str = "the message triggers";
     const KIND: crate::record::Trigger = crate::record::Trigger::Message;
+}
+
+impl crate::trigger::Follows for MessageTriggers {
+    const TASK: &'static str = "the message triggers";
     fn run(self, cancel: CancellationToken) -> impl std::future::Future<Output = ()> + Send + 'static {
         run(self.store, self.catalog, self.clock, cancel)
     }

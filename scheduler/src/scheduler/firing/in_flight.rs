@@ -27,11 +27,12 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::queue::Due;
 use crate::catalog::JobSummary;
-use crate::dispatch::{DispatchMsg, Outcome, dispatch, publish_dispatched};
+use crate::dispatch::{Outcome, publish_dispatched};
 use crate::error::Error;
 use crate::record::{Trigger, fire_run_id};
 use crate::scheduler::membership::shards;
 use crate::store::Store;
+use crate::trigger::{Catchup, Schedule, Trigger as _};
 
 /// Dispatches not finished yet, and their fire instants (for the watermark).
 #[derive(Default)]
@@ -139,14 +140,18 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
     let give_up = Instant::now() + deadline.min(Duration::from_secs(60));
     async {
         let at = due.fire.checked_add_signed(jitter(name, due.fire, summary.jitter)).unwrap_or(due.fire);
-        let msg = DispatchMsg::first(name, run_id.clone(), trigger, at, due.job.revision);
+        // The verdicts run `schedule` or `catchup` (see `catchup`).
+        let msg = match trigger {
+            Trigger::Catchup => Catchup::first(name, run_id.clone(), at, due.job.revision),
+            _ => Schedule::first(name, run_id.clone(), at, due.job.revision),
+        };
         let mut backoff = Duration::from_millis(100);
         loop {
             let outcome = match excluded_by(&store, summary, due.fire).await {
                 Ok(Some(calendar)) => {
                     return info!(calendar, "fire not run: its date is in a calendar the job excludes");
                 }
-                Ok(None) => dispatch(&store, &summary.pool, &msg, now).await,
+                Ok(None) => Schedule::start(&store, &summary.pool, &msg, None, now).await,
                 Err(e) => Err(e),
             };
             match outcome {
