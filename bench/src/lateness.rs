@@ -331,12 +331,14 @@ fn cost(v: &Value) -> String {
 
 /// The agents' CPU a second before they have jobs (leases, presence, timers): what they
 /// use whatever they run, shared by few runs at a low rate. Read after `IDLE_SETTLE`, over
-/// a third of the window (1-10 s; `/proc` counts in ticks of 10 ms).
+/// a third of the window, 4 to 10 s (`/proc` counts in ticks of 10 ms, and the shard
+/// leases are renewed together every third of their 10 s TTL: a shorter window may see
+/// none of their writes).
 /// So are the messages they store meanwhile (presence, shard leases, watermarks): a
 /// second's worth of them, per second.
 async fn idle(deployment: &Deployment, store: &Store, seconds: i64) -> Result<(f64, f64)> {
     const IDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-    let window = std::time::Duration::from_secs((seconds as u64 / 3).clamp(1, 10));
+    let window = std::time::Duration::from_secs((seconds as u64 / 3).clamp(4, 10));
     tokio::time::sleep(IDLE_SETTLE).await;
     let (before, stored) = (deployment.cpu().1, StoredWindow::start(store).await?);
     tokio::time::sleep(window).await;
