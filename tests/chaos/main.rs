@@ -116,7 +116,7 @@ async fn assert_waiting_fires_in_order(
     secs: i64,
 ) -> Vec<String> {
     let waiting = waiting_since(dir);
-    let (mut wrong, mut late) = (Vec::new(), Vec::new());
+    let (mut wrong, mut late, mut first_wrong) = (Vec::new(), Vec::new(), None);
     for (name, fire, later) in fires_out_of_order(names, dir, from, secs) {
         let later_id = cronrun::record::fire_run_id(later);
         let later_started =
@@ -126,12 +126,18 @@ async fn assert_waiting_fires_in_order(
             // Standing in line half a second before the later fire started: a place written
             // in the same instant as the later fire's look may not be seen yet.
             (Some(since), Some(started)) if since + chrono::Duration::milliseconds(500) < started => {
+                first_wrong.get_or_insert((name.clone(), fire));
                 wrong.push(format!("{name}: {fire}, waiting since {since}, ran after {later}, started {started}"));
             }
             _ => late.push(format!("{name} {fire} (after {later})")),
         }
     }
-    assert!(wrong.is_empty(), "{what}: fires that ran after a later fire of the same job:\n{}", wrong.join("\n"));
+    let evidence = first_wrong.map(|(name, fire)| job_log_around(dir, &name, fire)).unwrap_or_default();
+    assert!(
+        wrong.is_empty(),
+        "{what}: fires that ran after a later fire of the same job:\n{}\nthe first one's job in the agents' logs:\n{evidence}",
+        wrong.join("\n")
+    );
     late
 }
 
@@ -167,6 +173,30 @@ fn waiting_since(dir: &std::path::Path) -> HashMap<(String, String), chrono::Dat
         }
     }
     waiting
+}
+
+/// What the agents' logs in `dir` say of job `job`'s runs from four seconds before `at` to
+/// four seconds after, each line led by its agent's name: a failure shows its evidence
+/// (CI keeps no agent's log).
+fn job_log_around(dir: &std::path::Path, job: &str, at: chrono::DateTime<Utc>) -> String {
+    let near = |t: chrono::DateTime<Utc>| (t - at).num_milliseconds().abs() <= 4_000;
+    let mut lines = Vec::new();
+    for path in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()) {
+        if path.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let agent = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
+        for line in std::fs::read_to_string(&path).unwrap_or_default().lines() {
+            if let Some((t, (name, _), _)) = run_line(line)
+                && name == job
+                && near(t)
+            {
+                lines.push((t, format!("{agent}: {line}")));
+            }
+        }
+    }
+    lines.sort();
+    lines.into_iter().map(|(_, line)| line).collect::<Vec<_>>().join("\n")
 }
 
 /// A log line of a run: when, which run (job, run id), and what it says after the span.

@@ -109,7 +109,12 @@ async fn killing_the_leading_agent_ten_times_loses_no_fire_of_the_takeover_windo
     for (name, at, times) in fires_not_run_once(&names, nats.dir.path(), from, secs).await {
         assert_eq!(times, 0, "{name} ran {times} times for {at}");
         let run = stored_record(&store, &format!("{name}.{}", cronrun::record::fire_run_id(at))).await;
-        assert!(died_with_victim(&run), "{name} did not run for {at}: {run:?}");
+        let log = || job_log_around(nats.dir.path(), &name, at);
+        assert!(
+            died_with_victim(&run),
+            "{name} did not run for {at}: {run:?}\nits runs in the agents' logs:\n{}",
+            log()
+        );
         died.push(format!("{name} {at}"));
     }
     assert!(died.len() <= TRIALS, "more started runs died than agents were killed: {died:?}");

@@ -123,3 +123,100 @@ async fn a_lock_shared_by_two_jobs_on_two_agents_excludes() {
     assert_eq!(hosts, ["a", "b"].map(String::from).into(), "the lock was held from both agents");
     assert!(!skipped_with(&all, "lock shared is held by run").is_empty());
 }
+
+/// Under `skip`, a fire on time behind a backlog's last run (started late, just before
+/// this fire's instant) waits for it one period, its time in line. The run ahead ended
+/// its code long before, but its runner is slow to write its end and let go (its lease
+/// marked ended, as a runner does then). When the time in line is over, the fire finds
+/// out whether that run lives while standing in line: its place is never removed until it
+/// runs, so the next fire, due as the lease is let go, cannot take the lease first. It
+/// runs, once, before the next fire. (A fire that left the line to look lost its turn so,
+/// and was recorded skipped behind a run long over.) The run ahead is written here as its
+/// runner would have: its record, its run's lease and the job's overlap lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_whose_time_in_line_ends_keeps_its_place_and_runs_before_the_next() {
+    use cronrun::names::lease_keys;
+    use cronrun::record::{Trigger, fire_run_id};
+    use cronrun::store::lease::Lease;
+    use futures::StreamExt;
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let ms = chrono::Duration::milliseconds;
+    // Two fires, `fire` and `next`, two seconds apart in one minute: one period.
+    let mut fire = ceil_second(Utc::now()) + chrono::Duration::seconds(6);
+    while chrono::Timelike::second(&fire) > 57 {
+        fire += chrono::Duration::seconds(1);
+    }
+    let next = fire + chrono::Duration::seconds(2);
+    let at = |t: DateTime<Utc>| format!("{}", t.format("%-S"));
+    let dir = nats.dir.path();
+    let schedule = format!("{},{} {} {} * * *", at(fire), at(next), fire.format("%-M"), fire.format("%-H"));
+    // The run ahead: the fire before, started late (a takeover's backlog), 200 ms before
+    // this fire's instant, still running as far as its record and lease say.
+    let (job, ahead_id) = ("lag", fire_run_id(fire - chrono::Duration::seconds(2)));
+    let ahead = format!("{job}.{ahead_id}");
+    let mut record = RunRecord::queued(job, &ahead_id, Trigger::Schedule, fire - chrono::Duration::seconds(2), 1);
+    record.status = Status::Running;
+    record.host = Some("elsewhere".into());
+    (record.dispatched_at, record.started_at) = (Some(fire - ms(300)), Some(fire - ms(200)));
+    store.create_run(&record).await.unwrap();
+    let ttl = Duration::from_secs(30);
+    let take = |key: String| {
+        let (leases, ahead) = (store.leases.clone(), ahead.clone());
+        async move { Lease::try_acquire(&leases, &key, &ahead, ttl).await.unwrap().expect("free") }
+    };
+    let run_lease = take(lease_keys::run(job, &ahead_id)).await;
+    let mut overlap = take(lease_keys::active(job)).await;
+    let places = format!("$KV.{}.{}", store.names.leases_bucket(), lease_keys::waiting(job, "*"));
+    let mut line = store.client.subscribe(places).await.unwrap();
+    store.client.flush().await.unwrap();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"{job}\"\nschedule = \"{schedule}\"\n\
+             shell = 'echo $CRONRUN_SCHEDULED_AT >> {}/{job}.fires'\n",
+            dir.display()
+        ),
+    );
+    // Its code ends after this fire's instant was judged, its end slow to be written.
+    tokio::time::sleep(((fire + ms(600)) - Utc::now()).to_std().unwrap_or_default()).await;
+    overlap.renew_ended(fire + ms(500)).await.unwrap();
+    // Let go just after the time in line is over, as the next fire comes.
+    tokio::time::sleep(((next + ms(300)) - Utc::now()).to_std().unwrap_or_default()).await;
+    let mut ended = store.get_run(job, &ahead_id).await.unwrap();
+    (ended.record.status, ended.record.finished_at) = (Status::Succeeded, Some(fire + ms(500)));
+    store.update_run_fenced(&ended.record, &mut cronrun::store::kv::Fenced::at(ended.revision)).await.unwrap();
+    overlap.release().await.unwrap();
+    run_lease.release().await.unwrap();
+
+    let store_ = store.clone();
+    let records = eventually(Duration::from_secs(20), "both fires' runs to end", || async {
+        let records = runs(&store_, job).await;
+        let ours = |at: DateTime<Utc>| records.iter().find(|r| r.scheduled_at == Some(at)).cloned();
+        match (ours(fire), ours(next)) {
+            (Some(a), Some(b)) if a.status.is_final() && b.status.is_final() => Some((a, b)),
+            _ => None,
+        }
+    })
+    .await;
+    let (this, after) = records;
+    assert_eq!(this.status, Status::Succeeded, "the fire behind the run ahead: {this:?}");
+    assert_eq!(after.status, Status::Succeeded, "the next fire: {after:?}");
+    assert!(this.started_at < after.started_at, "in fire order: {this:?}\n{after:?}");
+    let text = std::fs::read_to_string(dir.join(format!("{job}.fires"))).unwrap_or_default();
+    let ran: Vec<DateTime<Utc>> =
+        text.lines().filter_map(|l| DateTime::parse_from_rfc3339(l).ok()).map(|t| t.to_utc()).collect();
+    assert_eq!(ran, vec![fire, next], "each fire ran once, in fire order, as the job recorded");
+    // Its place, written when it began to wait, was removed only once it took the lease.
+    let place = lease_keys::waiting(job, &fire_run_id(fire));
+    let mut removed = Vec::new();
+    while let Ok(Some(message)) = tokio::time::timeout(Duration::from_millis(200), line.next()).await {
+        let op = message.headers.as_ref().and_then(|h| h.get("KV-Operation")).map(|v| v.to_string());
+        if message.subject.ends_with(&place) && op.is_some() {
+            removed.push(op);
+        }
+    }
+    assert_eq!(removed.len(), 1, "the fire's place was removed {removed:?}, once only when it ran");
+}

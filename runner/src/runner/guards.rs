@@ -269,15 +269,18 @@ async fn take_active(
             None if shutdown.is_cancelled() => Taken::Not(Decision::ShutDown),
             // Its time in line is over behind a run that still holds the lease. That run
             // may have died with its runner (its lease outlives it by up to the TTL): as
-            // for a skip, this fire is skipped only if it lives.
+            // for a skip, this fire is skipped only if it lives. It keeps its place
+            // meanwhile: the run ahead may end now (its code ended, its final write slow),
+            // and a later fire must not take the lease before it.
             None if !free => {
-                line.leave().await;
                 let holding = (key.as_str(), current.as_str(), span);
+                let within_deadline = |now| now < fire + deadline_of(deadline);
                 match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
                     Holder::Gone(lease) => Taken::Waited(*lease),
                     Holder::ShutDown => Taken::Not(Decision::ShutDown),
-                    // It did not overlap this fire after all: waited for, within the deadline.
-                    Holder::EndedBefore if ctx.clock.now() < fire + deadline_of(deadline) => continue,
+                    // It did not overlap this fire after all, or an earlier fire in line
+                    // took the lease after it: judged afresh, within the deadline.
+                    Holder::EndedBefore | Holder::Changed if within_deadline(ctx.clock.now()) => continue,
                     Holder::Alive | Holder::Changed | Holder::EndedBefore => skipped(),
                 }
             }

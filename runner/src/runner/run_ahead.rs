@@ -91,7 +91,8 @@ pub(super) enum Holder {
 /// show whether it lives: a runner that dies holds its run's overlap lease until the TTL,
 /// and the fires meanwhile must not be skipped behind a run that no longer runs. Found not
 /// to overlap this fire, the run stands in `line` and takes the lease in its turn: the
-/// other fires behind the same run may have found the same.
+/// other fires behind the same run may have found the same. A run standing in line keeps
+/// its place meanwhile.
 pub(super) async fn holder_alive(
     ctx: &RunnerCtx,
     (key, current, span): (&str, &str, Option<Span>),
@@ -136,6 +137,10 @@ pub(super) async fn holder_alive(
         }
         if let Some(lease) = run_lease.as_deref_mut() {
             lease.renew().await?;
+        }
+        // A fire whose time in line is over keeps its place while it looks.
+        if line.standing() {
+            line.keep().await;
         }
     }
     Ok(Holder::Alive)
