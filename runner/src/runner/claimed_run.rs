@@ -25,6 +25,20 @@ pub(super) async fn in_progress(msg: &Message) {
     let _ = tokio::time::timeout(PROGRESS_MAX, msg.ack_with(AckKind::Progress)).await;
 }
 
+/// How long after a run's code ended its overlap and lock leases stay unmarked while its
+/// end is on its way (the last output drained, the final record written): a run that
+/// ends within it has them released with no mark, one write less per run; the fires
+/// waiting behind it look no oftener (`run_ahead::POLL`).
+pub(super) const MARK_AFTER: Duration = Duration::from_millis(200);
+
+async fn mark_ended(guards: &mut [Lease], at: chrono::DateTime<chrono::Utc>) {
+    for guard in guards {
+        if let Err(e) = guard.renew_ended(at).await {
+            debug!("{}: end not marked: {e}", guard.key());
+        }
+    }
+}
+
 /// The record as this runner last wrote it, the run's lease, and the overlap and lock
 /// leases it holds (see `guards`).
 pub(super) struct ClaimedRun {
@@ -135,11 +149,34 @@ impl ClaimedRun {
     /// Says on the overlap and lock leases that the run's code ended `at`; they stay held
     /// until its end is recorded. A write that fails leaves them as they were.
     pub(super) async fn mark_guards_ended(&mut self, at: chrono::DateTime<chrono::Utc>) {
-        for guard in &mut self.guards {
-            if let Err(e) = guard.renew_ended(at).await {
-                debug!("{}: end not marked: {e}", guard.key());
+        mark_ended(&mut self.guards, at).await;
+    }
+
+    /// Writes the record; should that take over [`MARK_AFTER`], the overlap and lock leases
+    /// are marked ended `at` meanwhile (if `at` is given: the run's code ended, not marked
+    /// yet). Whether they were marked.
+    pub(super) async fn write_marking(
+        &mut self,
+        ctx: &RunnerCtx,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> (Result<(), Error>, bool) {
+        let Some(at) = at.filter(|_| !self.guards.is_empty()) else { return (self.write(ctx).await, false) };
+        let mut guards = std::mem::take(&mut self.guards);
+        let mut marked = false;
+        let written = {
+            let write = self.write(ctx);
+            tokio::pin!(write);
+            tokio::select! {
+                written = &mut write => written,
+                _ = tokio::time::sleep(MARK_AFTER) => {
+                    mark_ended(&mut guards, at).await;
+                    marked = true;
+                    write.await
+                }
             }
-        }
+        };
+        self.guards = guards;
+        (written, marked)
     }
 
     /// Releases the overlap and lock leases and the keepalive file; the run's lease stays.

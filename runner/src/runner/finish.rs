@@ -17,8 +17,11 @@ use crate::spec::JobSpec;
 
 /// How a started run ended.
 pub(super) struct Ended {
-    /// When its code ended (the guards were marked ended then, see `running`).
+    /// When its code ended.
     pub at: chrono::DateTime<chrono::Utc>,
+    /// Its overlap and lock leases say so already (its last output took long, see
+    /// `running`); else the final write marks them should it take long.
+    pub marked: bool,
     pub status: Status,
     pub error: Option<String>,
     pub exit_code: Option<i32>,
@@ -34,7 +37,8 @@ pub(super) async fn finish(ctx: &RunnerCtx, held: &mut ClaimedRun, spec: &JobSpe
         held.trace.ran(started, finished, ended.status, ended.error.as_deref());
     }
     let status = ended.status;
-    let result = record_end(ctx, held, spec, ended, finished).await;
+    let unmarked = (!ended.marked).then_some(finished);
+    let result = record_end(ctx, held, spec, ended, unmarked).await;
     held.trace.finished(begun, status, result.as_ref().err().map(|e| e.to_string()));
     result
 }
@@ -45,8 +49,9 @@ async fn record_end(
     held: &mut ClaimedRun,
     spec: &JobSpec,
     ended: Ended,
-    finished: chrono::DateTime<chrono::Utc>,
+    unmarked: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<(), Error> {
+    let finished = ended.at;
     let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
     let r = &mut held.record;
     r.finished_at = Some(finished);
@@ -74,7 +79,7 @@ async fn record_end(
         publish_event(&ctx.store, &retrying).await;
         return Ok(());
     }
-    write_final(ctx, held).await?;
+    write_final(ctx, held, unmarked).await?;
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
     ctx.prune(&job, &spec.history);
@@ -87,15 +92,26 @@ const FINAL_WRITE_BOUND: Duration = Duration::from_secs(600);
 /// The final write is retried while NATS is away, for up to `FINAL_WRITE_BOUND`, and the
 /// run's lease is renewed meanwhile, so that an outage shorter than that does not make a
 /// finished run look lost (and run again). A conflict is final: the run was taken away.
-async fn write_final(ctx: &RunnerCtx, held: &mut ClaimedRun) -> Result<(), Error> {
+/// Its overlap and lock leases, unless marked ended `unmarked` already, are marked so should
+/// the write take long (see `ClaimedRun::write_marking`).
+async fn write_final(
+    ctx: &RunnerCtx,
+    held: &mut ClaimedRun,
+    mut unmarked: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<(), Error> {
     let give_up = tokio::time::Instant::now() + FINAL_WRITE_BOUND;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match held.write(ctx).await {
+        let (written, marked) = held.write_marking(ctx, unmarked).await;
+        unmarked = unmarked.filter(|_| !marked);
+        match written {
             Ok(()) => return Ok(()),
             Err(e) if e.is_conflict() || tokio::time::Instant::now() > give_up => return Err(e),
             Err(e) => {
                 warn!("final record not written yet, retrying in {backoff:?}: {e}");
+                if let Some(at) = unmarked.take() {
+                    held.mark_guards_ended(at).await;
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(ctx.config.heartbeat);
                 if let Err(e) = held.renew().await

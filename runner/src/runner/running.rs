@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
-use super::claimed_run::ClaimedRun;
+use super::claimed_run::{ClaimedRun, MARK_AFTER};
 use super::exec::{Outcome, Running, Stop, parse_signal};
 use super::finish::Ended;
 use super::logs::RunLog;
@@ -123,17 +123,28 @@ pub(super) async fn until_code_ends(
         }
         None => idle,
     };
-    // The fires waiting behind this run learn at once that it no longer runs, while its
-    // log's end and final write may wait for NATS.
-    if let Some(held) = held {
-        held.mark_guards_ended(at).await;
-    }
-    let drain = async {
-        while let Some(line) = lines.recv().await {
-            log.line(line).await;
+    // The fires waiting behind this run learn that it no longer runs should its last
+    // output take long (a child of the job holding its output open): its guards are
+    // marked ended then; else they are released after the final write, unmarked (see
+    // `claimed_run::MARK_AFTER`).
+    let marked = {
+        let drain = async {
+            while let Some(line) = lines.recv().await {
+                log.line(line).await;
+            }
+        };
+        tokio::pin!(drain);
+        match tokio::time::timeout(MARK_AFTER, &mut drain).await {
+            Ok(()) => false,
+            Err(_) => {
+                if let Some(held) = held {
+                    held.mark_guards_ended(at).await;
+                }
+                let _ = tokio::time::timeout(OUTPUT_DRAIN.saturating_sub(MARK_AFTER), drain).await;
+                true
+            }
         }
     };
-    let _ = tokio::time::timeout(OUTPUT_DRAIN, drain).await;
     drop(code);
 
     let (status, error, result) = ending_status(ending, exit.outcome, spec.timeout, &ctx.host);
@@ -143,7 +154,7 @@ pub(super) async fn until_code_ends(
     if let Some(text) = result {
         log.keep(text);
     }
-    Ok(Ended { at, status, error, exit_code: exit.code, output: log.into_tail() })
+    Ok(Ended { at, marked, status, error, exit_code: exit.code, output: log.into_tail() })
 }
 
 /// Sleeps until `due`; never returns without one.
