@@ -1,4 +1,5 @@
-//! Runners: one stopped past its run's lease and woken; one killed with runs prepared.
+//! Runners: one stopped past its run's lease and woken; one frozen with a run claimed ahead;
+//! one killed with runs prepared.
 
 use super::*;
 
@@ -186,6 +187,71 @@ fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
         }
     }
     out
+}
+
+/// A runner frozen (SIGSTOP) just after it claimed a run ahead of its instant (the run's
+/// lease taken, which is the claim; its record, not written, still `queued`) loses it when
+/// the lease runs out: the scheduler rewrites the record and dispatches the run again, and
+/// the other runner runs it, once, as the job itself recorded. Woken (SIGCONT), the frozen
+/// runner does not start it: it renews its lease before the start's write, is refused, and
+/// writes nothing to the record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on_waking() {
+    let nats = Nats::start().await;
+    let (scheduler, runners) = nats.scheduler_and_two_runners().await;
+    let store = nats.store().await;
+    let dir = nats.dir.path().display().to_string();
+    let fire = ceil_second(Utc::now()) + chrono::Duration::seconds(5);
+    let at = fire.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    apply(
+        &nats,
+        &format!("[[job]]\nname = \"once\"\nschedule = \"@at {at}\"\nshell = 'echo ran >> {dir}/once.runs'\n"),
+    );
+    let run_id = cronrun::record::fire_run_id(fire);
+    let (key, lease_key) = (format!("once.{run_id}"), cronrun::names::lease_keys::run("once", &run_id));
+    // Claimed half a second ahead (the tests' `lead`): its runner is frozen at once.
+    let holder = eventually(Duration::from_secs(15), "a runner to claim the run", || async {
+        cronrun::store::lease::holder(&store.leases, &lease_key).await.ok()?.map(|l| l.holder)
+    })
+    .await;
+    let frozen = runners.iter().position(|r| r.name == holder).unwrap();
+    kill(Pid::from_raw(runners[frozen].pid()), Signal::SIGSTOP).unwrap();
+    assert!(Utc::now() < fire, "frozen only after the run's instant: the claim came late");
+    let claimed = record(&store, &key).await.unwrap();
+    assert_eq!((claimed.status, claimed.host.as_deref()), (Status::Queued, None), "the claim writes no record");
+    let other = runners[1 - frozen].name.clone();
+    let done = eventually(Duration::from_secs(30), "the run to end on the other runner", || async {
+        record(&store, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.host.as_deref(), done.attempt), (Status::Succeeded, Some(other.as_str()), 1));
+    let redispatched = "the run's runner let it go before it started: dispatching it again";
+    assert!(scheduler.log().contains(redispatched), "{}", scheduler.log());
+
+    // Every write to the record from here on, as the server sees them.
+    let writes = Arc::new(Mutex::new(Vec::<RunRecord>::new()));
+    let mut watch = store.runs.kv.watch(&key).await.unwrap();
+    let seen = writes.clone();
+    let watcher = tokio::spawn(async move {
+        while let Some(Ok(entry)) = watch.next().await {
+            if let Ok(r) = RunRecord::from_json(&entry.value) {
+                seen.lock().unwrap().push(r);
+            }
+        }
+    });
+    kill(Pid::from_raw(runners[frozen].pid()), Signal::SIGCONT).unwrap();
+    let refused = format!("{key} changed since revision");
+    let logged = eventually(Duration::from_secs(15), "the woken runner to give the run up", || async {
+        let log = runners[frozen].log();
+        log.lines().find(|l| l.contains("run taken over elsewhere") && l.contains(&refused)).map(str::to_string)
+    })
+    .await;
+    println!("{holder} logged: {logged}");
+    watcher.abort();
+    let writes = writes.lock().unwrap().clone();
+    assert!(writes.iter().all(|w| w == &done), "a write after the run's end: {writes:?}");
+    let runs = std::fs::read_to_string(nats.dir.path().join("once.runs")).unwrap_or_default();
+    assert_eq!(runs, "ran\n", "the job ran once, as it recorded");
 }
 
 /// A runner killed (SIGKILL) while runs wait prepared for their instant leaves no process

@@ -104,9 +104,11 @@ async fn claim(
         debug!(status = stored.record.status.as_str(), "already handled elsewhere");
         return Ok(Disposition::Done);
     }
-    // The run's lease comes first: whoever holds it runs the attempt. A run due later is
-    // claimed ahead of its instant, so starting on time costs one write, not two; one
-    // due now is claimed by the write that starts it.
+    // The run's lease is the claim: whoever holds it runs the attempt. The record is
+    // written first by the `running` write that starts it (with this runner as its host),
+    // a compare-and-set on the revision read here: a run let go unstarted has its record
+    // moved on by the scheduler when its lease expires (`scheduler::recovery::expiry`), so
+    // a runner that stalled past its lease cannot start it on waking.
     let key = lease_keys::run(&d.job, &d.run_id);
     let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
         // Held: by the runner running it (whose record write is on its way), or left by
@@ -119,19 +121,13 @@ async fn claim(
     let (record, renewed) = (stored.record, tokio::time::Instant::now());
     let mut held = ClaimedRun { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
-    if d.scheduled_at > ctx.clock.now()
-        && let Err(e) = held.write(ctx).await
-    {
-        held.release().await;
-        // Refused: the record read is out of date (after a redelivery it may come from a
-        // follower not yet up to date). Looked at again shortly, read afresh.
-        return match e.is_conflict() {
-            true => Ok(Disposition::Later(Duration::from_secs(1))),
-            false => Err(e),
-        };
-    }
     let result = match lifecycle::claimed(ctx, msg, d, &mut held, stops).await {
-        Ok(false) => hand_back(ctx, &mut held).await,
+        // Not started (the runner stops): its record is as the scheduler wrote it, and its
+        // lease is released below.
+        Ok(false) => {
+            info!("shutting down: handing the run back before it started");
+            Ok(Disposition::HandBack)
+        }
         Ok(true) => Ok(Disposition::Done),
         Err(e) => Err(e),
     };
@@ -193,14 +189,6 @@ fn lease_end(result: &Result<Disposition, Error>, status: Status) -> LeaseEnd {
         Err(_) if status == Status::Running => LeaseEnd::Expire,
         Err(_) => LeaseEnd::Release,
     }
-}
-
-/// Un-claims a run this runner will not start (it is shutting down).
-async fn hand_back(ctx: &RunnerCtx, held: &mut ClaimedRun) -> Result<Disposition, Error> {
-    info!("shutting down: handing the run back before it started");
-    held.record.host = None;
-    held.write(ctx).await?;
-    Ok(Disposition::HandBack)
 }
 
 /// A job name as jobs are named, and a run id of `A-Z a-z 0-9 _ -` (fire and manual ids).

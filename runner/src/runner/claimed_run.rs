@@ -62,9 +62,10 @@ impl ClaimedRun {
 
     /// After a refused write of a run not started yet: whether it is still ours to start.
     /// It is while its lease is ours (renewed now) and its record, read afresh, is still
-    /// `queued` at this attempt: the refusal was our own claim that landed unseen, a claim
-    /// of a runner that has given the run up, or a record read out of date (a redelivery's
-    /// read may come from a follower). Then the fence moves to the record as it is.
+    /// `queued` at this attempt: the refusal was the scheduler's rewrite of the run as a
+    /// runner before let it go (its lease expired, see `scheduler::recovery::expiry`), or
+    /// a record read out of date (a redelivery's read may come from a follower). Then the
+    /// fence moves to the record as it is.
     pub(super) async fn adopt_current(&mut self, ctx: &RunnerCtx) -> bool {
         if self.lease.is_none() || self.renew().await.is_err() {
             return false;

@@ -312,13 +312,19 @@ async fn mark_running(
     (revision, at): (u64, DateTime<Utc>),
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
+    // As long as the lease lives (renewed between tries, once NATS answers again), less
+    // half a heartbeat: it must not expire while the write may still land unseen.
+    let lease_left = |held: &ClaimedRun| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
+    // Its lease is its claim: one that may have run out (the runner stalled since its last
+    // renewal) is renewed before the start is written, and a refusal (expired, taken) ends
+    // the claim here.
+    if tokio::time::Instant::now() >= lease_left(held) {
+        held.renew().await?;
+    }
     held.record.spec_revision = revision;
     held.record.status = Status::Running;
     held.record.started_at = Some(at);
     held.record.heartbeat_at = Some(at);
-    // As long as the lease lives (renewed between tries, once NATS answers again), less
-    // half a heartbeat: it must not expire while the write may still land unseen.
-    let lease_left = |held: &ClaimedRun| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
     let mut backoff = Duration::from_millis(50);
     let mut adopted = 0;
     loop {

@@ -4,15 +4,18 @@
 //! - `running`: the runner died or stalled. The run is marked `lost` by compare-and-set
 //!   (so the stalled runner, should it wake, finds its writes refused) and another attempt
 //!   is queued if the job's retry policy allows.
-//! - `queued` with a host: claimed, and let go unstarted (the runner died before the
-//!   instant, or could not record the start while NATS failed over). None of its code ran:
-//!   a run starts only after its `running` write lands. Within its starting deadline it is
-//!   dispatched again, the same attempt, its claim cleared by compare-and-set (which
-//!   fences the runner that let it go); past it, it is `lost` as above.
+//! - `queued`, but for a retry with no host (below): claimed (a runner took the run's
+//!   lease, which is the claim), and let go unstarted (the runner died before the instant,
+//!   or could not record the start while NATS failed over). None of its code ran: a run
+//!   starts only after its `running` write lands. Within its starting deadline it is
+//!   dispatched again, the same attempt, its record rewritten by compare-and-set (which
+//!   fences the runner that let it go: its `running` write, from the revision it read, is
+//!   refused); past it, it is `lost` as above.
 //! - `queued` for a retry, with no host: the runner recorded a failed attempt and left the
 //!   lease to expire after the backoff (see `runner::finish`). The next attempt is
-//!   dispatched now.
-//! - anything else is over, or not started by anyone: left alone.
+//!   dispatched now (a runner that claimed it and let it go leaves it so too: dispatched
+//!   again).
+//! - anything else is over: left alone.
 //!
 //! A runner may write any run record and run lease, so nothing a record asks for is taken
 //! on trust: another attempt only within the job's retries (or a message run's
@@ -40,15 +43,15 @@ pub(super) enum Expiry {
     Unstarted,
     /// The backoff of a failed attempt is over: its next attempt is due.
     RetryDue,
-    /// Over, or never claimed: nothing to do.
+    /// Over: nothing to do.
     Nothing,
 }
 
 pub(super) fn on_expiry(record: &RunRecord) -> Expiry {
     match (record.status, record.host.is_some(), record.trigger) {
         (Status::Running, _, _) => Expiry::Lost,
-        (Status::Queued, true, _) => Expiry::Unstarted,
         (Status::Queued, false, Trigger::Retry) => Expiry::RetryDue,
+        (Status::Queued, _, _) => Expiry::Unstarted,
         _ => Expiry::Nothing,
     }
 }
@@ -128,7 +131,12 @@ pub(super) async fn run_lease_expired(
     let refused = spec.as_ref().and_then(|spec| refused_by_spec(&record, spec, 0));
     if expiry == Expiry::Unstarted && refused.is_none() {
         let deadline = spec.as_ref().and_then(|s| s.starting_deadline).unwrap_or(default_deadline);
-        let fire = record.scheduled_at.unwrap_or(now);
+        // A backfilled fire, long past by design, is due from its dispatch.
+        let due = match record.trigger {
+            Trigger::Backfill => record.dispatched_at,
+            _ => record.scheduled_at,
+        };
+        let fire = due.unwrap_or(now);
         if now <= fire + chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX) {
             return dispatch_unstarted(store, catalog, record, stored.revision, now).await;
         }
@@ -268,7 +276,9 @@ mod tests {
             (Status::Queued, Some("h1"), Trigger::Schedule, Expiry::Unstarted),
             (Status::Queued, Some("h1"), Trigger::Retry, Expiry::Unstarted),
             (Status::Queued, None, Trigger::Retry, Expiry::RetryDue),
-            (Status::Queued, None, Trigger::Schedule, Expiry::Nothing),
+            // Claimed (its lease taken) and let go before its `running` write.
+            (Status::Queued, None, Trigger::Schedule, Expiry::Unstarted),
+            (Status::Queued, None, Trigger::Manual, Expiry::Unstarted),
             (Status::Succeeded, Some("h1"), Trigger::Schedule, Expiry::Nothing),
             (Status::Failed, Some("h1"), Trigger::Retry, Expiry::Nothing),
             (Status::Lost, Some("h1"), Trigger::Schedule, Expiry::Nothing),
