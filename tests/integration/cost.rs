@@ -44,10 +44,11 @@ async fn tap(store: &cronrun::store::Store, stream: &str, subjects: Vec<String>,
 /// With the defaults (`overlap = "skip"`, no `[events] lifecycle`), each run of an
 /// every-second job printing three lines publishes one log message (its lines and its
 /// end), one event (its end) and one dispatch; all it stores, leases and record writes
-/// included, stays within 12 messages a run (13 while the overlap lease was marked ended
-/// at every run's end, 17 before the events became opt-in and the lines batched;
-/// docs/nats.md, "What a run stores", has the rest of the way to 6).
-/// `cronrun logs` and a plain subscriber still read the three lines.
+/// included (places in line apart), stays within 11 messages a run (12 while a runner
+/// wrote its claim into the record, 13 while the overlap lease was marked ended at every
+/// run's end, 17 before the events became opt-in and the lines batched; docs/nats.md,
+/// "What a run stores", has the rest of the way to 6). `cronrun logs` and a plain
+/// subscriber still read the three lines.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output_reads_back_whole() {
     let nats = Nats::start().await;
@@ -117,10 +118,17 @@ async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output
     .await;
     let stored = stored.lock().unwrap().clone();
     let total: usize = stored.values().flat_map(|subjects| subjects.values()).sum();
-    let per_run = total as f64 / records.len() as f64;
-    println!("{} runs stored {total} messages, {per_run:.2} a run: {stored:#?}", records.len());
+    // A fire that comes while the run before it still ends stands in line (a place set and
+    // removed): a matter of the machine's load, not of what a run costs. Counted apart.
+    let in_line: usize =
+        stored.values().flat_map(|s| s.iter()).filter(|(s, _)| s.contains(".wait.")).map(|(_, n)| n).sum();
+    let per_run = (total - in_line) as f64 / records.len() as f64;
+    println!(
+        "{} runs stored {total} messages ({in_line} places in line), {per_run:.2} a run: {stored:#?}",
+        records.len()
+    );
     assert!(records.iter().filter(|r| r.status == Status::Succeeded).count() >= 6, "{records:?}");
-    assert!(per_run <= 12.0, "{per_run:.2} stored messages a run: {stored:#?}");
+    assert!(per_run <= 11.0, "{per_run:.2} stored messages a run: {stored:#?}");
     let of = |stream: String| stored.get(&stream).cloned().unwrap_or_default();
     // One log message a run, one dispatch a run.
     let logs = of(store.names.logs_stream());

@@ -269,7 +269,7 @@ impl<'a> Line<'a> {
         (mut run_lease, mut queued): (Option<&mut Lease>, Option<&mut Lease>),
         shutdown: &CancellationToken,
     ) -> Result<Option<Lease>, Error> {
-        self.join().await;
+        // Its place was written, or tried, before (`guards`); `keep` tries again.
         let mut pace = Pace::new();
         let mut wait = pace.after(None);
         loop {
