@@ -198,10 +198,18 @@ fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on_waking() {
     let nats = Nats::start().await;
-    let (scheduler, runners) = nats.scheduler_and_two_runners().await;
+    // Runs handed out three seconds ahead (the tests' lead is half a second): the claim
+    // is seen, and its runner frozen, well before the instant, however loaded the machine.
+    let config = test_config("s").replace("lead = \"500ms\"", "lead = \"3s\"");
+    assert!(config.contains("lead = \"3s\""), "{config}");
+    let scheduler = nats.agent_with_env("s", &format!("roles = [\"scheduler\"]\n{config}"), &[]);
+    let runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
+    for agent in runners.iter().chain([&scheduler]) {
+        ready(agent).await;
+    }
     let store = nats.store().await;
     let dir = nats.dir.path().display().to_string();
-    let fire = ceil_second(Utc::now()) + chrono::Duration::seconds(5);
+    let fire = ceil_second(Utc::now()) + chrono::Duration::seconds(6);
     let at = fire.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     apply(
         &nats,
@@ -209,7 +217,7 @@ async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on
     );
     let run_id = cronrun::record::fire_run_id(fire);
     let (key, lease_key) = (format!("once.{run_id}"), cronrun::names::lease_keys::run("once", &run_id));
-    // Claimed half a second ahead (the tests' `lead`): its runner is frozen at once.
+    // Claimed ahead: its runner is frozen at once.
     let holder = eventually(Duration::from_secs(15), "a runner to claim the run", || async {
         cronrun::store::lease::holder(&store.leases, &lease_key).await.ok()?.map(|l| l.holder)
     })
