@@ -278,9 +278,11 @@ async fn take_active(
                 match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
                     Holder::Gone(lease) => Taken::Waited(*lease),
                     Holder::ShutDown => Taken::Not(Decision::ShutDown),
-                    // It did not overlap this fire after all, or an earlier fire in line
-                    // took the lease after it: judged afresh, within the deadline.
-                    Holder::EndedBefore | Holder::Changed if within_deadline(ctx.clock.now()) => continue,
+                    // It did not overlap this fire after all: waited for, within the deadline.
+                    Holder::EndedBefore if within_deadline(ctx.clock.now()) => continue,
+                    // An earlier fire in line took the lease after it (this one standing in
+                    // line, no later one could): a backlog longer than this fire's time in
+                    // line, which bounds its wait.
                     Holder::Alive | Holder::Changed | Holder::EndedBefore => skipped(),
                 }
             }
