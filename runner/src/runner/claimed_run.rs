@@ -29,12 +29,29 @@ pub(super) async fn in_progress(msg: &Message) {
 /// end is on its way (the last output drained, the final record written): a run that
 /// ends within it has them released with no mark, one write less per run; the fires
 /// waiting behind it look no oftener (`run_ahead::POLL`).
-pub(super) const MARK_AFTER: Duration = Duration::from_millis(200);
+const MARK_AFTER: Duration = Duration::from_millis(200);
 
 async fn mark_ended(guards: &mut [Lease], at: chrono::DateTime<chrono::Utc>) {
     for guard in guards {
         if let Err(e) = guard.renew_ended(at).await {
             debug!("{}: end not marked: {e}", guard.key());
+        }
+    }
+}
+
+/// Does `work`; should it take over [`MARK_AFTER`], the `guards` (overlap and lock leases)
+/// are marked ended `at` meanwhile. Its result, and whether they were marked.
+pub(super) async fn marking_if_slow<T>(
+    guards: &mut [Lease],
+    at: chrono::DateTime<chrono::Utc>,
+    work: impl std::future::Future<Output = T>,
+) -> (T, bool) {
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => (done, false),
+        _ = tokio::time::sleep(MARK_AFTER) => {
+            mark_ended(guards, at).await;
+            (work.await, true)
         }
     }
 }
@@ -153,31 +170,20 @@ impl ClaimedRun {
         mark_ended(&mut self.guards, at).await;
     }
 
-    /// Writes the record; should that take over [`MARK_AFTER`], the overlap and lock leases
-    /// are marked ended `at` meanwhile (if `at` is given: the run's code ended, not marked
-    /// yet). Whether they were marked.
+    /// Writes the record, marking the overlap and lock leases ended `at` should that take
+    /// long (if `at` is given: the run's code ended, not marked yet; see
+    /// [`marking_if_slow`]). Whether they were marked.
     pub(super) async fn write_marking(
         &mut self,
         ctx: &RunnerCtx,
         at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> (Result<(), Error>, bool) {
         let Some(at) = at.filter(|_| !self.guards.is_empty()) else { return (self.write(ctx).await, false) };
+        // Apart for the write's time: it borrows the record, the marks the leases.
         let mut guards = std::mem::take(&mut self.guards);
-        let mut marked = false;
-        let written = {
-            let write = self.write(ctx);
-            tokio::pin!(write);
-            tokio::select! {
-                written = &mut write => written,
-                _ = tokio::time::sleep(MARK_AFTER) => {
-                    mark_ended(&mut guards, at).await;
-                    marked = true;
-                    write.await
-                }
-            }
-        };
+        let written = marking_if_slow(&mut guards, at, self.write(ctx)).await;
         self.guards = guards;
-        (written, marked)
+        written
     }
 
     /// Releases the overlap and lock leases and the keepalive file; the run's lease stays.

@@ -274,12 +274,11 @@ async fn take_active(
             // and a later fire must not take the lease before it.
             None if !free => {
                 let holding = (key.as_str(), current.as_str(), span);
-                let within_deadline = |now| now < fire + deadline_of(deadline);
                 match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
                     Holder::Gone(lease) => Taken::Waited(*lease),
                     Holder::ShutDown => Taken::Not(Decision::ShutDown),
                     // It did not overlap this fire after all: waited for, within the deadline.
-                    Holder::EndedBefore if within_deadline(ctx.clock.now()) => continue,
+                    Holder::EndedBefore if ctx.clock.now() < fire + deadline_of(deadline) => continue,
                     // An earlier fire in line took the lease after it (this one standing in
                     // line, no later one could): a backlog longer than this fire's time in
                     // line, which bounds its wait.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::RunnerCtx;
-use super::claimed_run::{ClaimedRun, MARK_AFTER};
+use super::claimed_run::{ClaimedRun, marking_if_slow};
 use super::exec::{Outcome, Running, Stop, parse_signal};
 use super::finish::Ended;
 use super::logs::RunLog;
@@ -126,24 +126,15 @@ pub(super) async fn until_code_ends(
     // The fires waiting behind this run learn that it no longer runs should its last
     // output take long (a child of the job holding its output open): its guards are
     // marked ended then; else they are released after the final write, unmarked (see
-    // `claimed_run::MARK_AFTER`).
+    // `claimed_run::marking_if_slow`).
     let marked = {
         let drain = async {
             while let Some(line) = lines.recv().await {
                 log.line(line).await;
             }
         };
-        tokio::pin!(drain);
-        match tokio::time::timeout(MARK_AFTER, &mut drain).await {
-            Ok(()) => false,
-            Err(_) => {
-                if let Some(held) = held {
-                    held.mark_guards_ended(at).await;
-                }
-                let _ = tokio::time::timeout(OUTPUT_DRAIN.saturating_sub(MARK_AFTER), drain).await;
-                true
-            }
-        }
+        let guards = held.map_or(&mut [][..], |held| &mut held.guards[..]);
+        marking_if_slow(guards, at, tokio::time::timeout(OUTPUT_DRAIN, drain)).await.1
     };
     drop(code);
 
