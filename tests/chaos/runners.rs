@@ -76,21 +76,7 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     );
     assert!(!runners[stopped].log().contains("run taken over elsewhere"));
 
-    // Every write to the record from here on, as the server sees them.
-    let writes = Arc::new(Mutex::new(Vec::<RunRecord>::new()));
-    let mut watch = store.runs.kv.watch(&key).await.unwrap();
-    let seen = writes.clone();
-    let watcher = tokio::spawn(async move {
-        while let Some(Ok(entry)) = watch.next().await {
-            if let Ok(r) = RunRecord::from_json(&entry.value) {
-                seen.lock().unwrap().push(r);
-            }
-        }
-    });
-    eventually(Duration::from_secs(5), "the watch to deliver the current record", || async {
-        (!writes.lock().unwrap().is_empty()).then_some(())
-    })
-    .await;
+    let writes = RecordWrites::watch(&store, &key).await;
 
     let woken = Instant::now();
     kill(Pid::from_raw(runners[stopped].pid()), Signal::SIGCONT).unwrap();
@@ -122,11 +108,10 @@ shell = 'echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; until [ -e {dir}/go ]; do sle
     assert_eq!((done.attempt, done.host.as_deref()), (2, Some(other.as_str())));
     assert_eq!(done.output, ["done 2"]);
     eventually(Duration::from_secs(5), "the watch to deliver the final record", || async {
-        writes.lock().unwrap().last().is_some_and(|w| w.status.is_final()).then_some(())
+        writes.last().is_some_and(|w| w.status.is_final()).then_some(())
     })
     .await;
-    watcher.abort();
-    let writes = writes.lock().unwrap().clone();
+    let writes = writes.stop();
     for w in &writes {
         assert_eq!(
             (w.attempt, w.host.as_deref()),
@@ -236,17 +221,7 @@ async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on
     let redispatched = "the run's runner let it go before it started: dispatching it again";
     assert!(scheduler.log().contains(redispatched), "{}", scheduler.log());
 
-    // Every write to the record from here on, as the server sees them.
-    let writes = Arc::new(Mutex::new(Vec::<RunRecord>::new()));
-    let mut watch = store.runs.kv.watch(&key).await.unwrap();
-    let seen = writes.clone();
-    let watcher = tokio::spawn(async move {
-        while let Some(Ok(entry)) = watch.next().await {
-            if let Ok(r) = RunRecord::from_json(&entry.value) {
-                seen.lock().unwrap().push(r);
-            }
-        }
-    });
+    let writes = RecordWrites::watch(&store, &key).await;
     kill(Pid::from_raw(runners[frozen].pid()), Signal::SIGCONT).unwrap();
     let refused = format!("{key} changed since revision");
     let logged = eventually(Duration::from_secs(15), "the woken runner to give the run up", || async {
@@ -255,8 +230,7 @@ async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on
     })
     .await;
     println!("{holder} logged: {logged}");
-    watcher.abort();
-    let writes = writes.lock().unwrap().clone();
+    let writes = writes.stop();
     assert!(writes.iter().all(|w| w == &done), "a write after the run's end: {writes:?}");
     let runs = std::fs::read_to_string(nats.dir.path().join("once.runs")).unwrap_or_default();
     assert_eq!(runs, "ran\n", "the job ran once, as it recorded");
@@ -292,4 +266,41 @@ async fn a_runner_killed_with_runs_prepared_leaves_no_process() {
         prepared.iter().map(|p| p.1).collect::<Vec<_>>(),
         killed.elapsed().as_millis()
     );
+}
+
+/// Every write to a run's record, as the server sees them, from the record as it is when
+/// the watch begins (delivered before `watch` returns).
+struct RecordWrites {
+    writes: Arc<Mutex<Vec<RunRecord>>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl RecordWrites {
+    async fn watch(store: &cronrun::store::Store, key: &str) -> Self {
+        let writes = Arc::new(Mutex::new(Vec::<RunRecord>::new()));
+        let mut watch = store.runs.kv.watch_with_history(key).await.unwrap();
+        let seen = writes.clone();
+        let watcher = tokio::spawn(async move {
+            while let Some(Ok(entry)) = watch.next().await {
+                if let Ok(r) = RunRecord::from_json(&entry.value) {
+                    seen.lock().unwrap().push(r);
+                }
+            }
+        });
+        eventually(Duration::from_secs(5), "the watch to deliver the current record", || async {
+            (!writes.lock().unwrap().is_empty()).then_some(())
+        })
+        .await;
+        RecordWrites { writes, watcher }
+    }
+
+    fn last(&self) -> Option<RunRecord> {
+        self.writes.lock().unwrap().last().cloned()
+    }
+
+    /// The writes seen, the watch ended.
+    fn stop(self) -> Vec<RunRecord> {
+        self.watcher.abort();
+        self.writes.lock().unwrap().clone()
+    }
 }
