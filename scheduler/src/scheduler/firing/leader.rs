@@ -4,15 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::catchup;
-use super::in_flight::{InFlight, fire};
-use super::keeping::{Ended, Event, Held, Keeping, Mark};
+use super::in_flight::fire;
+use super::keeping::{Keeping, Mark};
+use super::leading::{Followed, Lead, Ports, lead_loop};
 use super::plan::{Action, Planner, Record};
 use super::queue::{Due, FireQueue};
 use crate::catalog::CatalogJob;
@@ -21,7 +22,7 @@ use crate::names::lease_keys;
 use crate::scheduler::SchedulerCtx;
 use crate::scheduler::loading::index::{PublishedTriggers, ShardChange, ShardJobs};
 use crate::scheduler::loading::loader::Loaded;
-use crate::scheduler::loading::refresh::Keeper;
+use crate::scheduler::loading::refresh::{Keeper, Written};
 use crate::store::Store;
 use crate::store::lease::Lease;
 
@@ -67,9 +68,6 @@ impl Mark for ShardMark<'_, '_> {
     }
 }
 
-/// How long a stop waits for the shard's snapshot to be brought up to date.
-const FINAL_SNAPSHOT_MAX: Duration = Duration::from_secs(2);
-
 /// Leads until cancelled (Ok) or until the lease is lost (Err).
 pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &CancellationToken) -> Result<(), Error> {
     let mut watermark = read_watermark(s).await?;
@@ -83,7 +81,7 @@ pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &Cancellati
     let from = watermark.at;
     let resume =
         Resume { from, led_before: (!first_lead).then_some((&s.ctx.store, now, s.ctx.config.default_deadline)) };
-    let (mut queue, mut triggers, mut jobs, mut keeper) = match load(s, &mut lease, cancel, resume).await {
+    let (queue, mut triggers, jobs, keeper) = match load(s, &mut lease, cancel, resume).await {
         Ok(Some(loaded)) => loaded,
         // Given up at once, so that another (or this one again) takes the shard now.
         outcome => {
@@ -93,127 +91,95 @@ pub(super) async fn lead(s: &LedShard<'_>, mut lease: Lease, cancel: &Cancellati
             return outcome.map(|_| ());
         }
     };
-    let mut planner = Planner::new(s.ctx.config.lead, s.ctx.shards, s.ctx.config.default_deadline);
     debug!(jobs = queue.len(), from = %from, watermark_revision = watermark.revision, "leading: fire queue built");
-
     publish_triggers(s, &mut triggers).await;
-    let mut publish_at = None;
-    let mut in_flight = InFlight::default();
+    let ports = LivePorts { s, triggers, jobs, keeper, publish_at: None, counted: Counted(0) };
     // Renewed beside the other arms (see `keeping.rs`): nothing is dispatched while the
     // lease may have run out, and a lease lost or renewed too late ends leading.
-    let mut keeping = Keeping::new(lease, ShardMark { s, watermark });
-    let mut counted = Counted(0);
-
-    let ended = loop {
-        counted.set(queue.len());
-        keeper.write_if_due(jobs.last());
-        let now = s.ctx.clock.now();
-        // Dispatch everything due within the lead time, up to the in-flight limit.
-        let leased = keeping.leased();
-        let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
-        for action in planner.due(&mut queue, now, room) {
-            let (at, store) = (action.fire(), s.ctx.store.clone());
-            match action {
-                Action::Run(due, trigger) => {
-                    let job = due.job.name.clone();
-                    in_flight.spawn_in_order((job, at), fire(store, s.ctx.config.default_deadline, due, trigger, now))
-                }
-                Action::Missed(due, why, record) => in_flight.spawn(at, missed(store, due, why, record, now)),
-            }
-        }
-        // Not leased, it sleeps until a renewal is answered.
-        let room = if leased { s.ctx.config.max_in_flight.saturating_sub(in_flight.len()) } else { 0 };
-        let wake = planner.sleep(&mut queue, now, room);
-        tokio::select! {
-            _ = cancel.cancelled() => break Ok(()),
-            _ = tokio::time::sleep(wake) => {}
-            change = jobs.next() => match change {
-                Ok(ShardChange::Put(job, value)) => {
-                    keeper.note(job.name.clone(), job.revision, Some(&value));
-                    triggers.set(&job);
-                    queue.upsert(job, s.ctx.clock.now());
-                    publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
-                }
-                Ok(ShardChange::Removed(name)) => {
-                    keeper.note(name.as_str().into(), 0, None);
-                    triggers.remove(&name);
-                    queue.remove(&name);
-                    publish_at = publish_at.or_else(|| triggers.dirty().then(|| tokio::time::Instant::now() + TRIGGERS_DELAY));
-                }
-                // Without its jobs' changes the shard cannot be led: let another (or us
-                // again, after a fresh load) take it at once.
-                Err(e) => break Err(e),
-            },
-            true = in_flight.join_next() => {}
-            ended = keeper.written(), if keeper.is_writing() => keeper.settle(ended),
-            // Changed triggers go out a moment later, many edits (an `apply`) in one write.
-            _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
-                publish_at = None;
-                publish_triggers(s, &mut triggers).await;
-            }
-            kept = keeping.next() => match kept {
-                Ok(Event::Due) => {
-                    s.ctx.next_fires.set(s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
-                    // Not past now: a job added while the write is in flight fires from now.
-                    keeping.start(low_water(&mut queue, &in_flight, now));
-                    publish_triggers(s, &mut triggers).await;
-                }
-                Ok(Event::Renewed) => {}
-                // Lost, not renewed, or renewed too late to lead on: step down at once.
-                Err(e) => break Err(e),
-            }
-        }
-    };
-    // A renewal in flight is waited for a moment: failed or unanswered, the lease may not
-    // be ours, and nothing more is written.
-    let Ended { outcome, stopping, lease_end, held } = keeping.finish(ended).await;
-    end(s, held, lease_end, (&mut queue, in_flight, (keeper, jobs.last())), stopping).await;
-    outcome
+    let keeping = Keeping::new(lease, ShardMark { s, watermark });
+    let (config, clock) = (&s.ctx.config, s.ctx.clock.clone());
+    let planner = Planner::new(config.lead, s.ctx.shards, config.default_deadline);
+    lead_loop(ports, queue, keeping, Lead { planner, max_in_flight: config.max_in_flight, clock }, cancel).await
 }
 
-/// The end of leading. On a stop, dispatches in flight are finished, the watermark
-/// written and the shard's snapshot brought up to date, while the lease is surely ours
-/// (`lease_end`). Then the lease is released:
-/// fenced by its revision, this does nothing if it is no longer ours. Unless a write was
-/// abandoned (`held` None: a renewal; or the watermark's): it could still land, after a
-/// successor read what it wrote, so the lease is left to expire.
-async fn end(
-    s: &LedShard<'_>,
-    mut held: Option<Held<Lease, ShardMark<'_, '_>>>,
-    lease_end: Instant,
-    (queue, mut in_flight, (keeper, followed)): (&mut FireQueue, InFlight, (Keeper, u64)),
-    stopping: bool,
-) {
-    let mut abandoned = held.is_none();
-    if stopping {
-        // Finished while the lease is ours, so that the watermark covers them; any left go
-        // on by themselves (cut short, one would leave its fire to a successor's catch-up;
-        // a successor's second dispatch of it is refused by its run record).
-        let _ = tokio::time::timeout_at(lease_end, async { while in_flight.join_next().await {} }).await;
-    }
-    if stopping
-        && Instant::now() < lease_end
-        && let Some(Held { mark, .. }) = held.as_mut()
-    {
-        // Not past now: a job's change not read yet fires from now at its successor.
-        let low = low_water(queue, &in_flight, s.ctx.clock.now());
-        let moved = mark.write(low);
-        let moved = tokio::time::timeout_at(lease_end, moved).await;
-        abandoned |= moved.is_err();
-        if !matches!(moved, Ok(Ok(()))) {
-            warn!("the watermark was not moved at the end of leading: a successor resumes from the last one");
+/// The ports of a led shard: fires dispatched through NATS, its jobs followed in the
+/// schedules index, its snapshot kept and its triggers published.
+struct LivePorts<'s, 'c> {
+    s: &'s LedShard<'c>,
+    triggers: PublishedTriggers,
+    jobs: ShardJobs,
+    keeper: Keeper,
+    /// When changed triggers are published next.
+    publish_at: Option<Instant>,
+    counted: Counted,
+}
+
+/// The upkeep of `LivePorts`.
+enum LiveUpkeep {
+    Written(Result<Written, tokio::task::JoinError>),
+    PublishTriggers,
+}
+
+impl Ports for LivePorts<'_, '_> {
+    type Upkeep = LiveUpkeep;
+
+    fn act(&self, action: Action, now: DateTime<Utc>) -> impl Future<Output = ()> + Send + 'static {
+        let (store, deadline) = (self.s.ctx.store.clone(), self.s.ctx.config.default_deadline);
+        async move {
+            match action {
+                Action::Run(due, trigger) => fire(store, deadline, due, trigger, now).await,
+                Action::Missed(due, why, record) => missed(store, due, why, record, now).await,
+            }
         }
-        // Before the release, so that a successor reads this snapshot, not one written
-        // under it while it reads.
-        keeper.finish(followed, lease_end.min(Instant::now() + FINAL_SNAPSHOT_MAX)).await;
     }
-    // Dispatches still in flight go on by themselves (after a step-down too): cut short,
-    // one would leave its fire's record `queued` unpublished until the sweep; a
-    // successor's second dispatch of it is refused by its run record.
-    in_flight.tasks.detach_all();
-    let Some(Held { lease, .. }) = held.filter(|_| !abandoned) else { return };
-    if let Err(e) = lease.release().await {
-        warn!("releasing scheduler lease: {e}");
+
+    async fn next(&mut self) -> Followed<LiveUpkeep> {
+        tokio::select! {
+            change = self.jobs.next() => {
+                match &change {
+                    Ok(ShardChange::Put(job, value)) => {
+                        self.keeper.note(job.name.clone(), job.revision, Some(value));
+                        self.triggers.set(job);
+                    }
+                    Ok(ShardChange::Removed(name)) => {
+                        self.keeper.note(name.as_str().into(), 0, None);
+                        self.triggers.remove(name);
+                    }
+                    Err(_) => {}
+                }
+                // Changed triggers go out a moment later, many edits (an `apply`) in one write.
+                self.publish_at = self.publish_at.or_else(|| self.triggers.dirty().then(|| Instant::now() + TRIGGERS_DELAY));
+                Followed::Change(change)
+            }
+            ended = self.keeper.written(), if self.keeper.is_writing() => Followed::Upkeep(LiveUpkeep::Written(ended)),
+            _ = tokio::time::sleep_until(self.publish_at.unwrap_or_else(Instant::now)), if self.publish_at.is_some() => {
+                Followed::Upkeep(LiveUpkeep::PublishTriggers)
+            }
+        }
+    }
+
+    async fn upkeep(&mut self, due: LiveUpkeep) {
+        match due {
+            LiveUpkeep::Written(ended) => self.keeper.settle(ended),
+            LiveUpkeep::PublishTriggers => {
+                self.publish_at = None;
+                publish_triggers(self.s, &mut self.triggers).await;
+            }
+        }
+    }
+
+    fn turn(&mut self, queue: &FireQueue) {
+        self.counted.set(queue.len());
+        self.keeper.write_if_due(self.jobs.last());
+    }
+
+    async fn renewal_due(&mut self, queue: &FireQueue) {
+        self.s.ctx.next_fires.set(self.s.n, queue.next_fires(crate::metrics::NEXT_FIRE_SERIES_PER_SHARD));
+        publish_triggers(self.s, &mut self.triggers).await;
+    }
+
+    async fn finish(self, until: Instant) {
+        self.keeper.finish(self.jobs.last(), until).await;
     }
 }
 
@@ -282,15 +248,6 @@ async fn queued(n: u32, jobs: Vec<Arc<CatalogJob>>, resume: &Resume<'_>) -> (Fir
         queue.upsert(job, start);
     }
     (queue, triggers)
-}
-
-/// Everything before the earliest fire not yet dispatched (queued or in flight) is done,
-/// up to `ceiling`: now, as a job changed meanwhile (a change not read yet) fires from
-/// then on. Fires dispatched ahead, after it, are refused as duplicates at a successor.
-fn low_water(queue: &mut FireQueue, in_flight: &InFlight, ceiling: DateTime<Utc>) -> DateTime<Utc> {
-    let pending = [queue.peek(), in_flight.earliest(), Some(ceiling)];
-    let next = pending.into_iter().flatten().min().unwrap_or(ceiling);
-    next - TimeDelta::milliseconds(1)
 }
 
 /// How long changed triggers wait to be published with the changes that follow.

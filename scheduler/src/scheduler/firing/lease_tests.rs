@@ -3,9 +3,9 @@
 //! instant asserted is exact, in milliseconds since the case began. The TTL is 3 s: a
 //! renewal every 1000 ms, a lease surely ours for 2700 ms after it was asked for.
 //!
-//! `hold` stands in for `leader::lead` as far as the lease goes (the dispatching, the
-//! loader and the store are not driven here): it uses the keeping as `lead` does, and
-//! releases the lease at the end unless a write was abandoned, as `leader::end` does.
+//! `hold` stands in for the loop of leading as far as the lease goes (the loop itself,
+//! dispatching, is driven in `lead_tests.rs`): it uses the keeping as `leading::lead_loop`
+//! does, and releases the lease at the end unless a write was abandoned, as its end does.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -42,7 +42,7 @@ pub(in crate::scheduler) struct Kept {
 
 /// What a write gives back: the new head (None: another scheduler wrote the shard's
 /// snapshot since), the changes it wrote, and the sequence it covers.
-type Written = (Result<Option<Head>, Error>, Changes, u64);
+pub(in crate::scheduler) type Written = (Result<Option<Head>, Error>, Changes, u64);
 
 /// One led shard's snapshot keeping.
 pub(in crate::scheduler) struct Keeper {
