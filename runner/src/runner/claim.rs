@@ -121,7 +121,7 @@ async fn claim(
     let (record, renewed) = (stored.record, tokio::time::Instant::now());
     let mut held = ClaimedRun { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
-    let result = match lifecycle::claimed(ctx, msg, d, &mut held, stops).await {
+    let result = match lifecycle::claim_to_end(ctx, msg, d, &mut held, stops).await {
         // Not started (the runner stops): its record is as the scheduler wrote it, and its
         // lease is released below.
         Ok(false) => {

@@ -68,7 +68,7 @@ impl PreparedCode {
 }
 
 /// The run from its claim to its end. Ok(false): not started, to be handed back.
-pub(super) async fn claimed(
+pub(super) async fn claim_to_end(
     ctx: &RunnerCtx,
     msg: &Message,
     d: &DispatchMsg,

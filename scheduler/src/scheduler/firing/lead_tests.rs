@@ -138,7 +138,7 @@ impl Default for Case {
 }
 
 /// What leading did.
-struct Led {
+struct Leadership {
     outcome: Result<(), Error>,
     ended_at: u64,
     acted: Vec<Acted>,
@@ -148,7 +148,7 @@ struct Led {
     table: Table,
 }
 
-impl Led {
+impl Leadership {
     /// The fires of `job` acted on, as (fire ms, ms acted on).
     fn of(&self, job: &str) -> Vec<(i64, u64)> {
         self.acted.iter().filter(|a| a.0 == job).map(|a| (a.1, a.2)).collect()
@@ -202,7 +202,7 @@ fn cancel_at(t0: Instant, at: u64) -> CancellationToken {
     cancel
 }
 
-async fn lead(case: Case) -> Led {
+async fn lead(case: Case) -> Leadership {
     let (table, t0) = (Table::new(), Instant::now());
     let lease = table.try_acquire("shard.0", "a", TTL).await.unwrap().unwrap();
     table.script("a", case.renewals);
@@ -220,7 +220,7 @@ async fn lead(case: Case) -> Led {
     let cancel = cancel_at(t0, case.stop_at);
     let ports = seen.ports(t0, case.takes, changes);
     let outcome = lead_loop(ports, queue(case.jobs, t0_wall()), keeping, how(t0, case.max_in_flight), &cancel).await;
-    Led {
+    Leadership {
         outcome,
         ended_at: since(t0),
         acted: seen.acted.lock().unwrap().clone(),
