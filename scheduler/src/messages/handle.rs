@@ -99,7 +99,7 @@ async fn start_and_follow(
         Err(e) if e.is_not_found() => {
             let input = match message_input(msg, ctx.store.record_budget) {
                 Ok(input) => input,
-                Err(why) => return Ok(Some((why, key))),
+                Err(too_big) => return Ok(Some((too_big.to_string(), key))),
             };
             let d = MessageTriggers::first(job, run_id.clone(), published, entry.revision);
             MessageTriggers::start(&ctx.store, &summary.pool, &d, Some(input), ctx.clock.now()).await?;
@@ -174,9 +174,17 @@ async fn changed(
     }
 }
 
+/// A message too big to be a run's input: the dead letter says so.
+#[derive(Debug, thiserror::Error)]
+#[error("the message is {size} bytes as a run's input, over the limit of {limit}")]
+struct InputTooBig {
+    size: usize,
+    limit: usize,
+}
+
 /// The input of a message's run: its subject, headers and payload (text, or base64 when
-/// the payload is not UTF-8). Err: why it cannot be one (too big).
-fn message_input(msg: &Message, record_budget: usize) -> Result<Value, String> {
+/// the payload is not UTF-8).
+fn message_input(msg: &Message, record_budget: usize) -> Result<Value, InputTooBig> {
     let headers: serde_json::Map<String, Value> = msg
         .headers
         .iter()
@@ -191,7 +199,7 @@ fn message_input(msg: &Message, record_budget: usize) -> Result<Value, String> {
     let size = input.to_string().len();
     let limit = MAX_INPUT_BYTES.min(record_budget / 2);
     if size > limit {
-        return Err(format!("the message is {size} bytes as a run's input, over the limit of {limit}"));
+        return Err(InputTooBig { size, limit });
     }
     Ok(input)
 }
