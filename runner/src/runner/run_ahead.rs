@@ -78,8 +78,8 @@ pub(super) enum Holder {
     /// its turn: its lease ran out unreleased, its run not over (it died with its runner),
     /// or its end, recorded late (its final write waited for NATS), came before this fire.
     Gone(Box<Lease>),
-    /// Another run holds the lease now, or an earlier fire in line takes the lease first:
-    /// to be judged afresh.
+    /// Another run holds the lease now (not a later fire's look, while this one stands in
+    /// line: that one gives it back): to be judged afresh.
     Changed,
     /// It says it ended, and did not overlap this fire after all (see [`Span::covers`]):
     /// to be judged afresh, and waited for.
@@ -118,6 +118,9 @@ pub(super) async fn holder_alive(
                 Some(_) => return Ok(Holder::Alive),
                 None => {}
             },
+            // A later fire's look: it takes the lease, then looks at the line, and gives
+            // it back to this one standing in line (`Line::take_now`). Looked at again.
+            Some(h) if line.standing() && line.is_later(&h.holder) => {}
             Some(_) => return Ok(Holder::Changed),
             None => {
                 let why = match ended(ctx, current).await {
@@ -126,13 +129,13 @@ pub(super) async fn holder_alive(
                     Ended::Not => "the run in progress died with its runner",
                 };
                 line.join().await;
-                return Ok(match line.take_now(key, ctx.clock.now()).await? {
-                    Some(lease) => {
-                        info!(%current, "{why}: this one runs");
-                        Holder::Gone(Box::new(lease))
-                    }
-                    None => Holder::Changed,
-                });
+                // Not taken: by an earlier fire in line (seen holding it at the next look),
+                // or for a moment by a later fire's look, or its turn not known (a listing
+                // failed): looked at again.
+                if let Some(lease) = line.take_now(key, ctx.clock.now()).await? {
+                    info!(%current, "{why}: this one runs");
+                    return Ok(Holder::Gone(Box::new(lease)));
+                }
             }
         }
         if let Some(lease) = run_lease.as_deref_mut() {

@@ -292,6 +292,12 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// Whether the run `run` (a run key) is a later fire of the job than this one: run ids
+    /// sort by the instant they come from.
+    pub fn is_later(&self, run: &str) -> bool {
+        run > self.me.run.as_str()
+    }
+
     /// Whether this run came to its guards late: a backlog's fire.
     pub fn came_late(&self) -> bool {
         self.me.late
