@@ -18,6 +18,7 @@ use super::fake_leases::Answer::{self, After, Conflict};
 use super::fake_leases::{Op, Table};
 use super::keeping::{Keeping, Mark};
 use super::leading::{Followed, Lead, Ports, lead_loop};
+use super::lease_tests::{cancel_at, since};
 use super::plan::{Action, Planner};
 use super::queue::FireQueue;
 use super::shard::{Wanted, take_turns};
@@ -33,10 +34,6 @@ const LEAD: Duration = Duration::from_millis(100);
 
 fn t0_wall() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).single().unwrap_or_default()
-}
-
-fn since(t0: Instant) -> u64 {
-    Instant::now().duration_since(t0).as_millis() as u64
 }
 
 /// Milliseconds of `at` after t(0).
@@ -189,17 +186,6 @@ fn queue(jobs: &[&str], from: DateTime<Utc>) -> FireQueue {
 fn how(t0: Instant, max_in_flight: usize) -> Lead {
     let planner = Planner::new(LEAD, 1, Duration::from_secs(10));
     Lead { planner, max_in_flight, clock: Arc::new(TokioClock(t0)) }
-}
-
-/// A token cancelled `at` ms after `t0`.
-fn cancel_at(t0: Instant, at: u64) -> CancellationToken {
-    let cancel = CancellationToken::new();
-    let stop = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep_until(t0 + Duration::from_millis(at)).await;
-        stop.cancel();
-    });
-    cancel
 }
 
 async fn lead(case: Case) -> Leadership {

@@ -31,12 +31,12 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn since(t0: Instant) -> u64 {
+pub(super) fn since(t0: Instant) -> u64 {
     Instant::now().duration_since(t0).as_millis() as u64
 }
 
 /// A token cancelled `at` ms after `t0`.
-fn cancel_at(t0: Instant, at: u64) -> CancellationToken {
+pub(super) fn cancel_at(t0: Instant, at: u64) -> CancellationToken {
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     tokio::spawn(async move {
