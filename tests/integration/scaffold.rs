@@ -236,7 +236,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Builds projects made by `new` in a target directory kept between test runs (these
+/// Builds projects made by `new` in a target directory kept between test runs and shared by
+/// the tests below, always `--release` so that the SDK's dependencies are built once (these
 /// tests are about what is built, not about building as a user: the test above is).
 fn build_in(project: &Path, nats: &Nats, args: &[&str]) -> Output {
     let target = repo().join("target/scaffold");
@@ -273,9 +274,9 @@ async fn the_sdk_reference_examples_build_in_a_project_made_by_new() {
     let mut failed = Vec::new();
     for (i, example) in examples.iter().enumerate() {
         std::fs::write(project.join("src/lib.rs"), example).unwrap();
-        // Checked as the component's crate is compiled: the #[job] expansion (its
-        // manifest validated), the export and every call, for wasm32-wasip2.
-        let out = build_in(&project, &nats, &["check", "--message-format", "short"]);
+        // Built as the component's crate is: the #[job] expansion (its manifest
+        // validated), the export and every call, for wasm32-wasip2.
+        let out = build_in(&project, &nats, &["build", "--release", "--message-format", "short"]);
         if !out.status.success() {
             failed.push(format!("example {i}:\n{example}\n{}", String::from_utf8_lossy(&out.stderr)));
         }
