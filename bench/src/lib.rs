@@ -8,8 +8,10 @@
 //!   schedule, or spread over the minute), on `deployment.rs`
 //!   (nats-server with authentication and `cronrun agent` processes, as users deploy),
 //!   beside its anchor (`anchor.rs`: NATS's own scheduler, a plain spawn).
-//! - `throughput.rs`: runs per second end to end; `raw_nats.rs` the same NATS work alone.
-//! - `dispatch.rs`: fires per second through the dispatch path.
+//! - `throughput.rs`: runs per second end to end, beside its anchor (`raw_nats.rs`: the same
+//!   NATS work alone).
+//! - `dispatch.rs`: fires per second through the dispatch path, beside the same writes
+//!   done raw (`raw_nats.rs`).
 //! - `load.rs`: load time and memory with a million schedules.
 //! - `soak.rs`: many runs through agent and nats-server restarts, on `deployment.rs`.
 //! - `scale.rs`: whole agents loading millions of schedules, and one leaving, on
@@ -90,7 +92,8 @@ pub enum BenchKind {
         #[arg(long, default_value_t = 1)]
         cluster: usize,
     },
-    /// Runs per second end to end: dispatched, run by an agent, recorded
+    /// Runs per second end to end: dispatched, run by an agent, recorded; then its
+    /// anchor, the same NATS work alone (`nats --layout`) on the same servers
     Throughput {
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
@@ -116,7 +119,8 @@ pub enum BenchKind {
         #[arg(long, default_value_t = 1)]
         cluster: usize,
     },
-    /// Fires per second through the dispatch path (record create + publish)
+    /// Fires per second through the dispatch path (record create + publish); then its
+    /// anchor, the same two writes done raw on the same server
     Dispatch {
         #[arg(long, default_value_t = 20_000)]
         fires: usize,
@@ -217,12 +221,13 @@ pub async fn run(cli: BenchCli) -> Result<()> {
     let server_pid = server_pids.first().copied();
     let layout = servers.as_ref().map(servers::Servers::layout).unwrap_or_default();
     let result = match what {
-        BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires).await,
+        BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires, &server_pids).await,
         BenchKind::Throughput { runs, wasm, .. } => {
             throughput::run(ctx, (&url, &layout), runs, wasm, &server_pids).await
         }
         BenchKind::Nats { runs, layout: stored, .. } => {
-            raw_nats::run(ctx, &url, runs, stored, (layout.replicas, &server_pids)).await
+            let work = if stored { raw_nats::Work::Layout } else { raw_nats::Work::Run };
+            raw_nats::run(ctx, &url, runs, work, (layout.replicas, &server_pids)).await
         }
         BenchKind::Load { schedules, agents, probe } => {
             load::run(ctx, &url, load::LoadArgs { schedules, agents, probe, server_pid }).await

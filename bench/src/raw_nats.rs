@@ -10,7 +10,8 @@
 //! unacknowledged), with a durable consumer acking each event (the notifier) and a watch
 //! handed each lease change (the reaper): what NATS itself costs for what a run stores,
 //! so that the gap to `throughput` is cronrun's own. `--cluster 3`: every bucket and
-//! stream at three replicas on a local cluster.
+//! stream at three replicas on a local cluster. The dispatch alone (the create and the
+//! publish, nobody working the queue off) is `bench dispatch`'s anchor.
 
 use std::time::{Duration, Instant};
 
@@ -38,18 +39,51 @@ const LINES: [&str; 3] = [
     "config keys: ",
 ];
 
-pub(super) async fn run(
-    ctx: &Ctx,
+/// Which NATS work a run does, raw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Work {
+    /// A scheduler's dispatch alone: a KV create and a deduplicated publish (2 stored).
+    Dispatch,
+    /// And a runner's work on it: a pull, two compare-and-sets and an ack (4 stored).
+    Run,
+    /// And all else a run stores under the layout, with its readers (8 stored).
+    Layout,
+}
+
+impl Work {
+    fn stored(self) -> u32 {
+        match self {
+            Work::Dispatch => 2,
+            Work::Run => 4,
+            Work::Layout => 8,
+        }
+    }
+}
+
+/// The raw work measured: its figures, its line, and its rate (runs per second).
+pub(super) struct Measured {
+    pub value: serde_json::Value,
+    pub text: String,
+    pub runs_per_second: f64,
+}
+
+pub(super) async fn run(ctx: &Ctx, url: &str, runs: usize, work: Work, servers: (usize, &[u32])) -> Result<()> {
+    let measured = measure(url, runs, work, servers).await?;
+    ctx.print(&measured.value, || measured.text.clone())
+}
+
+/// `runs` runs of the raw `work` on the server at `url`; what it stores is removed after.
+pub(super) async fn measure(
     url: &str,
     runs: usize,
-    layout: bool,
+    work: Work,
     (replicas, server_pids): (usize, &[u32]),
-) -> Result<()> {
+) -> Result<Measured> {
     let client = cronrun::connect::connect(url, None, "cronrun-bench-nats").await?;
     let js = jetstream::new(client.clone());
-    let layout = match layout {
-        true => Some(Layout::create(&js, replicas).await?),
-        false => None,
+    let layout = match work {
+        Work::Layout => Some(Layout::create(&js, replicas).await?),
+        Work::Dispatch | Work::Run => None,
     };
     let kv = js
         .create_key_value(kv::Config {
@@ -71,6 +105,65 @@ pub(super) async fn run(
         })
         .await
         .context("creating the bench stream")?;
+    let worker = match work {
+        Work::Dispatch => None,
+        Work::Run | Work::Layout => Some(work_off(&queue, kv.clone(), layout.clone(), runs).await?),
+    };
+
+    let start = Instant::now();
+    let cpu = CpuWindow::start(server_pids);
+    let mut in_flight = FuturesUnordered::new();
+    for i in 0..runs {
+        let (kv, js) = (kv.clone(), js.clone());
+        in_flight.push(async move {
+            let key = format!("run.{i:07}");
+            let revision = kv.create(&key, Bytes::from_static(b"queued")).await?;
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", key.as_str());
+            let body = format!("{key} {revision}");
+            js.publish_with_headers("benchnats.work", headers, body.into_bytes().into()).await?.await?;
+            anyhow::Ok(())
+        });
+        if in_flight.len() >= 256 {
+            in_flight.next().await.transpose()?;
+        }
+    }
+    while let Some(r) = in_flight.next().await {
+        r?;
+    }
+    if let Some(worker) = worker {
+        match tokio::time::timeout(Duration::from_secs(600), worker).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(e)) => bail!("bench worker: {e}"),
+            Err(_) => bail!("the worker did not finish {runs} runs in 10 minutes"),
+        }
+    }
+    let took = start.elapsed();
+    let (cpu_json, cpu_text) = cpu.report(runs, "client");
+    let rate = runs as f64 / took.as_secs_f64();
+    js.delete_stream(STREAM).await.ok();
+    js.delete_key_value(BUCKET).await.ok();
+    if let Some(layout) = layout {
+        layout.delete(&js).await;
+    }
+    let stored = work.stored();
+    let value = json!({ "runs": runs, "stored_per_run": stored, "replicas": replicas, "total_s": took.as_secs_f64(),
+                        "runs_per_second": rate, "cpu_per_run": cpu_json });
+    let text = format!(
+        "{runs} runs of raw NATS work ({stored} stored messages each, R{replicas}) in {:.1}s: {rate:.0} runs/s{cpu_text}",
+        took.as_secs_f64()
+    );
+    Ok(Measured { value, text, runs_per_second: rate })
+}
+
+/// The worker: what a runner does per message, with up to 1,024 messages in hand, until
+/// `runs` are done.
+async fn work_off(
+    queue: &stream::Stream,
+    kv: kv::Store,
+    layout: Option<Layout>,
+    runs: usize,
+) -> Result<tokio::task::JoinHandle<Result<()>>> {
     let consumer = queue
         .get_or_create_consumer(
             "work",
@@ -78,18 +171,15 @@ pub(super) async fn run(
         )
         .await
         .context("creating the bench consumer")?;
-
-    // The worker: what a runner does per message, with up to 1,024 messages in hand.
-    let (worker_kv, worker_layout) = (kv.clone(), layout.clone());
-    let worker = tokio::spawn(async move {
-        let mut messages = consumer.stream().max_messages_per_batch(256).messages().await?;
+    let mut messages = consumer.stream().max_messages_per_batch(256).messages().await?;
+    Ok(tokio::spawn(async move {
         let mut in_hand = FuturesUnordered::new();
         let mut done = 0;
         while done < runs {
             tokio::select! {
                 Some(msg) = messages.next(), if in_hand.len() < 1024 => {
                     let msg = msg.map_err(|e| anyhow::anyhow!("pulling: {e}"))?;
-                    let (kv, layout) = (worker_kv.clone(), worker_layout.clone());
+                    let (kv, layout) = (kv.clone(), layout.clone());
                     in_hand.push(async move {
                         // "<key> <revision>", as cronrun's dispatch message carries the record.
                         let body = String::from_utf8_lossy(&msg.payload).into_owned();
@@ -118,53 +208,7 @@ pub(super) async fn run(
             }
         }
         anyhow::Ok(())
-    });
-
-    let start = Instant::now();
-    let cpu = CpuWindow::start(server_pids);
-    let mut in_flight = FuturesUnordered::new();
-    for i in 0..runs {
-        let (kv, js) = (kv.clone(), js.clone());
-        in_flight.push(async move {
-            let key = format!("run.{i:07}");
-            let revision = kv.create(&key, Bytes::from_static(b"queued")).await?;
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", key.as_str());
-            let body = format!("{key} {revision}");
-            js.publish_with_headers("benchnats.work", headers, body.into_bytes().into()).await?.await?;
-            anyhow::Ok(())
-        });
-        if in_flight.len() >= 256 {
-            in_flight.next().await.transpose()?;
-        }
-    }
-    while let Some(r) = in_flight.next().await {
-        r?;
-    }
-    match tokio::time::timeout(Duration::from_secs(600), worker).await {
-        Ok(Ok(result)) => result?,
-        Ok(Err(e)) => bail!("bench worker: {e}"),
-        Err(_) => bail!("the worker did not finish {runs} runs in 10 minutes"),
-    }
-    let took = start.elapsed();
-    let (cpu_json, cpu_text) = cpu.report(runs, "client");
-    let rate = runs as f64 / took.as_secs_f64();
-    js.delete_stream(STREAM).await.ok();
-    js.delete_key_value(BUCKET).await.ok();
-    let stored = if let Some(layout) = layout {
-        layout.delete(&js).await;
-        8
-    } else {
-        4
-    };
-    let value = json!({ "runs": runs, "stored_per_run": stored, "replicas": replicas, "total_s": took.as_secs_f64(),
-                        "runs_per_second": rate, "cpu_per_run": cpu_json });
-    ctx.print(&value, || {
-        format!(
-            "{runs} runs of raw NATS work ({stored} stored messages each, R{replicas}) in {:.1}s: {rate:.0} runs/s{cpu_text}",
-            took.as_secs_f64()
-        )
-    })
+    }))
 }
 
 /// What `--layout` adds to each run, and the readers cronrun has of it.

@@ -1,4 +1,5 @@
-//! Runs per second end to end: dispatched, run by an agent, recorded.
+//! Runs per second end to end: dispatched, run by an agent, recorded; beside it, its
+//! anchor: the same NATS work without cronrun (`raw_nats.rs`), on the same servers.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::deployment::{CpuWindow, StoredWindow};
+use super::raw_nats;
 use super::{every_second_job, open_with, run_plugin, store_plugin};
 use cronrun::cli::Ctx;
 use cronrun::dispatch::{DispatchMsg, dispatch};
@@ -101,16 +103,25 @@ pub(super) async fn run(
     cancel.cancel();
     let _ = agent.await;
     let rate = runs as f64 / finished.as_secs_f64();
+    // The anchor, on the same servers once the agent has stopped: the NATS work these runs
+    // store (`bench nats --layout`: 8 messages a run, as a run with `overlap = "allow"`).
+    let anchor = raw_nats::measure(url, runs, raw_nats::Work::Layout, (layout.replicas, server_pids)).await?;
+    let of_anchor = rate / anchor.runs_per_second;
     let kind = if wasm.is_some() { "wasm" } else { "shell" };
     let value = json!({ "kind": kind, "runs": runs, "succeeded": ok, "dispatch_s": dispatched.as_secs_f64(),
                         "total_s": finished.as_secs_f64(), "runs_per_second": rate, "cpu_per_run": cpu_json,
-                        "stored_per_run": stored_json, "replicas": layout.replicas });
+                        "stored_per_run": stored_json, "replicas": layout.replicas,
+                        "anchor": anchor.value, "rate_of_anchor": of_anchor });
     ctx.print(&value, || {
         format!(
-            "{runs} {kind} runs end to end (R{}) in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}{stored_text}",
+            "{runs} {kind} runs end to end (R{}) in {:.1}s: {rate:.0} runs/s ({ok} succeeded; dispatching took {:.1}s){cpu_text}{stored_text}\n\
+             anchor, the same NATS work alone (bench nats --layout): {}\n\
+             end to end: {:.0} % of the anchor's rate",
             layout.replicas,
             finished.as_secs_f64(),
-            dispatched.as_secs_f64()
+            dispatched.as_secs_f64(),
+            anchor.text,
+            100.0 * of_anchor
         )
     })
 }
