@@ -10,16 +10,22 @@ use futures::stream::FuturesUnordered;
 use serde_json::json;
 
 use super::deployment::{CpuWindow, StoredWindow};
-use super::open;
+use super::open_with;
 use super::raw_nats::{self, Work};
 use cronrun::cli::Ctx;
 use cronrun::dispatch::{DispatchMsg, dispatch};
 use cronrun::record::{Trigger, fire_run_id};
+use cronrun::store::LayoutOptions;
 
 /// Fires through `dispatch` (record create-if-absent + deduplicated publish; the
 /// `dispatched` event is opt-in), as many in flight as the scheduler allows by default.
-pub(super) async fn run(ctx: &Ctx, url: &str, fires: usize, server_pids: &[u32]) -> Result<()> {
-    let store = open(url, "benchdisp").await?;
+pub(super) async fn run(
+    ctx: &Ctx,
+    (url, layout): (&str, &LayoutOptions),
+    fires: usize,
+    server_pids: &[u32],
+) -> Result<()> {
+    let store = open_with(url, "benchdisp", layout).await?;
     let in_flight_max = cronrun::scheduler::SchedulerConfig::default().max_in_flight;
     let base = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap_or_default();
     let (cpu, stored) = (CpuWindow::start(server_pids), StoredWindow::start(&store).await?);
@@ -53,15 +59,16 @@ pub(super) async fn run(ctx: &Ctx, url: &str, fires: usize, server_pids: &[u32])
     let rate = done as f64 / secs;
     let (cpu_json, cpu_text) = cpu.report(done, "dispatcher");
     let (stored_json, stored_text) = stored.report(&store, done).await?;
-    let anchor = raw_nats::measure(url, fires, Work::Dispatch, (1, server_pids)).await?;
+    let anchor = raw_nats::measure(url, fires, Work::Dispatch, (layout.replicas, server_pids)).await?;
     let of_anchor = rate / anchor.runs_per_second;
-    let value = json!({ "fires": done, "seconds": secs, "fires_per_second": rate, "cpu_per_fire": cpu_json,
+    let value = json!({ "fires": done, "replicas": layout.replicas, "seconds": secs, "fires_per_second": rate, "cpu_per_fire": cpu_json,
                         "stored_per_fire": stored_json, "anchor": anchor.value, "rate_of_anchor": of_anchor });
     ctx.print(&value, || {
         format!(
-            "dispatched {done} fires in {secs:.2}s: {rate:.0} fires/s ({in_flight_max} in flight){cpu_text}{stored_text}\n\
+            "dispatched {done} fires (R{}) in {secs:.2}s: {rate:.0} fires/s ({in_flight_max} in flight){cpu_text}{stored_text}\n\
              anchor, the same writes done raw (256 in flight): {}\n\
              dispatch: {:.0} % of the anchor's rate",
+            layout.replicas,
             anchor.text,
             100.0 * of_anchor
         )

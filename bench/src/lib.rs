@@ -120,10 +120,14 @@ pub enum BenchKind {
         cluster: usize,
     },
     /// Fires per second through the dispatch path (record create + publish); then its
-    /// anchor, the same two writes done raw on the same server
+    /// anchor, the same two writes done raw on the same servers
     Dispatch {
         #[arg(long, default_value_t = 20_000)]
         fires: usize,
+        /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
+        /// replicas (R3), the production shape
+        #[arg(long, default_value_t = 1)]
+        cluster: usize,
     },
     /// Scheduler load time and memory with N schedules
     Load {
@@ -203,7 +207,9 @@ pub async fn run(cli: BenchCli) -> Result<()> {
         _ => {}
     }
     let nodes = match what {
-        BenchKind::Throughput { cluster, .. } | BenchKind::Nats { cluster, .. } => cluster,
+        BenchKind::Throughput { cluster, .. }
+        | BenchKind::Nats { cluster, .. }
+        | BenchKind::Dispatch { cluster, .. } => cluster,
         _ => 1,
     };
     if nodes != 1 && ctx.global.nats.is_some() {
@@ -221,7 +227,7 @@ pub async fn run(cli: BenchCli) -> Result<()> {
     let server_pid = server_pids.first().copied();
     let layout = servers.as_ref().map(servers::Servers::layout).unwrap_or_default();
     let result = match what {
-        BenchKind::Dispatch { fires } => dispatch::run(ctx, &url, fires, &server_pids).await,
+        BenchKind::Dispatch { fires, .. } => dispatch::run(ctx, (&url, &layout), fires, &server_pids).await,
         BenchKind::Throughput { runs, wasm, .. } => {
             throughput::run(ctx, (&url, &layout), runs, wasm, &server_pids).await
         }
