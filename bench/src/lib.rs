@@ -95,7 +95,7 @@ pub enum BenchKind {
     /// Runs per second end to end: dispatched, run by an agent, recorded; then its
     /// anchor, the same NATS work alone (`nats --layout`) on the same servers
     Throughput {
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
         runs: usize,
         /// Run this Wasm component instead of a shell command
         #[arg(long)]
@@ -108,7 +108,7 @@ pub enum BenchKind {
     /// What the same NATS work costs without cronrun: per run a KV create, a publish, a
     /// pull and ack and two compare-and-sets
     Nats {
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
         runs: usize,
         /// Store all a run stores under the NATS layout (8 messages, not 4): its lease,
         /// events and output too, with their readers
@@ -122,7 +122,7 @@ pub enum BenchKind {
     /// Fires per second through the dispatch path (record create + publish); then its
     /// anchor, the same two writes done raw on the same servers
     Dispatch {
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
         fires: usize,
         /// nats-server nodes: 1, or 3 for a local cluster with the layout at three
         /// replicas (R3), the production shape
@@ -316,9 +316,33 @@ fn bench_config(namespace: &str) -> cronrun::config::AgentConfig {
     config
 }
 
+/// A count of runs or fires: at least one, as a benchmark of none has no rate to set
+/// beside its anchor's.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{shard_range, shard_share};
+    use super::{BenchCli, shard_range, shard_share};
+    use clap::Parser;
+
+    #[test]
+    fn a_count_of_runs_or_fires_below_one_or_not_a_number_is_refused() {
+        let parse = |args: &[&str]| BenchCli::try_parse_from([&["cronrun-bench"], args].concat());
+        for kind in [["throughput", "--runs"], ["nats", "--runs"], ["dispatch", "--fires"]] {
+            assert!(parse(&[kind[0], kind[1], "1"]).is_ok(), "{kind:?} 1");
+            for bad in ["0", "-1", "ten", "1e3", "99999999999999999999999"] {
+                let flag = format!("{}={bad}", kind[1]);
+                let e = parse(&[kind[0], &flag]).err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(e.contains(&format!("'{bad}' for '{} <", kind[1])), "{kind:?} {bad}: {e}");
+            }
+        }
+    }
 
     #[test]
     fn the_shares_of_agents_cover_every_shard_once_and_bad_ranges_are_refused() {
