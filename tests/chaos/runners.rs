@@ -179,28 +179,18 @@ fn supervisors_of(parent: i32) -> Vec<(i32, chrono::DateTime<Utc>)> {
 /// the lease runs out: the scheduler rewrites the record and dispatches the run again, and
 /// the other runner runs it, once, as the job itself recorded. Woken (SIGCONT), the frozen
 /// runner does not start it: it renews its lease before the start's write, is refused, and
-/// writes nothing to the record.
+/// writes nothing to the record. A job with `overlap = "allow"`: a run with an overlap
+/// policy takes no lease of its own ahead (the next test).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on_waking() {
     let nats = Nats::start().await;
-    // Runs handed out three seconds ahead (the tests' lead is half a second): the claim
-    // is seen, and its runner frozen, well before the instant, however loaded the machine.
-    let config = test_config("s").replace("lead = \"500ms\"", "lead = \"3s\"");
-    assert!(config.contains("lead = \"3s\""), "{config}");
-    let scheduler = nats.agent_with_env("s", &format!("roles = [\"scheduler\"]\n{config}"), &[]);
+    let scheduler = scheduler_three_seconds_ahead(&nats);
     let runners = [nats.agent("r1", "roles = [\"runner\"]"), nats.agent("r2", "roles = [\"runner\"]")];
     for agent in runners.iter().chain([&scheduler]) {
         ready(agent).await;
     }
     let store = nats.store().await;
-    let dir = nats.dir.path().display().to_string();
-    let fire = ceil_second(Utc::now()) + chrono::Duration::seconds(6);
-    let at = fire.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    apply(
-        &nats,
-        &format!("[[job]]\nname = \"once\"\nschedule = \"@at {at}\"\nshell = 'echo ran >> {dir}/once.runs'\n"),
-    );
-    let run_id = cronrun::record::fire_run_id(fire);
+    let (fire, run_id) = once_in_six_seconds(&nats, "overlap = \"allow\"");
     let (key, lease_key) = (format!("once.{run_id}"), cronrun::names::lease_keys::run("once", &run_id));
     // Claimed ahead: its runner is frozen at once.
     let holder = eventually(Duration::from_secs(15), "a runner to claim the run", || async {
@@ -221,17 +211,87 @@ async fn a_runner_frozen_with_a_run_claimed_ahead_loses_it_and_starts_nothing_on
     let redispatched = "the run's runner let it go before it started: dispatching it again";
     assert!(scheduler.log().contains(redispatched), "{}", scheduler.log());
 
-    let writes = RecordWrites::watch(&store, &key).await;
-    kill(Pid::from_raw(runners[frozen].pid()), Signal::SIGCONT).unwrap();
+    woken_runner_gives_the_run_up(&nats, &runners[frozen], &key, &done).await;
+}
+
+/// The same with the defaults (`overlap = "skip"`): a run claimed ahead of its instant
+/// holds no lease until its overlap lease, which is its lease, so its claim is its
+/// dispatch message in hand. Its runner frozen before the instant, the message is
+/// delivered again once its ack wait is over, and the other runner runs it, once, as the
+/// job recorded. Woken, the frozen runner takes the overlap lease (the run has ended), is
+/// refused its start's write, and writes nothing to the record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_frozen_with_a_run_of_the_defaults_claimed_ahead_loses_it_to_a_redelivery() {
+    let nats = Nats::start().await;
+    let scheduler = scheduler_three_seconds_ahead(&nats);
+    // One runner first: the claim is its.
+    let frozen = nats.agent("r1", "roles = [\"runner\"]");
+    for agent in [&frozen, &scheduler] {
+        ready(agent).await;
+    }
+    let store = nats.store().await;
+    let (fire, run_id) = once_in_six_seconds(&nats, "");
+    let key = format!("once.{run_id}");
+    let consumer = store.names.pool_consumer("default");
+    let dispatch = store.js.get_stream(store.names.dispatch_stream()).await.unwrap();
+    eventually(Duration::from_secs(15), "the runner to hold the run's dispatch", || async {
+        let info = dispatch.clone().consumer_info(&consumer).await.ok()?;
+        (info.num_ack_pending == 1).then_some(())
+    })
+    .await;
+    kill(Pid::from_raw(frozen.pid()), Signal::SIGSTOP).unwrap();
+    assert!(Utc::now() < fire, "frozen only after the run's instant: the claim came late");
+    let leases = [cronrun::names::lease_keys::run("once", &run_id), cronrun::names::lease_keys::active("once")];
+    for lease in &leases {
+        assert!(store.leases.get(lease).await.unwrap().is_none(), "{lease} held ahead of the instant");
+    }
+    let other = nats.agent("r2", "roles = [\"runner\"]");
+    ready(&other).await;
+    let done = eventually(Duration::from_secs(30), "the run to end on the other runner", || async {
+        record(&store, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.host.as_deref(), done.attempt), (Status::Succeeded, Some("r2"), 1));
+
+    woken_runner_gives_the_run_up(&nats, &frozen, &key, &done).await;
+}
+
+/// A scheduler handing runs out three seconds ahead (the tests' lead is half a second): a
+/// claim is seen, and its runner frozen, well before the instant, however loaded the
+/// machine.
+fn scheduler_three_seconds_ahead(nats: &Nats) -> Agent {
+    let config = test_config("s").replace("lead = \"500ms\"", "lead = \"3s\"");
+    assert!(config.contains("lead = \"3s\""), "{config}");
+    nats.agent_with_env("s", &format!("roles = [\"scheduler\"]\n{config}"), &[])
+}
+
+/// Job `once` with `lines`, due six seconds from now, recording each run in `once.runs`;
+/// its fire and its run id.
+fn once_in_six_seconds(nats: &Nats, lines: &str) -> (chrono::DateTime<Utc>, String) {
+    let dir = nats.dir.path().display().to_string();
+    let fire = ceil_second(Utc::now()) + chrono::Duration::seconds(6);
+    let at = fire.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let job =
+        format!("[[job]]\nname = \"once\"\nschedule = \"@at {at}\"\n{lines}\nshell = 'echo ran >> {dir}/once.runs'\n");
+    apply(nats, &job);
+    (fire, cronrun::record::fire_run_id(fire))
+}
+
+/// Wakes (SIGCONT) the runner `frozen` that let run `key` go, which another runner ran to
+/// `done`: it gives the run up, its start's write refused, and writes nothing to the
+/// record; the job `once` ran once, as it recorded.
+async fn woken_runner_gives_the_run_up(nats: &Nats, frozen: &Agent, key: &str, done: &RunRecord) {
+    let writes = RecordWrites::watch(&nats.store().await, key).await;
+    kill(Pid::from_raw(frozen.pid()), Signal::SIGCONT).unwrap();
     let refused = format!("{key} changed since revision");
     let logged = eventually(Duration::from_secs(15), "the woken runner to give the run up", || async {
-        let log = runners[frozen].log();
+        let log = frozen.log();
         log.lines().find(|l| l.contains("run taken over elsewhere") && l.contains(&refused)).map(str::to_string)
     })
     .await;
-    println!("{holder} logged: {logged}");
+    println!("{} logged: {logged}", frozen.name);
     let writes = writes.stop();
-    assert!(writes.iter().all(|w| w == &done), "a write after the run's end: {writes:?}");
+    assert!(writes.iter().all(|w| w == done), "a write after the run's end: {writes:?}");
     let runs = std::fs::read_to_string(nats.dir.path().join("once.runs")).unwrap_or_default();
     assert_eq!(runs, "ran\n", "the job ran once, as it recorded");
 }

@@ -9,8 +9,13 @@ use crate::support::*;
 use cronrun::record::{Status, Trigger};
 
 async fn record(nats: &Nats, key: &str) -> cronrun::record::RunRecord {
+    dispatched(nats, key).await.unwrap()
+}
+
+/// The record of run `key`, once its run is dispatched.
+async fn dispatched(nats: &Nats, key: &str) -> Option<cronrun::record::RunRecord> {
     let (job, run) = cronrun::record::parse_run_key(key).unwrap();
-    nats.store().await.get_run(job, run).await.unwrap().record
+    nats.store().await.get_run(job, run).await.ok().map(|stored| stored.record)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -67,27 +72,65 @@ shell = "echo no; exit 4"
     assert_eq!(failed.exit_code, Some(4));
 }
 
+/// How a test's run comes: triggered by hand (it takes a lease of its own at its claim),
+/// or a scheduled fire on time, whose overlap lease (the default `skip`) is its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Came {
+    Triggered,
+    OnTime,
+}
+
+/// Applies job `name` with `lines` (its spec but its schedule) and has a run of it come as
+/// `came` says; the run's key.
+async fn start_run(nats: &Nats, name: &str, lines: &str, came: Came) -> String {
+    let schedule = |s: &str| format!("[[job]]\nname = \"{name}\"\nschedule = \"{s}\"\n{lines}\n");
+    match came {
+        Came::Triggered => {
+            apply(nats, &schedule("@yearly"));
+            nats.trigger(name)
+        }
+        Came::OnTime => {
+            let fire = ceil_second(chrono::Utc::now()) + chrono::Duration::seconds(3);
+            apply(nats, &schedule(&format!("@at {}", fire.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))));
+            cronrun::record::run_key(name, &cronrun::record::fire_run_id(fire))
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_whose_runner_dies_is_lost_and_retried_on_another() {
+    runner_dies(Came::Triggered).await;
+}
+
+/// The same for a fire on time with the defaults: its lease is its job's overlap lease,
+/// whose expiry has the reaper settle the job's runs that no lease names.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_whose_runner_dies_is_lost_by_its_overlap_lease_and_retried_on_another() {
+    runner_dies(Came::OnTime).await;
+}
+
+async fn runner_dies(came: Came) {
     let nats = Nats::start().await;
-    let (_scheduler, mut runners) = nats.scheduler_and_two_runners().await;
-    apply(
-        &nats,
-        &r#"
-[[job]]
-name = "long"
-schedule = "@yearly"
-retries = { max = 1, backoff = "1s" }
-shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
-"#
-        .replace("{dir}", &nats.dir.path().display().to_string()),
-    );
-    let key = nats.trigger("long");
+    let (scheduler, mut runners) = nats.scheduler_and_two_runners().await;
+    let lines = r#"retries = { max = 1, backoff = "1s" }
+shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61""#
+        .replace("{dir}", &nats.dir.path().display().to_string());
+    let key = start_run(&nats, "long", &lines, came).await;
     let first = eventually(Duration::from_secs(10), "the run to start", || async {
-        Some(record(&nats, &key).await).filter(|r| r.status == Status::Running)
+        dispatched(&nats, &key).await.filter(|r| r.status == Status::Running)
     })
     .await;
     let host = first.host.clone().unwrap();
+    // Its lease: its own, or the overlap lease naming it.
+    let store = nats.store().await;
+    let own = store.leases.get(&format!("run.{key}")).await.unwrap().is_some();
+    let overlap = cronrun::store::lease::holder(&store.leases, "active.long").await.unwrap().map(|h| h.holder);
+    match came {
+        Came::Triggered => assert!(own, "a triggered run holds a lease of its own"),
+        Came::OnTime => {
+            assert_eq!((own, overlap.as_deref()), (false, Some(key.as_str())), "its overlap lease is its lease")
+        }
+    }
     let pidfile = nats.dir.path().join("attempt-1");
     let shell: i32 = eventually(Duration::from_secs(5), "attempt 1's shell", || async {
         std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok())
@@ -123,6 +166,33 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61"
     );
     let lost = events(&nats.store().await, "long", "lost").await;
     assert_eq!(lost.len(), 1, "{lost:?}");
+    if came == Came::OnTime {
+        let settled = "settled the run whose overlap lease expired";
+        assert!(scheduler.log().contains(settled), "the reaper, not the sweep: {}", scheduler.log());
+    }
+}
+
+/// A failed attempt of a fire on time, whose overlap lease was its lease, hands its retry
+/// over with a lease of its own: its expiry after the backoff has the scheduler dispatch
+/// the next attempt, and the job's overlap lease is free meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_attempt_of_a_fire_on_time_is_retried_after_its_backoff() {
+    let nats = Nats::start().await;
+    let (_scheduler, runners) = nats.scheduler_and_two_runners().await;
+    let executions = nats.dir.path().join("attempts");
+    let lines = format!(
+        "retries = {{ max = 1, backoff = \"1s\" }}\nshell = \"echo $CRONRUN_ATTEMPT >> {}; test $CRONRUN_ATTEMPT -ge 2\"",
+        executions.display()
+    );
+    let key = start_run(&nats, "flaky", &lines, Came::OnTime).await;
+    let done = eventually(Duration::from_secs(20), "attempt 2 to succeed", || async {
+        dispatched(&nats, &key).await.filter(|r| r.status.is_final())
+    })
+    .await;
+    assert_eq!((done.status, done.attempt), (Status::Succeeded, 2), "{done:?}");
+    assert_eq!(std::fs::read_to_string(&executions).unwrap(), "1\n2\n", "each attempt ran once");
+    let kept = "the run's overlap lease is kept until its retry";
+    assert!(runners.iter().all(|r| !r.log().contains(kept)), "the retry was handed over with the overlap lease");
 }
 
 /// A run whose runner died while no scheduler ran, its lease's expiry marker gone by the
@@ -141,12 +211,14 @@ async fn a_run_left_without_an_owner_or_a_trace_is_settled_by_the_sweep() {
     // No scheduler, then no runner: nobody sees the run's lease expire.
     first.kill9();
     runners.iter_mut().find(|r| r.name == host).unwrap().kill9();
-    let lease = format!("run.{key}");
-    eventually(Duration::from_secs(10), "the run's lease to expire", || async {
-        store.leases.get(&lease).await.unwrap().is_none().then_some(())
-    })
-    .await;
-    store.leases.purge(&lease, Duration::from_secs(5)).await.unwrap();
+    // Its own lease and its overlap lease (the default `skip`): no marker of either left.
+    for lease in [format!("run.{key}"), "active.orphan".to_string()] {
+        eventually(Duration::from_secs(10), "the run's leases to expire", || async {
+            store.leases.get(&lease).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        store.leases.purge(&lease, Duration::from_secs(5)).await.unwrap();
+    }
     let second = nats.scheduler_with("s2", "reconcile_every = \"1s\"");
     ready(&second).await;
     let retried = eventually(Duration::from_secs(20), "attempt 2 running on the other runner", || async {

@@ -18,6 +18,7 @@ use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::names::lease_keys;
 use crate::record::Status;
+use crate::spec::Overlap;
 use crate::store::StoredRun;
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
@@ -108,18 +109,30 @@ async fn claim(
     // written first by the `running` write that starts it (with this runner as its host),
     // a compare-and-set on the revision read here: a run let go unstarted has its record
     // moved on by the scheduler when its lease expires (`scheduler::recovery::expiry`), so
-    // a runner that stalled past its lease cannot start it on waking.
-    let key = lease_keys::run(&d.job, &d.run_id);
-    let Some(lease) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? else {
-        // Held: by the runner running it (whose record write is on its way), or left by
-        // one that gave up or died. Look again once such a lease has expired: dropping
-        // the message could leave a queued record with nobody to start it.
-        debug!("another runner holds the run; looking again after its lease");
-        return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
+    // a runner that stalled past its lease cannot start it on waking. A run whose overlap
+    // lease will be its lease takes none now (see `claimed_run`).
+    let shares_active = shares_active(ctx, d).await;
+    let lease = match shares_active {
+        true => None,
+        false => {
+            let key = lease_keys::run(&d.job, &d.run_id);
+            match Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, ctx.config.run_lease_ttl()).await? {
+                Some(lease) => Some(lease),
+                // Held: by the runner running it (whose record write is on its way), or
+                // left by one that gave up or died. Look again once such a lease has
+                // expired: dropping the message could leave a queued record with nobody
+                // to start it.
+                None => {
+                    debug!("another runner holds the run; looking again after its lease");
+                    return Ok(Disposition::Later(ctx.config.run_lease_ttl()));
+                }
+            }
+        }
     };
     let fence = Fenced::at(stored.revision);
-    let (record, renewed) = (stored.record, tokio::time::Instant::now());
-    let mut held = ClaimedRun { record, fence, lease: Some(lease), guards: Vec::new(), alive: None, renewed, trace };
+    let (record, renewed, ttl) = (stored.record, tokio::time::Instant::now(), ctx.config.run_lease_ttl());
+    let guards = Vec::new();
+    let mut held = ClaimedRun { record, fence, lease, shares_active, ttl, guards, alive: None, renewed, trace };
     held.record.host = Some(ctx.host.clone());
     let result = match lifecycle::claim_to_end(ctx, msg, d, &mut held, stops).await {
         // Not started (the runner stops): its record is as the scheduler wrote it, and its
@@ -141,11 +154,25 @@ async fn claim(
     held.trace.claim_ended(std::time::SystemTime::now(), None, why);
     match lease_end(&result, held.record.status) {
         LeaseEnd::Release => {}
-        LeaseEnd::Expire => held.lease = None,
+        LeaseEnd::Expire => held.leave_lease_to_expire(),
         LeaseEnd::ExpireSoon => held.hand_over_lease(Duration::from_secs(1)).await,
     }
     held.release().await;
     result
+}
+
+/// Whether the run's overlap lease is to be its lease (see `claimed_run`): a run of a job
+/// with an overlap policy and no lock, claimed ahead of its instant. A run claimed late
+/// (a backlog's, a retry, a manual run) holds a lease of its own from its claim: the
+/// fires of a backlog see it on its way to its guards (`waiting`).
+async fn shares_active(ctx: &RunnerCtx, d: &DispatchMsg) -> bool {
+    if ctx.clock.now() >= d.scheduled_at {
+        return false;
+    }
+    match ctx.current(&d.job, d.spec_revision).await {
+        Ok(Some((_, spec))) => d.overlap.unwrap_or(spec.overlap) != Overlap::Allow && spec.lock_name().is_none(),
+        Ok(None) | Err(_) => false,
+    }
 }
 
 /// How long after its dispatch a message whose run record is not found is looked at again.

@@ -1,6 +1,15 @@
 //! What a runner holds of one run while it is its own: the record as last written (with
 //! its fence), the run's lease, the overlap and lock leases, and the keepalive file its
 //! supervisor watches.
+//!
+//! A run's lease is the claim and its liveness (its expiry tells the scheduler that the
+//! runner died, see the scheduler's `recovery`). Most runs hold one of their own,
+//! `run.<job>.<run-id>`. A run of a job with an overlap policy and no lock, claimed ahead
+//! of its instant (the runs the defaults give), holds none until it needs one: its
+//! overlap lease `active.<job>`, taken at its instant and naming it, is its lease, two
+//! writes a run fewer ([`ClaimedRun::shares_active`]). Until then its dispatch message in
+//! hand is its claim (a runner that dies leaves it to be delivered again), and it takes a
+//! lease of its own before it waits for anything (the fires standing in line see it then).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,8 +18,9 @@ use async_nats::jetstream::{AckKind, Message};
 use tracing::{debug, warn};
 
 use super::RunnerCtx;
-use super::guards;
+use super::guards::{self, RunLease};
 use crate::error::Error;
+use crate::names::lease_keys;
 use crate::record::{RunRecord, Status};
 use crate::store::kv::Fenced;
 use crate::store::lease::Lease;
@@ -61,7 +71,12 @@ pub(super) async fn marking_if_slow<T>(
 pub(super) struct ClaimedRun {
     pub(super) record: RunRecord,
     pub(super) fence: Fenced,
+    /// The run's own lease, `run.<job>.<run-id>`, if it holds one.
     pub(super) lease: Option<Lease>,
+    /// Its overlap lease is its lease while it holds none of its own (see the module's doc).
+    pub(super) shares_active: bool,
+    /// The TTL of the run's leases.
+    pub(super) ttl: Duration,
     pub(super) guards: Vec<Lease>,
     /// The keepalive file of a shell run, touched with every lease renewal.
     pub(super) alive: Option<PathBuf>,
@@ -84,7 +99,7 @@ impl ClaimedRun {
     /// a record read out of date (a redelivery's read may come from a follower). Then the
     /// fence moves to the record as it is.
     pub(super) async fn adopt_current(&mut self, ctx: &RunnerCtx) -> bool {
-        if self.lease.is_none() || self.renew().await.is_err() {
+        if !self.leased() || self.renew().await.is_err() {
             return false;
         }
         match ctx.store.get_run(&self.record.job, &self.record.run_id).await {
@@ -97,21 +112,86 @@ impl ClaimedRun {
     }
 
     /// The TTL of the run's lease.
-    pub(super) fn run_ttl(&self, ctx: &RunnerCtx) -> Duration {
-        self.lease.as_ref().map_or(ctx.config.run_lease_ttl(), Lease::ttl)
+    pub(super) fn run_ttl(&self) -> Duration {
+        self.lease.as_ref().map_or(self.ttl, Lease::ttl)
+    }
+
+    /// Whether the run holds a lease: its own, or its overlap lease standing for it.
+    pub(super) fn leased(&self) -> bool {
+        self.lease.is_some() || self.shares_active && self.guards.iter().any(is_overlap)
+    }
+
+    /// The run's own lease, as the guards take and renew it.
+    pub(super) fn run_lease<'a>(&'a mut self, ctx: &'a RunnerCtx) -> RunLease<'a> {
+        let key = lease_keys::run(&self.record.job, &self.record.run_id);
+        RunLease { lease: &mut self.lease, key, holder: &ctx.host }
+    }
+
+    /// Takes the run's own lease unless it holds one. A conflict when another runner
+    /// holds it (a copy of the run's dispatch delivered again, see `claim`).
+    pub(super) async fn take_own_lease(&mut self, ctx: &RunnerCtx) -> Result<(), Error> {
+        let (asked, ttl, held) = (tokio::time::Instant::now(), self.ttl, self.lease.is_some());
+        self.run_lease(ctx).take(&ctx.store.leases, ttl).await?;
+        if !held {
+            self.renewed = asked;
+        }
+        Ok(())
+    }
+
+    /// Took its guards at `asked`: a run whose overlap lease stands for its own starts its
+    /// lease's time from then.
+    pub(super) fn guards_taken(&mut self, asked: tokio::time::Instant) {
+        if self.lease.is_none() && self.leased() {
+            self.renewed = asked;
+        }
+    }
+
+    /// The overlap lease standing for the run's own, out of `guards`: it is not released
+    /// with them.
+    fn take_standing_lease(&mut self) -> Option<Lease> {
+        if self.lease.is_some() || !self.shares_active {
+            return None;
+        }
+        let at = self.guards.iter().position(is_overlap)?;
+        Some(self.guards.swap_remove(at))
+    }
+
+    /// Keeps the overlap lease standing for the run's own when its guards are released
+    /// (it becomes the run's lease).
+    pub(super) fn keep_overlap_lease(&mut self) {
+        if let Some(lease) = self.take_standing_lease() {
+            self.lease = Some(lease);
+        }
+    }
+
+    /// Leaves the run's lease to expire on its TTL, unrenewed and unreleased: the
+    /// scheduler then finds the run's record as it is (see `claim::LeaseEnd::Expire`).
+    pub(super) fn leave_lease_to_expire(&mut self) {
+        self.lease = None;
+        drop(self.take_standing_lease());
     }
 
     /// Extends the run's lease; a conflict means the run was declared lost.
     pub(super) async fn renew(&mut self) -> Result<(), Error> {
+        // Stamped with the time the renewal was sent: the server's TTL runs from no
+        // earlier than that, so the supervisor's window never outlasts the lease.
+        let (sent, sent_at) = (std::time::SystemTime::now(), tokio::time::Instant::now());
+        let own = self.lease.is_some();
         if let Some(lease) = self.lease.as_mut() {
-            // Stamped with the time the renewal was sent: the server's TTL runs from no
-            // earlier than that, so the supervisor's window never outlasts the lease.
-            let (sent, sent_at) = (std::time::SystemTime::now(), tokio::time::Instant::now());
             lease.renew().await?;
             self.renewed = sent_at;
             self.touch_alive(sent);
         }
-        guards::renew_all(&mut self.guards).await
+        guards::renew_all(&mut self.guards).await?;
+        // No lease of its own: its overlap lease, renewed, stands for it; or, before its
+        // guards, it holds none yet and its code has not started.
+        if !own {
+            if self.leased() {
+                self.renewed = sent_at;
+            }
+            self.touch_alive(sent);
+        }
+        Ok(())
     }
 
     /// From now on the run's supervisor watches `path` (see `supervisor`): created now,
@@ -198,7 +278,7 @@ impl ClaimedRun {
     /// unit), without renewing it again: its expiry is the scheduler's cue to dispatch the
     /// queued next attempt. If this write fails, the lease expires on its old TTL.
     pub(super) async fn hand_over_lease(&mut self, after: Duration) {
-        if let Some(mut lease) = self.lease.take() {
+        if let Some(mut lease) = self.lease.take().or_else(|| self.take_standing_lease()) {
             // Whole seconds, rounded up: the retry never starts before its backoff.
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             lease.set_ttl(Duration::from_secs(secs.max(1)));
@@ -207,4 +287,9 @@ impl ClaimedRun {
             }
         }
     }
+}
+
+/// Whether `lease` is a job's overlap lease.
+fn is_overlap(lease: &Lease) -> bool {
+    lease.key().starts_with(&lease_keys::active(""))
 }

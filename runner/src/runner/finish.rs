@@ -71,7 +71,13 @@ async fn record_end(
         // The next attempt must find the overlap and lock leases free, wherever it is
         // claimed. The run's own lease stays: its expiry after `wait` has the job's
         // scheduler dispatch the next attempt (runners publish no dispatches, see
-        // `scheduler::recovery::reaper`), and should this runner die before, it expires anyway.
+        // `scheduler::recovery::reaper`), and should this runner die before, it expires
+        // anyway. A run whose overlap lease stood for its own takes one of its own first
+        // (failing that, its overlap lease is handed over instead, held through the wait).
+        if let Err(e) = held.take_own_lease(ctx).await {
+            warn!("the run's overlap lease is kept until its retry: {e}");
+            held.keep_overlap_lease();
+        }
         held.release_guards().await;
         let (_, retrying) = queue_retry(&ctx.store, held.record.clone(), held.fence.revision, now).await?;
         held.hand_over_lease(wait).await;

@@ -40,9 +40,10 @@ use tracing::info;
 use super::RunnerCtx;
 use super::run_ahead::{Holder, LATE_START, POLL, Span, holder_alive, span};
 use super::waiting::{Line, Look};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::names::lease_keys;
 use crate::spec::{JobSpec, Overlap};
+use crate::store::kv::Bucket;
 use crate::store::lease::{Lease, holder, holder_at};
 
 /// What the guards say about starting now.
@@ -97,6 +98,38 @@ fn on_active(overlap: Overlap, current: &Active, run_key: &str, fire: DateTime<U
     }
 }
 
+/// The run's own lease as its guards use it: renewed while the run waits, and taken
+/// before it waits if the run holds none (a run whose overlap lease is to be its lease,
+/// see `claimed_run`): a waiting run is seen by the fires behind it, and its runner's
+/// death by the scheduler.
+pub(super) struct RunLease<'a> {
+    pub(super) lease: &'a mut Option<Lease>,
+    /// Its key and holder, to take it.
+    pub(super) key: String,
+    pub(super) holder: &'a str,
+}
+
+impl RunLease<'_> {
+    /// Holds the lease, taking it (for `ttl`) if needed. A conflict when another runner
+    /// holds it: a copy of the run's dispatch, delivered again, runs it.
+    pub(super) async fn take(&mut self, leases: &Bucket, ttl: Duration) -> Result<(), Error> {
+        if self.lease.is_some() {
+            return Ok(());
+        }
+        match Lease::try_acquire(leases, &self.key, self.holder, ttl).await? {
+            Some(lease) => {
+                *self.lease = Some(lease);
+                Ok(())
+            }
+            None => Err(Error::new(ErrorKind::Conflict, format!("{} is held by another runner", self.key))),
+        }
+    }
+
+    fn get(&mut self) -> Option<&mut Lease> {
+        self.lease.as_mut()
+    }
+}
+
 /// How long after its fire a run of a backlog may still wait for the run before it, when
 /// its job sets no `starting_deadline`: the schedulers' default deadline.
 pub(super) const BACKLOG_DEADLINE: Duration = Duration::from_secs(60);
@@ -107,7 +140,7 @@ pub(super) async fn acquire(
     ctx: &RunnerCtx,
     (spec, ttl): (&JobSpec, Duration),
     (run_key, fire): (&str, DateTime<Utc>),
-    mut run_lease: Option<&mut Lease>,
+    run_lease: &mut RunLease<'_>,
     shutdown: &CancellationToken,
 ) -> Result<Decision, Error> {
     let leases = &ctx.store.leases;
@@ -116,7 +149,7 @@ pub(super) async fn acquire(
     if spec.overlap != Overlap::Allow {
         let late = ctx.clock.now() - fire > LATE_START;
         let mut line = Line::new(leases, &spec.name, (run_key, fire, late), ttl);
-        let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease.as_deref_mut(), shutdown, &mut line).await;
+        let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease, shutdown, &mut line).await;
         // Out of line however it ended, an error included: the next need not wait for
         // its place to expire.
         line.leave().await;
@@ -142,6 +175,10 @@ pub(super) async fn acquire(
                 return Ok(Decision::Skip(format!("lock {name} is held by run {current}")));
             }
             // Our own earlier attempt's: it runs out within its TTL.
+            if let Err(e) = run_lease.take(leases, ttl).await {
+                release_all(held).await;
+                return Err(e);
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     release_all(held).await;
@@ -149,7 +186,7 @@ pub(super) async fn acquire(
                 }
                 _ = tokio::time::sleep(POLL) => {}
             }
-            if let Some(lease) = run_lease.as_deref_mut() {
+            if let Some(lease) = run_lease.get() {
                 lease.renew().await?;
             }
         }
@@ -172,7 +209,7 @@ async fn take_active(
     ctx: &RunnerCtx,
     (spec, ttl): (&JobSpec, Duration),
     (run_key, fire): (&str, DateTime<Utc>),
-    mut run_lease: Option<&mut Lease>,
+    run_lease: &mut RunLease<'_>,
     shutdown: &CancellationToken,
     line: &mut Line<'_>,
 ) -> Result<Taken, Error> {
@@ -197,6 +234,7 @@ async fn take_active(
     if let Some(lease) = taken {
         return Ok(Taken::Now(lease));
     }
+    run_lease.take(leases, ttl).await?;
     let deadline = spec.starting_deadline.unwrap_or(BACKLOG_DEADLINE);
     // Judged again when the holder changed while it was judged (see `holder_alive`).
     loop {
@@ -228,7 +266,7 @@ async fn take_active(
                 // Not waiting to take it while it finds out whether the run ahead lives.
                 line.leave().await;
                 let holding = (key.as_str(), current.as_str(), span);
-                match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
+                match holder_alive(ctx, holding, (ttl, fire), run_lease.get(), shutdown, line).await? {
                     Holder::Alive => return Ok(Taken::Not(Decision::Skip(why))),
                     Holder::ShutDown => return Ok(Taken::Not(Decision::ShutDown)),
                     Holder::Changed | Holder::EndedBefore => continue,
@@ -253,7 +291,7 @@ async fn take_active(
             true => info!(in_line, "waiting for the earlier fires of the job to take its overlap lease first"),
             false => info!(%current, in_line, "waiting for the run in progress to end"),
         }
-        let waited = line.wait_turn(ctx, &key, give_up, (run_lease.as_deref_mut(), queued.as_mut()), shutdown).await;
+        let waited = line.wait_turn(ctx, &key, give_up, (run_lease.get(), queued.as_mut()), shutdown).await;
         if let Some(waiter) = queued {
             let _ = waiter.release().await;
         }
@@ -274,7 +312,7 @@ async fn take_active(
             // and a later fire must not take the lease before it.
             None if !free => {
                 let holding = (key.as_str(), current.as_str(), span);
-                match holder_alive(ctx, holding, (ttl, fire), run_lease.as_deref_mut(), shutdown, line).await? {
+                match holder_alive(ctx, holding, (ttl, fire), run_lease.get(), shutdown, line).await? {
                     Holder::Gone(lease) => Taken::Waited(*lease),
                     Holder::ShutDown => Taken::Not(Decision::ShutDown),
                     // It did not overlap this fire after all: waited for, within the deadline.

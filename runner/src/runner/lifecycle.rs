@@ -99,11 +99,14 @@ async fn run_claimed(
     let early = ctx.current(&d.job, d.spec_revision).await;
     // The job's own run TTL, when it asks for a longer one: in force from now on (the
     // lease was taken before the spec was read).
-    if let (Ok(Some((_, spec))), Some(lease)) = (&early, held.lease.as_mut())
+    if let Ok(Some((_, spec))) = &early
         && spec.run_ttl.is_some()
     {
-        lease.set_ttl(ctx.config.run_ttl_for(spec.run_ttl));
-        held.renew().await?;
+        held.ttl = ctx.config.run_ttl_for(spec.run_ttl);
+        if let Some(lease) = held.lease.as_mut() {
+            lease.set_ttl(held.ttl);
+            held.renew().await?;
+        }
     }
     let run = RunInfo {
         job: &d.job,
@@ -111,7 +114,7 @@ async fn run_claimed(
         attempt: d.attempt,
         trigger: d.trigger,
         scheduled_at: held.record.scheduled_at.unwrap_or(d.scheduled_at),
-        alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl(ctx)))),
+        alive: alive.map(|path| (path, ctx.config.alive_within(held.run_ttl()))),
         input: held.record.input.as_ref().map(|input| input.to_string()),
         traceparent: held.trace.traceparent(),
     };
@@ -156,7 +159,7 @@ async fn run_claimed(
         // Edited since it was prepared: the new spec starts alone, a little late.
         stale.discard().await;
     }
-    let ttl = held.run_ttl(ctx);
+    let ttl = held.run_ttl();
     // A backfilled fire stands in line at its dispatch, as a manual run at its trigger:
     // its fire instant, long past, would put it ahead of every run and past its deadline.
     let fire = match d.trigger {
@@ -164,7 +167,8 @@ async fn run_claimed(
         _ => held.record.scheduled_at,
     };
     let fire = fire.unwrap_or(d.scheduled_at);
-    match guards::acquire(ctx, (&spec, ttl), (&held.record.key(), fire), held.lease.as_mut(), &stops.shutdown).await? {
+    let (run_key, asked) = (held.record.key(), tokio::time::Instant::now());
+    match guards::acquire(ctx, (&spec, ttl), (&run_key, fire), &mut held.run_lease(ctx), &stops.shutdown).await? {
         Decision::Go(leases) => held.guards = leases,
         Decision::Waited(leases) => {
             held.guards = leases;
@@ -175,6 +179,12 @@ async fn run_claimed(
         }
         Decision::Skip(why) => return finish_without_start(ctx, held, Status::Skipped, &why).await,
         Decision::ShutDown => return Ok(false),
+    }
+    // Its overlap lease stands for its own from now; a run that took none (its job's
+    // policy is `allow` since the claim) takes its own.
+    held.guards_taken(asked);
+    if !held.leased() {
+        held.take_own_lease(ctx).await?;
     }
     let made = match made.take() {
         Some(m) if m.ready.is_ok() => m,
@@ -314,7 +324,7 @@ async fn mark_running(
 ) -> Result<(), Error> {
     // As long as the lease lives (renewed between tries, once NATS answers again), less
     // half a heartbeat: it must not expire while the write may still land unseen.
-    let lease_left = |held: &ClaimedRun| held.renewed + held.run_ttl(ctx).saturating_sub(ctx.config.heartbeat / 2);
+    let lease_left = |held: &ClaimedRun| held.renewed + held.run_ttl().saturating_sub(ctx.config.heartbeat / 2);
     // Its lease is its claim: one that may have run out (the runner stalled since its last
     // renewal) is renewed before the start is written, and a refusal (expired, taken) ends
     // the claim here.
@@ -349,7 +359,7 @@ async fn mark_running(
             Err(e) => e,
         };
         if tokio::time::Instant::now() + backoff > lease_left(held) {
-            held.lease = None;
+            held.leave_lease_to_expire();
             return Err(error);
         }
         warn!("the run's start is not recorded yet, retrying in {backoff:?}: {error}");
@@ -358,7 +368,7 @@ async fn mark_running(
             _ = tokio::time::sleep(backoff) => false,
         };
         if stopping {
-            held.lease = None;
+            held.leave_lease_to_expire();
             return Err(error);
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -371,7 +381,7 @@ async fn mark_running(
         // A failing renewal takes its own time (NATS away): no write once the lease may
         // have run out.
         if tokio::time::Instant::now() >= lease_left(held) {
-            held.lease = None;
+            held.leave_lease_to_expire();
             return Err(error);
         }
     }

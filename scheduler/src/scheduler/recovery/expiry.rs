@@ -29,10 +29,12 @@ use crate::catalog::Catalog;
 use crate::dispatch::{Queued, publish_queued, queue_retry};
 use crate::error::Error;
 use crate::events::{Event, EventKind, publish_event};
-use crate::record::{RunRecord, Status, Trigger, is_message_run, parse_run_key};
+use crate::names::lease_keys;
+use crate::record::{RunRecord, Status, Trigger, is_message_run, parse_run_key, run_key};
 use crate::spec::on::OnMessage;
 use crate::spec::{JobSpec, Retries};
 use crate::store::Store;
+use crate::store::lease::holder;
 
 /// What the expiry of a run's lease calls for, given the run's record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +96,17 @@ async fn dispatch_retry(store: &Store, catalog: &Catalog, queued: Queued, now: D
     publish_queued(store, &pool, queued, now).await
 }
 
+/// Whether run `run_id` of `job` holds a lease: its own (`run.<job>.<run-id>`), or its
+/// job's overlap lease naming it, which a run of a job with an overlap policy holds
+/// instead of one of its own (see the runner's `claimed_run`).
+pub(super) async fn run_leased(store: &Store, job: &str, run_id: &str) -> Result<bool, Error> {
+    if store.leases.get(&lease_keys::run(job, run_id)).await?.is_some() {
+        return Ok(true);
+    }
+    let active = holder(&store.leases, &lease_keys::active(job)).await?;
+    Ok(active.is_some_and(|a| a.holder == run_key(job, run_id)))
+}
+
 /// Handles the expiry of lease `key`. Idempotent: a run that is over, or whose lease was
 /// taken again meanwhile, is left alone.
 pub(super) async fn run_lease_expired(
@@ -112,8 +125,9 @@ pub(super) async fn run_lease_expired(
     };
     let mut record = stored.record;
     let expiry = on_expiry(&record);
-    // Taken again meanwhile (a retry claimed): not expired any more.
-    if expiry == Expiry::Nothing || store.leases.get(key).await?.is_some() {
+    // Taken again meanwhile (a retry claimed), or its overlap lease still names it: not
+    // expired (yet).
+    if expiry == Expiry::Nothing || run_leased(store, job, run_id).await? {
         return Ok(());
     }
     let spec = match store.get_job(job).await {

@@ -1,8 +1,11 @@
 //! Runs whose runner died, and retries that are due. Every run holds a lease
-//! (`run.<job>.<run-id>`) that its runner renews with each heartbeat. When the server
-//! expires one, the scheduler leading shard 0 looks at the run's record (see
+//! (`run.<job>.<run-id>`, or its job's overlap lease `active.<job>` naming it: see the
+//! runner's `claimed_run`) that its runner renews with each heartbeat. When the server
+//! expires a run's own lease, the scheduler leading shard 0 looks at the run's record (see
 //! `expiry`): a run still claimed is `lost` (and retried per policy), a retry whose
-//! backoff is over is dispatched. Runners never publish dispatches, so a runner identity
+//! backoff is over is dispatched. An overlap lease's expiry marker does not say which run
+//! held it: the records of its job are swept at once (see `sweep`), which settles the run
+//! it stood for. Runners never publish dispatches, so a runner identity
 //! cannot start runs; and a runner that dies between the two writes leaves a lease that
 //! still expires.
 //!
@@ -23,6 +26,7 @@ use tracing::{info, warn};
 use super::expiry::run_lease_expired;
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
+use crate::names::lease_keys;
 use crate::scheduler::SchedulerCtx;
 use crate::store::kv::Watch;
 use crate::store::{Bucket, Store};
@@ -112,7 +116,8 @@ impl Reaper {
     }
 
     async fn open(&mut self) {
-        match self.store.leases.watch("run.>").await {
+        let leases = [lease_keys::run("*", ">"), lease_keys::active(">")];
+        match self.store.leases.watch_all_of(&leases).await {
             Ok(w) => self.watch = Some(w),
             Err(e) => {
                 warn!("watching run leases: {e}");
@@ -125,7 +130,10 @@ impl Reaper {
     async fn next_change(&mut self) {
         let Some(watch) = self.watch.as_mut() else { return };
         match watch.next().await {
-            Some(Ok(change)) if change.expired => self.reap(change.key),
+            Some(Ok(change)) if change.expired => match change.key.strip_prefix(&lease_keys::active("")) {
+                Some(job) => self.settle_job(job.to_string()),
+                None => self.reap(change.key),
+            },
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 warn!("run lease watch interrupted, resyncing: {e}");
@@ -160,6 +168,19 @@ impl Reaper {
                 info!(settled, jobs = jobs.len(), "sweep settled runs left without an owner");
             }
         }));
+    }
+
+    /// Settles the runs of `job` left without a lease (an overlap lease standing for a
+    /// run's own expired), on a task of its own; a sweep settles what this misses.
+    fn settle_job(&self, job: String) {
+        let (store, catalog, clock) = (self.store.clone(), self.catalog.clone(), self.clock.clone());
+        let deadline = self.default_deadline;
+        tokio::spawn(async move {
+            let settled = super::sweep::sweep(&store, &catalog, &[job], deadline, &clock, Duration::ZERO).await;
+            if settled > 0 {
+                info!(settled, "settled the run whose overlap lease expired");
+            }
+        });
     }
 
     /// Handles one expiry on a task of its own, trying again a few times over half a

@@ -124,7 +124,7 @@ async fn settle_one(
 ) -> Result<bool, Error> {
     let (job, run_id) = (run.record.job.clone(), run.record.run_id.clone());
     let lease = lease_keys::run(&job, &run_id);
-    let held = store.leases.get(&lease).await?.is_some();
+    let held = super::expiry::run_leased(store, &job, &run_id).await?;
     let summary =
         catalog.get(&job).await?.and_then(|j| j.summary.as_ref().ok().map(|s| (s.pool.clone(), s.starting_deadline)));
     let deadline = summary.as_ref().and_then(|s| s.1).unwrap_or(default_deadline);
