@@ -24,7 +24,7 @@ use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
 use super::running::until_code_ends;
-use super::starter::{Confirms, Release, Ticket};
+use super::starter::{Confirms, END_GATE_BOUND, Release, Ticket, start_gate_bound};
 use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
@@ -224,8 +224,8 @@ async fn run_claimed(
         // Too late for its group's release, or in none.
         Some(_) | None => Release::Alone,
     };
-    let (ready, started, starting) = match release {
-        Release::Released(at, starting) => (ready, at, Some(starting)),
+    let (ready, started, starting, ending) = match release {
+        Release::Released(at, starting, ending) => (ready, at, Some(starting), Some(ending)),
         Release::Lost => {
             ready.discard().await;
             return finish_without_start(ctx, held, Status::Failed, "the release of the run's group was lost").await;
@@ -235,17 +235,17 @@ async fn run_claimed(
         Release::Alone if ready.bound_to_release() => {
             ready.discard().await;
             match exec::prepare(ctx, &spec, &run, None).await {
-                Ok(ready) => (ready, ctx.clock.now(), None),
+                Ok(ready) => (ready, ctx.clock.now(), None, None),
                 Err(why) => return finish_without_start(ctx, held, Status::Failed, &why.to_string()).await,
             }
         }
-        Release::Alone => (ready, ctx.clock.now(), None),
+        Release::Alone => (ready, ctx.clock.now(), None, None),
     };
     let (output, lines) = mpsc::channel(OUTPUT_BUFFER);
     let started_code = ready.start(output).await;
     // Started (or failed to): the runs released with this one start before any finishes.
     if let Some(gate) = starting.map(|starting| starting.gate()) {
-        gate.passed(ctx.config.heartbeat).await;
+        gate.passed(start_gate_bound(ctx.config.heartbeat)).await;
     }
     let code = match started_code {
         Ok(code) => code,
@@ -261,6 +261,10 @@ async fn run_claimed(
 
     // 5. Supervise and finish.
     let ended = until_code_ends(ctx, msg, &spec, held, code, lines, &stops.stop).await?;
+    // Its output is out: the runs released with it get theirs out before any bookkeeping.
+    if let Some(gate) = ending.map(|ending| ending.gate()) {
+        gate.passed(END_GATE_BOUND).await;
+    }
     finish(ctx, held, &spec, ended).await?;
     Ok(true)
 }

@@ -14,12 +14,20 @@
 //!
 //! After the release, starting comes before finishing: a run that has handed its code to
 //! be run (a shell run's process was released by the pipe, a guest's task spawned) waits
-//! at its group's [`StartGate`] until every run released with it has done so (or
+//! at its group's start [`Gate`] until every run released with it has done so (or
 //! `START_GATE_BOUND` passed, or half a heartbeat: nothing renews the run's lease and
 //! keepalive meanwhile) before it records, publishes and writes anything. Without
 //! it, the writes of the first guests to end (each a chain of NATS round trips whose
 //! answers wake their tasks first) took the two cores from the guests still to start: at
 //! a thousand Wasm runs an instant, the last started over 100 ms late.
+//!
+//! And the jobs' effects come before the runs' bookkeeping: a run whose code ended and
+//! whose log's end went out (its output, the job's effect as `logs -f` sees it) waits at
+//! its group's end gate until every run released with it has got that far (or
+//! `END_GATE_BOUND` passed) before its final record, its end's event and its leases'
+//! release. Without it, each run's three bookkeeping writes went out between the output
+//! of the runs ending after it, on the agent's one connection and in the server's one
+//! queue, and the last run's output of an instant was stored behind them all.
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
@@ -58,6 +66,12 @@ const CONFIRM_SPREAD_RUNS: usize = 10_000;
 /// task was dropped after confirming never does).
 const START_GATE_BOUND: Duration = Duration::from_millis(500);
 
+/// How long a run whose code ended waits at most for the others of its group to end
+/// before its bookkeeping: the ends of an instant's runs of short jobs come within it (a
+/// thousand `clock` guests on two agents within some 20 ms), and a run ending beside a
+/// long one is held no longer.
+pub const END_GATE_BOUND: Duration = Duration::from_millis(50);
+
 /// A run's place in its group: its supervisor, and whether it goes.
 #[derive(Default)]
 struct Member {
@@ -68,8 +82,8 @@ struct Member {
     spare: bool,
 }
 
-/// The release of a group: when, and its gate.
-type Released = Option<(DateTime<Utc>, Arc<StartGate>)>;
+/// The release of a group: when, and its start and end gates.
+type Released = Option<(DateTime<Utc>, Arc<Gate>, Arc<Gate>)>;
 
 struct Group {
     write: std::fs::File,
@@ -78,39 +92,45 @@ struct Group {
     released: watch::Sender<Released>,
 }
 
-/// Open once every run released in a group has started its code.
-pub struct StartGate {
-    /// Runs released and not started yet.
+/// Open once every run released in a group has got past one point: its code started
+/// (the start gate), its output out (the end gate).
+pub struct Gate {
+    /// Runs released and not past the point yet.
     pending: AtomicUsize,
     open: watch::Sender<bool>,
 }
 
-impl StartGate {
+impl Gate {
     fn new(pending: usize) -> Arc<Self> {
         let (open, _) = watch::channel(pending == 0);
         Arc::new(Self { pending: AtomicUsize::new(pending), open })
     }
 
-    /// Waits until the gate opens, at most `START_GATE_BOUND` or `heartbeat / 2`.
-    pub async fn passed(&self, heartbeat: Duration) {
+    /// Waits until the gate opens, at most `bound`.
+    pub async fn passed(&self, bound: Duration) {
         let mut open = self.open.subscribe();
-        let bound = START_GATE_BOUND.min(heartbeat / 2);
         let _ = tokio::time::timeout(bound, open.wait_for(|open| *open)).await;
     }
 }
 
-/// A released run's place at its group's gate: counted as started when dropped, which
-/// every way out of starting does.
-pub struct Starting(Arc<StartGate>);
+/// How long a started run waits at most at its start gate, with a run lease renewed every
+/// `heartbeat`.
+pub fn start_gate_bound(heartbeat: Duration) -> Duration {
+    START_GATE_BOUND.min(heartbeat / 2)
+}
 
-impl Starting {
-    /// The gate, to wait at once started.
-    pub fn gate(&self) -> Arc<StartGate> {
+/// A released run's place at one of its group's gates: counted as past it when dropped,
+/// which every way out of the run does.
+pub struct Passage(Arc<Gate>);
+
+impl Passage {
+    /// The gate, to wait at once past it.
+    pub fn gate(&self) -> Arc<Gate> {
         self.0.clone()
     }
 }
 
-impl Drop for Starting {
+impl Drop for Passage {
     fn drop(&mut self) {
         if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.open.send_replace(true);
@@ -130,8 +150,8 @@ pub struct Starter {
 
 /// How a confirmed run's wait for its group's release ended.
 pub enum Release {
-    /// Released at this time, with its place at the start gate.
-    Released(DateTime<Utc>, Starting),
+    /// Released at this time, with its places at the start and end gates.
+    Released(DateTime<Utc>, Passage, Passage),
     /// Left out of the release: it starts on its own.
     Alone,
     /// The release thread is gone.
@@ -141,7 +161,7 @@ pub enum Release {
 impl Release {
     fn of(value: Option<&Released>) -> Self {
         match value {
-            Some(Some((at, gate))) => Release::Released(*at, Starting(gate.clone())),
+            Some(Some((at, start, end))) => Release::Released(*at, Passage(start.clone()), Passage(end.clone())),
             _ => Release::Lost,
         }
     }
@@ -349,7 +369,7 @@ fn release(groups: &Groups, clock: &SharedClock, instant: DateTime<Utc>) {
     if let Err(e) = group.write.write_all(&vec![b'\n'; lines]) {
         warn!("releasing {lines} runs of {instant}: {e}");
     }
-    let _ = group.released.send(Some((clock.now(), StartGate::new(going))));
+    let _ = group.released.send(Some((clock.now(), Gate::new(going), Gate::new(going))));
 }
 
 #[cfg(test)]
@@ -361,12 +381,12 @@ mod tests {
     /// The gate opens when the last run released with it has started, and not before.
     #[tokio::test(start_paused = true)]
     async fn the_gate_opens_once_every_released_run_started() {
-        let gate = StartGate::new(3);
-        let (a, b, c) = (Starting(gate.clone()), Starting(gate.clone()), Starting(gate.clone()));
+        let gate = Gate::new(3);
+        let (a, b, c) = (Passage(gate.clone()), Passage(gate.clone()), Passage(gate.clone()));
         drop(a);
         let waiting = tokio::spawn({
             let gate = gate.clone();
-            async move { gate.passed(HEARTBEAT).await }
+            async move { gate.passed(start_gate_bound(HEARTBEAT)).await }
         });
         drop(b);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -374,8 +394,8 @@ mod tests {
         drop(c);
         tokio::time::timeout(Duration::from_millis(1), waiting).await.unwrap().unwrap();
         // Open stays open: a run that started last passes at once.
-        tokio::time::timeout(Duration::from_millis(1), gate.passed(HEARTBEAT)).await.unwrap();
-        assert!(*StartGate::new(0).open.borrow(), "a group with no run going is open");
+        tokio::time::timeout(Duration::from_millis(1), gate.passed(start_gate_bound(HEARTBEAT))).await.unwrap();
+        assert!(*Gate::new(0).open.borrow(), "a group with no run going is open");
     }
 
     /// A group's runs confirm at the margin before the instant, the later joiners earlier
@@ -426,17 +446,22 @@ mod tests {
     }
 
     /// A run that confirmed but never started (its task dropped) holds the others back
-    /// for `START_GATE_BOUND` at most, or half a heartbeat when that is shorter.
+    /// for `START_GATE_BOUND` at most, or half a heartbeat when that is shorter; a run
+    /// that goes on long after the others ended holds them at the end gate for
+    /// `END_GATE_BOUND`.
     #[tokio::test(start_paused = true)]
-    async fn a_run_that_never_starts_holds_the_gate_for_its_bound_only() {
-        for (heartbeat, held) in
-            [(HEARTBEAT, START_GATE_BOUND), (Duration::from_millis(300), Duration::from_millis(150))]
-        {
-            let gate = StartGate::new(2);
-            drop(Starting(gate.clone()));
+    async fn a_run_that_never_starts_or_never_ends_holds_the_gate_for_its_bound_only() {
+        let bounds = [
+            (start_gate_bound(HEARTBEAT), START_GATE_BOUND),
+            (start_gate_bound(Duration::from_millis(300)), Duration::from_millis(150)),
+            (END_GATE_BOUND, Duration::from_millis(50)),
+        ];
+        for (bound, held) in bounds {
+            let gate = Gate::new(2);
+            drop(Passage(gate.clone()));
             let before = tokio::time::Instant::now();
-            tokio::time::timeout(Duration::from_secs(5), gate.passed(heartbeat)).await.unwrap();
-            assert_eq!(before.elapsed(), held, "heartbeat {heartbeat:?}");
+            tokio::time::timeout(Duration::from_secs(5), gate.passed(bound)).await.unwrap();
+            assert_eq!(before.elapsed(), held, "bound {bound:?}");
         }
     }
 }
