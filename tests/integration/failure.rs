@@ -167,7 +167,7 @@ shell = "echo $$ > {dir}/attempt-$CRONRUN_ATTEMPT; sleep 60 & sleep 61""#
     let lost = events(&nats.store().await, "long", "lost").await;
     assert_eq!(lost.len(), 1, "{lost:?}");
     if came == Came::OnTime {
-        let settled = "settled the run whose overlap lease expired";
+        let settled = "overlap lease of long expired: 1 of its runs settled";
         assert!(scheduler.log().contains(settled), "the reaper, not the sweep: {}", scheduler.log());
     }
 }

@@ -123,6 +123,49 @@ async fn a_kill_is_taken_only_from_a_kill_request_not_from_a_consumer_delivering
     assert_eq!(run.status, Status::Cancelled, "{run:?}");
 }
 
+/// A runner identity forges an overlap lease naming a run in progress and lets it expire:
+/// the reaper sweeps that job, and the run, which its own lease still names, is not made
+/// `lost` (nor retried): an overlap lease's expiry settles only runs no lease names.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_overlap_lease_expiry_makes_no_leased_run_lost() {
+    use cronrun::names::{Names, lease_keys};
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let runs = nats.dir.path().join("victim.runs");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"victim\"\nschedule = \"@yearly\"\noverlap = \"allow\"\nretries = {{ max = 1 }}\n\
+             shell = \"echo $CRONRUN_ATTEMPT >> {}; sleep 30\"\n",
+            runs.display()
+        ),
+    );
+    let key = nats.trigger("victim");
+    let (job, run_id) = cronrun::record::parse_run_key(&key).unwrap();
+    let store = nats.store().await;
+    eventually(Duration::from_secs(10), "the run to start", || async {
+        let run = store.get_run(job, run_id).await.ok()?.record;
+        (run.status == Status::Running).then_some(())
+    })
+    .await;
+    let (runner, _) = nats.client_as("runner").await;
+    let forger = cronrun::store::Store::open_existing(runner, Names::new("cronrun").unwrap()).await.unwrap();
+    let active = lease_keys::active(job);
+    cronrun::store::lease::Lease::try_acquire(&forger.leases, &active, &key, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("a runner may write overlap leases");
+    let swept = eventually(Duration::from_secs(10), "the reaper to sweep the job on the expiry", || async {
+        agent.log().lines().find(|l| l.contains("overlap lease of victim expired")).map(str::to_string)
+    })
+    .await;
+    assert!(swept.contains(": 0 of its runs settled"), "{swept}");
+    let run = store.get_run(job, run_id).await.unwrap().record;
+    assert_eq!((run.status, run.attempt), (Status::Running, 1), "{run:?}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "1\n", "the job ran once");
+}
+
 /// A runner identity writes what a scheduler acts on: run records queued as retries (one
 /// of a job without retries, one with an input the job's schema refuses) and run leases
 /// that expire at once. The scheduler checks each against its job's spec and dispatches

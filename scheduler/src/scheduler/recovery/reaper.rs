@@ -5,7 +5,8 @@
 //! `expiry`): a run still claimed is `lost` (and retried per policy), a retry whose
 //! backoff is over is dispatched. An overlap lease's expiry marker does not say which run
 //! held it: the records of its job are swept at once (see `sweep`), which settles the run
-//! it stood for. Runners never publish dispatches, so a runner identity
+//! it stood for. Nor does it last, the job's next run taking the key again at once: a new
+//! follower sweeps the jobs whose overlap leases are held as it begins. Runners never publish dispatches, so a runner identity
 //! cannot start runs; and a runner that dies between the two writes leaves a lease that
 //! still expires.
 //!
@@ -118,7 +119,10 @@ impl Reaper {
     async fn open(&mut self) {
         let leases = [lease_keys::run("*", ">"), lease_keys::active(">")];
         match self.store.leases.watch_all_of(&leases).await {
-            Ok(w) => self.watch = Some(w),
+            Ok(w) => {
+                self.watch = Some(w);
+                self.settle_jobs_holding_overlap_leases();
+            }
             Err(e) => {
                 warn!("watching run leases: {e}");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -170,16 +174,34 @@ impl Reaper {
         }));
     }
 
+    /// Settles, once, the runs of the jobs whose overlap leases are held as the watch
+    /// begins: an overlap lease that expired while no reaper followed them and was taken
+    /// again by its job's next run (at once, by a run waiting for it) left no marker to
+    /// see. Listed after the watch began: an expiry after that is seen as it comes.
+    fn settle_jobs_holding_overlap_leases(&self) {
+        let (store, catalog, clock) = (self.store.clone(), self.catalog.clone(), self.clock.clone());
+        let deadline = self.default_deadline;
+        tokio::spawn(async move {
+            let prefix = lease_keys::active("");
+            let jobs: Vec<String> = match store.leases.keys(&lease_keys::active(">")).await {
+                Ok(keys) => keys.iter().filter_map(|k| k.strip_prefix(&prefix)).map(str::to_string).collect(),
+                Err(e) => return warn!("listing the overlap leases held: {e}; the sweep will settle their runs"),
+            };
+            let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, &clock, Duration::ZERO).await;
+            info!("following run leases: {} jobs holding an overlap lease swept, {settled} runs settled", jobs.len());
+        });
+    }
+
     /// Settles the runs of `job` left without a lease (an overlap lease standing for a
     /// run's own expired), on a task of its own; a sweep settles what this misses.
     fn settle_job(&self, job: String) {
         let (store, catalog, clock) = (self.store.clone(), self.catalog.clone(), self.clock.clone());
         let deadline = self.default_deadline;
         tokio::spawn(async move {
-            let settled = super::sweep::sweep(&store, &catalog, &[job], deadline, &clock, Duration::ZERO).await;
-            if settled > 0 {
-                info!(settled, "settled the run whose overlap lease expired");
-            }
+            let settled =
+                super::sweep::sweep(&store, &catalog, std::slice::from_ref(&job), deadline, &clock, Duration::ZERO)
+                    .await;
+            info!("overlap lease of {job} expired: {settled} of its runs settled");
         });
     }
 
