@@ -4,6 +4,7 @@
 //! - `claim.rs`: the dispatch message to its ack; the run's lease and record claimed.
 //! - `lifecycle.rs`: prepare ahead, check, arm (`running`), release at the instant.
 //! - `running.rs`: until the code ends: output, heartbeat, kill requests, timeout, stop.
+//! - `kills.rs`: the kill requests of every run here, on one subscription.
 //! - `finish.rs`: the final record or the next attempt, the log's end, the event.
 //! - `exec/`: the executors behind one trait: `shell.rs` (process groups) and `wasm.rs`.
 //!
@@ -26,6 +27,7 @@ mod claimed_run;
 pub mod exec;
 mod finish;
 mod guards;
+mod kills;
 mod lifecycle;
 mod logs;
 mod presence;
@@ -157,6 +159,8 @@ pub(crate) struct RunnerCtx {
     pub wasm: Result<crate::wasm::WasmRuntime, Error>,
     /// Runs held (claimed or running), shared with the agent's `/metrics`.
     pub running: Arc<AtomicUsize>,
+    /// The runs taking kill requests (see `kills`).
+    kills: Arc<kills::Kills>,
     /// Keepalive files of shell runs (see `supervisor`); removed with the runner.
     alive_dir: Option<alive_dir::AliveDir>,
     /// Prunes of run history, per job (see `prune`).
@@ -310,6 +314,7 @@ impl Runner {
             server_time,
             host,
             running: Arc::new(AtomicUsize::new(0)),
+            kills: Arc::default(),
             alive_dir: alive_dir::AliveDir::make()
                 .map_err(|e| warn!("shell runs will not stop themselves when this runner stalls: {e}"))
                 .ok(),
@@ -338,6 +343,8 @@ impl Runner {
         let tracker = TaskTracker::new();
         let stops = Stops { shutdown: cancel.clone(), stop: CancellationToken::new() };
         let mut tasks = Watched::default();
+        // Subscribed before a run is taken: no run starts without its kill requests.
+        tasks.spawn("the runs' kill requests", kills::follow(ctx.clone(), cancel.clone()));
         for pool in &ctx.config.pools {
             // Stopped meanwhile: the stop below finds the cancel.
             let Some(consumer) = open_pool_consumer(&ctx, pool, &cancel).await? else { break };

@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_nats::jetstream::Message;
-use futures::StreamExt;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -58,8 +57,7 @@ pub(super) async fn until_code_ends(
     tokio::pin!(timeout);
     let grace = ctx.config.kill_grace;
     let (job, run_id) = (held.record.job.clone(), held.record.run_id.clone());
-    let kill_subject = ctx.store.names.kill_subject(&job, &run_id);
-    let mut kills = kill_requests(ctx, &kill_subject).await;
+    let mut kills = ctx.kills.register(ctx.store.names.kill_subject(&job, &run_id));
     let mut log = RunLog::new(ctx, &job, &run_id, spec.output_lines as usize);
     let mut heartbeat = tokio::time::interval(ctx.config.heartbeat);
     // A beat that outlasted its period (NATS away) is followed by one, not by a burst.
@@ -76,7 +74,7 @@ pub(super) async fn until_code_ends(
         tokio::select! {
             exit = code.wait() => break (Ending::Exited, exit),
             _ = &mut timeout => break (Ending::TimedOut, code.stop(Stop::Signal(Signal::SIGTERM), grace).await),
-            Some(req) = async { match kills.as_mut() { Some(k) => k.next().await, None => std::future::pending().await } } => {
+            Some(req) = kills.requests.recv() => {
                 let Some((signal, answer)) = kill_request(&ctx.store.names, &req) else {
                     warn!(reply = ?req.reply, "ignored a message on the kill subject that is no kill request");
                     continue;
@@ -88,9 +86,6 @@ pub(super) async fn until_code_ends(
             Some(line) = lines.recv() => log.line(line).await,
             _ = sleep_until(log.due()), if log.due().is_some() => log.flush().await,
             _ = heartbeat.tick(), if idle.is_some() => {
-                if kills.is_none() {
-                    kills = kill_requests(ctx, &kill_subject).await;
-                }
                 if let Some(held) = idle.take() {
                     let output = log.tail().to_vec();
                     beating = Some(Box::pin(async move {
@@ -156,11 +151,6 @@ async fn sleep_until(due: Option<tokio::time::Instant>) {
     }
 }
 
-/// How long subscribing to a run's kill requests may wait (for the connection).
-const SUBSCRIBE_MAX: Duration = Duration::from_millis(500);
-
-/// The run's kill requests; None while NATS is away (asked again with each heartbeat: no
-/// kill request can come meanwhile anyway).
 /// The signal a message on a run's kill subject asks for, and where to answer, if it is a
 /// kill request: a signal's name, asking for its answer on a control answer subject, as
 /// `cronrun kill` and `overlap = "replace"` send it. Anything else is refused, such as
@@ -171,20 +161,6 @@ fn kill_request(names: &crate::names::Names, req: &async_nats::Message) -> Optio
     let answer = req.reply.clone().filter(|reply| names.is_control_answer(reply))?;
     let signal = parse_signal(std::str::from_utf8(&req.payload).ok()?)?;
     Some((signal, answer))
-}
-
-async fn kill_requests(ctx: &RunnerCtx, subject: &str) -> Option<async_nats::Subscriber> {
-    match tokio::time::timeout(SUBSCRIBE_MAX, ctx.store.client.subscribe(subject.to_string())).await {
-        Ok(Ok(kills)) => Some(kills),
-        Ok(Err(e)) => {
-            warn!("not subscribed to the run's kill requests yet: {e}");
-            None
-        }
-        Err(_) => {
-            warn!("not subscribed to the run's kill requests yet: NATS is away");
-            None
-        }
-    }
 }
 
 /// The run's status and error from why the lifecycle stopped waiting and how the code
