@@ -2,7 +2,7 @@
 //! (`cronrun.ctl.run.*.*.kill`). A subscription per run cost the server a SUB and an UNSUB
 //! at every run (on a cluster, passed on to every route too) and the agent a round of its
 //! client each, all at the instants: 1,000 every-second Wasm runs stored their first
-//! output line at p99 38 ms without it, 46-51 ms with it (2026-12-07). Each request goes
+//! output line at p99 46-51 ms with it, 42-44 ms without (2026-12-07). Each request goes
 //! to the run of its subject if it runs here; a request for a run held elsewhere is not
 //! this runner's to answer (`running::kill_request` checks what it asks for).
 
