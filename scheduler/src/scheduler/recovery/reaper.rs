@@ -121,7 +121,7 @@ impl Reaper {
         match self.store.leases.watch_all_of(&leases).await {
             Ok(w) => {
                 self.watch = Some(w);
-                self.settle_jobs_holding_overlap_leases();
+                self.settle_now(None);
             }
             Err(e) => {
                 warn!("watching run leases: {e}");
@@ -135,7 +135,7 @@ impl Reaper {
         let Some(watch) = self.watch.as_mut() else { return };
         match watch.next().await {
             Some(Ok(change)) if change.expired => match change.key.strip_prefix(&lease_keys::active("")) {
-                Some(job) => self.settle_job(job.to_string()),
+                Some(job) => self.settle_now(Some(job.to_string())),
                 None => self.reap(change.key),
             },
             Some(Ok(_)) => {}
@@ -174,34 +174,32 @@ impl Reaper {
         }));
     }
 
-    /// Settles, once, the runs of the jobs whose overlap leases are held as the watch
-    /// begins: an overlap lease that expired while no reaper followed them and was taken
-    /// again by its job's next run (at once, by a run waiting for it) left no marker to
-    /// see. Listed after the watch began: an expiry after that is seen as it comes.
-    fn settle_jobs_holding_overlap_leases(&self) {
+    /// Settles, on a task of its own, the runs left without a lease of `expired`'s job,
+    /// whose overlap lease (standing for a run's own) expired; or, None, of every job
+    /// holding an overlap lease as the watch begins: one that expired while no reaper
+    /// followed them and was taken again by its job's next run (at once, by a run waiting
+    /// for it) left no marker to see. Listed after the watch began: an expiry after that
+    /// is seen as it comes. A sweep settles what this misses.
+    fn settle_now(&self, expired: Option<String>) {
         let (store, catalog, clock) = (self.store.clone(), self.catalog.clone(), self.clock.clone());
         let deadline = self.default_deadline;
         tokio::spawn(async move {
             let prefix = lease_keys::active("");
-            let jobs: Vec<String> = match store.leases.keys(&lease_keys::active(">")).await {
-                Ok(keys) => keys.iter().filter_map(|k| k.strip_prefix(&prefix)).map(str::to_string).collect(),
-                Err(e) => return warn!("listing the overlap leases held: {e}; the sweep will settle their runs"),
+            let jobs: Vec<String> = match &expired {
+                Some(job) => vec![job.clone()],
+                None => match store.leases.keys(&lease_keys::active(">")).await {
+                    Ok(keys) => keys.iter().filter_map(|k| k.strip_prefix(&prefix)).map(str::to_string).collect(),
+                    Err(e) => return warn!("listing the overlap leases held: {e}; the sweep will settle their runs"),
+                },
             };
             let settled = super::sweep::sweep(&store, &catalog, &jobs, deadline, &clock, Duration::ZERO).await;
-            info!("following run leases: {} jobs holding an overlap lease swept, {settled} runs settled", jobs.len());
-        });
-    }
-
-    /// Settles the runs of `job` left without a lease (an overlap lease standing for a
-    /// run's own expired), on a task of its own; a sweep settles what this misses.
-    fn settle_job(&self, job: String) {
-        let (store, catalog, clock) = (self.store.clone(), self.catalog.clone(), self.clock.clone());
-        let deadline = self.default_deadline;
-        tokio::spawn(async move {
-            let settled =
-                super::sweep::sweep(&store, &catalog, std::slice::from_ref(&job), deadline, &clock, Duration::ZERO)
-                    .await;
-            info!("overlap lease of {job} expired: {settled} of its runs settled");
+            match expired {
+                Some(job) => info!("overlap lease of {job} expired: {settled} of its runs settled"),
+                None => info!(
+                    "following run leases: {} jobs holding an overlap lease swept, {settled} runs settled",
+                    jobs.len()
+                ),
+            }
         });
     }
 
