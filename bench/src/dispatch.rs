@@ -1,5 +1,6 @@
-//! Fires per second through the dispatch path, beside its anchor: the same two writes a
-//! fire (a KV create, a deduplicated publish) done raw on the same server (`raw_nats.rs`).
+//! Fires per second through the dispatch path of fires on time, beside its anchor: the
+//! same write a fire (a deduplicated publish: such a fire has no record until its runner
+//! creates it) done raw on the same server (`raw_nats.rs`).
 
 use std::time::Instant;
 
@@ -13,12 +14,12 @@ use super::deployment::{CpuWindow, StoredWindow};
 use super::open_with;
 use super::raw_nats::{self, Work};
 use cronrun::cli::Ctx;
-use cronrun::dispatch::{DispatchMsg, dispatch};
+use cronrun::dispatch::{DispatchMsg, dispatch_unrecorded};
 use cronrun::record::{Trigger, fire_run_id};
 use cronrun::store::LayoutOptions;
 
-/// Fires through `dispatch` (record create-if-absent + deduplicated publish; the
-/// `dispatched` event is opt-in), as many in flight as the scheduler allows by default.
+/// Fires through `dispatch_unrecorded` (a deduplicated publish; the `dispatched` event is
+/// opt-in), as many in flight as the scheduler allows by default.
 pub(super) async fn run(
     ctx: &Ctx,
     (url, layout): (&str, &LayoutOptions),
@@ -45,7 +46,7 @@ pub(super) async fn run(
             overlap: None,
         };
         let store = store.clone();
-        in_flight.push(async move { dispatch(&store, "bench", &msg, Utc::now()).await });
+        in_flight.push(async move { dispatch_unrecorded(&store, "bench", &msg, Utc::now()).await });
         if in_flight.len() >= in_flight_max {
             in_flight.next().await.transpose()?;
             done += 1;

@@ -104,7 +104,7 @@ pub(super) async fn run(
     let _ = agent.await;
     let rate = runs as f64 / finished.as_secs_f64();
     // The anchor, on the same servers once the agent has stopped: the NATS work these runs
-    // store (`bench nats --layout`: 8 messages a run, as a run with `overlap = "allow"`).
+    // store (`bench nats --layout`: 8 messages a run, as a manual run with `overlap = "allow"`).
     let anchor = raw_nats::measure(url, runs, raw_nats::Work::Layout, (layout.replicas, server_pids)).await?;
     let of_anchor = rate / anchor.runs_per_second;
     let kind = if wasm.is_some() { "wasm" } else { "shell" };

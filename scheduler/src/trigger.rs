@@ -13,7 +13,8 @@
 //! starts: `dispatch::dispatch_with_input` creates the run's record if absent and
 //! publishes it to the pool's runners, so that no trigger can start a run twice however
 //! often it fires (a retry is the run's next attempt, queued by the runner that saw the
-//! last one fail or by the scheduler that saw it lost: `recovery`).
+//! last one fail or by the scheduler that saw it lost: `recovery`). A scheduled fire on
+//! time is published alone ([`Schedule::start_unrecorded`]): its runner creates the record.
 //!
 //! The kinds that follow a stream of events, chains and messages, are also [`Follows`]:
 //! the scheduler runs each as one of its watched tasks ([`spawn`]). The schedule is the
@@ -76,6 +77,21 @@ pub struct Schedule;
 
 impl Trigger for Schedule {
     const KIND: record::Trigger = record::Trigger::Schedule;
+}
+
+impl Schedule {
+    /// [`Trigger::start`] for a fire on time whose record its runner creates (see
+    /// `dispatch::dispatch_unrecorded`): the fire's run id, derived from its instant, and
+    /// `Nats-Msg-Id` refuse a second dispatch as the record's create would.
+    pub async fn start_unrecorded(
+        store: &Store,
+        pool: &str,
+        msg: &DispatchMsg,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, Error> {
+        crate::dispatch::dispatch_unrecorded(store, pool, msg, now).await?;
+        Ok(Outcome::Dispatched)
+    }
 }
 
 /// A fire of a job's schedule missed while no scheduler ran, run late by its `catchup`.

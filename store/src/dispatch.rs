@@ -3,6 +3,12 @@
 //! Both steps refuse a second dispatch of the same run; the order makes a crash between
 //! them harmless (the next dispatcher finds the record `queued` and publishes again,
 //! deduplicated by the server if the first publish did land).
+//!
+//! A scheduled fire on time is published alone ([`dispatch_unrecorded`]): its record is
+//! created by the runner that claims it, `running` (or `skipped`), create-if-absent, one
+//! stored message a run fewer. A second dispatch of the fire (a new leader's, after a
+//! takeover) is deduplicated by `Nats-Msg-Id` within the stream's window, and refused
+//! after it by that create: the record exists.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -23,7 +29,8 @@ pub struct DispatchMsg {
     pub trigger: Trigger,
     pub scheduled_at: DateTime<Utc>,
     pub spec_revision: u64,
-    /// Set by `dispatch` and `retry` as they publish.
+    /// Set by `dispatch` and `retry` as they publish; None for a run dispatched with no
+    /// record (see [`dispatch_unrecorded`]), whose runner creates its record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<Queued>,
     /// The overlap policy this run follows instead of its job's (`backfill --overlap
@@ -59,6 +66,35 @@ impl DispatchMsg {
             scheduled_at: self.scheduled_at,
         }
     }
+}
+
+/// Publishes the first attempt of a scheduled fire with no record (see the module's doc):
+/// the runner that claims it creates the record. A fire whose record must be there
+/// before a runner takes it (its `late` check reads it) goes through [`dispatch`].
+pub async fn dispatch_unrecorded(
+    store: &Store,
+    pool: &str,
+    msg: &DispatchMsg,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let began = std::time::SystemTime::now();
+    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
+    publish(store, pool, &DispatchMsg { queued: None, ..msg.clone() }, &msg_id, began).await?;
+    crate::telemetry::fire_span(store.names.namespace(), msg.traced(), now, std::time::SystemTime::now());
+    if store.lifecycle.every_run {
+        publish_dispatched(store, msg, now).await;
+    }
+    Ok(())
+}
+
+/// The record of a run dispatched with no record (see [`dispatch_unrecorded`]), as its
+/// runner starts from: `queued`, dispatched at `dispatched_at` (when the server stored
+/// the message).
+pub fn unrecorded(msg: &DispatchMsg, dispatched_at: Option<DateTime<Utc>>) -> RunRecord {
+    let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
+    record.attempt = msg.attempt;
+    record.dispatched_at = dispatched_at;
+    record
 }
 
 /// The run record as the dispatcher left it and its revision. Compare-and-set from it

@@ -219,6 +219,67 @@ async fn forged_retry_records_start_nothing_their_jobs_do_not_allow() {
     }
 }
 
+/// A scheduler identity (which may publish dispatches) publishes dispatches with no record,
+/// as fires on time go out: one as a retry's third attempt, one as a manual run, and a
+/// copy of a fire that already ran. The runner creates a record only for a scheduled
+/// fire's first attempt that has none: the first two are dropped, saying so, the copy is
+/// refused by the record its run created, and the job ran once, for its own fire.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dispatch_with_no_record_starts_only_a_scheduled_fires_first_attempt_once() {
+    use cronrun::dispatch::DispatchMsg;
+    use cronrun::record::Trigger;
+    let nats = Nats::start().await;
+    let agent = nats.agent("a", "");
+    ready(&agent).await;
+    let dir = nats.dir.path().display().to_string();
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"forged\"\nschedule = \"@yearly\"\nshell = 'echo $CRONRUN_RUN_ID >> {dir}/forged.runs'\n"
+        ),
+    );
+    let store = nats.store().await;
+    let revision = store.get_job("forged").await.unwrap().revision;
+    let (scheduler, _) = nats.client_as("scheduler").await;
+    let js = async_nats::jetstream::new(scheduler);
+    let now = chrono::Utc::now();
+    let publish = |msg: DispatchMsg, id: &str| {
+        let (js, subject, id) = (js.clone(), store.names.dispatch_subject("default"), id.to_string());
+        async move {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", id.as_str());
+            let body = serde_json::to_vec(&msg).unwrap();
+            js.publish_with_headers(subject, headers, body.into()).await.unwrap().await.unwrap();
+        }
+    };
+    let fire = cronrun::record::fire_run_id(now);
+    let retry = DispatchMsg {
+        attempt: 3,
+        ..DispatchMsg::first("forged", "20270101T000000Z".into(), Trigger::Retry, now, revision)
+    };
+    let manual = DispatchMsg::first("forged", format!("{fire}-mdead"), Trigger::Manual, now, revision);
+    let first = DispatchMsg::first("forged", fire.clone(), Trigger::Schedule, now, revision);
+    for (msg, id) in [(retry, "forged.retry"), (manual, "forged.manual"), (first.clone(), "forged.first")] {
+        publish(msg, id).await;
+    }
+    let done = final_record(&store, &format!("forged.{fire}")).await;
+    assert_eq!((done.status, done.attempt), (Status::Succeeded, 1), "{done:?}");
+    // A copy of the fire's dispatch, past the server's deduplication (another id).
+    publish(first, "forged.copy").await;
+    eventually(Duration::from_secs(15), "the runner to drop both forged dispatches and refuse the copy", || async {
+        let log = agent.log();
+        let dropped = log.matches("a dispatch with no record that is not a fire's first attempt: dropped").count();
+        (dropped == 2 && log.contains("run taken over elsewhere")).then_some(())
+    })
+    .await;
+    for run_id in ["20270101T000000Z".to_string(), format!("{fire}-mdead")] {
+        assert!(store.get_run("forged", &run_id).await.is_err(), "a record for forged run {run_id}");
+    }
+    let runs = std::fs::read_to_string(nats.dir.path().join("forged.runs")).unwrap();
+    assert_eq!(runs, format!("{fire}\n"), "the job ran once, for its fire");
+    assert_eq!(store.get_run("forged", &fire).await.unwrap().record, done, "the copy wrote to the record");
+}
+
 /// The JetStream cluster API and the system account: what moves leaders, removes peers,
 /// rewrites or deletes a replicated stream. No identity holds any of it.
 const CLUSTER_API: [&str; 9] = [

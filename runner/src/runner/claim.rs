@@ -1,5 +1,6 @@
-//! A dispatched run on this runner, from its message to its ack: the record is read, the
-//! run's lease taken (whoever holds it runs the attempt), the record claimed; then the
+//! A dispatched run on this runner, from its message to its ack: the record is read (or,
+//! for a run dispatched with none, made from the message: its first write creates it),
+//! the run's lease taken (whoever holds it runs the attempt), the record claimed; then the
 //! lifecycle (`lifecycle.rs`) runs it, and the message is acked, handed back, or looked at
 //! again later. Every record write is a compare-and-set on the revision this runner last
 //! wrote; a refused write means the run was taken from us (fencing).
@@ -17,7 +18,7 @@ use super::{RunnerCtx, Stops};
 use crate::dispatch::DispatchMsg;
 use crate::error::Error;
 use crate::names::lease_keys;
-use crate::record::Status;
+use crate::record::{Status, Trigger};
 use crate::spec::Overlap;
 use crate::store::StoredRun;
 use crate::store::kv::Fenced;
@@ -79,12 +80,26 @@ async fn claim(
     stops: &Stops,
     trace: RunTrace,
 ) -> Result<Disposition, Error> {
-    let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+    let info = msg.info().ok();
+    let redelivered = info.as_ref().is_some_and(|i| i.delivered > 1);
+    // A run dispatched with no record starts from none: its first write creates it
+    // (revision 0), and is refused if another runner's copy of the dispatch did first.
+    let unrecorded = || {
+        let stored_at = info.as_ref().map(|i| i.published);
+        let dispatched_at = stored_at.and_then(|t| DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond()));
+        StoredRun { record: crate::dispatch::unrecorded(d, dispatched_at), revision: 0 }
+    };
+    if d.queued.is_none() && (d.trigger != Trigger::Schedule || d.attempt != 1) {
+        warn!(job = %d.job, run = %d.run_id, "a dispatch with no record that is not a fire's first attempt: dropped");
+        return Ok(Disposition::Done);
+    }
     // The record as dispatched saves a read; after a redelivery it may be out of date.
     let stored = match (&d.queued, redelivered) {
         (Some(q), false) => StoredRun { record: q.record.clone(), revision: q.revision },
+        (None, false) => unrecorded(),
         _ => match ctx.store.get_run(&d.job, &d.run_id).await {
             Ok(s) => s,
+            Err(e) if e.is_not_found() && d.queued.is_none() => unrecorded(),
             Err(e) if e.is_not_found() => {
                 let dispatched_at = d.queued.as_ref().and_then(|q| q.record.dispatched_at);
                 return Ok(record_not_found(dispatched_at, ctx.clock.now()));

@@ -145,13 +145,17 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
             Trigger::Catchup => Catchup::first(name, run_id.clone(), at, due.job.revision),
             _ => Schedule::first(name, run_id.clone(), at, due.job.revision),
         };
+        // A fire on time needs no record before its runner's (see `dispatch`), unless
+        // its `late` check is to find it.
+        let recorded = trigger != Trigger::Schedule || late_checked(&store, summary);
         let mut backoff = Duration::from_millis(100);
         loop {
             let outcome = match excluded_by(&store, summary, due.fire).await {
                 Ok(Some(calendar)) => {
                     return info!(calendar, "fire not run: its date is in a calendar the job excludes");
                 }
-                Ok(None) => Schedule::start(&store, &summary.pool, &msg, None, now).await,
+                Ok(None) if recorded => Schedule::start(&store, &summary.pool, &msg, None, now).await,
+                Ok(None) => Schedule::start_unrecorded(&store, &summary.pool, &msg, now).await,
                 Err(e) => Err(e),
             };
             match outcome {
@@ -177,12 +181,15 @@ pub(super) async fn fire(store: Store, default_deadline: Duration, due: Due, tri
 /// Whether a fire's `dispatched` event goes out though `dispatch` publishes none (no
 /// `[events] lifecycle`): the `late` check of the job's notification rules rides on it.
 fn needs_dispatched_event(store: &Store, job: &JobSummary) -> bool {
-    let lifecycle = store.lifecycle;
-    !lifecycle.every_run
-        && match job.notify() {
-            [] => lifecycle.late_by_default,
-            rules => rules.iter().any(|rule| rule.late.is_some()),
-        }
+    !store.lifecycle.every_run && late_checked(store, job)
+}
+
+/// Whether the notifier checks the job's fires for being `late` (it reads their records).
+fn late_checked(store: &Store, job: &JobSummary) -> bool {
+    match job.notify() {
+        [] => store.lifecycle.late_by_default,
+        rules => rules.iter().any(|rule| rule.late.is_some()),
+    }
 }
 
 /// The calendar of those the job excludes whose days hold `fire`'s local date, read now
