@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
-use super::run_ahead::{Holder, LATE_START, POLL, Span, holder_alive, span};
+use super::run_ahead::{Holder, LATE_START, POLL, Span, holder_alive, leave_to_the_reaper, span};
 use super::waiting::{Line, Look};
 use crate::error::{Error, ErrorKind};
 use crate::names::lease_keys;
@@ -303,7 +303,12 @@ async fn take_active(
             Taken::Not(Decision::Skip(format!("{ahead} still running at {limit}, {after} after it")))
         };
         return Ok(match waited? {
-            Some(lease) => Taken::Waited(lease),
+            Some(lease) => {
+                if !free && current != run_key {
+                    leave_to_the_reaper(ctx, &current).await;
+                }
+                Taken::Waited(lease)
+            }
             None if shutdown.is_cancelled() => Taken::Not(Decision::ShutDown),
             // Its time in line is over behind a run that still holds the lease. That run
             // may have died with its runner (its lease outlives it by up to the TTL): as

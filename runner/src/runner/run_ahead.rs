@@ -123,7 +123,8 @@ pub(super) async fn holder_alive(
             Some(h) if line.standing() && line.is_later(&h.holder) => {}
             Some(_) => return Ok(Holder::Changed),
             None => {
-                let why = match ended(ctx, current).await {
+                let died = ended(ctx, current).await;
+                let why = match died {
                     Ended::At(at) if ended_before(span, at, fire) => "the run in progress had ended before this fire",
                     Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
                     Ended::Not => "the run in progress died with its runner",
@@ -134,6 +135,9 @@ pub(super) async fn holder_alive(
                 // failed): looked at again.
                 if let Some(lease) = line.take_now(key, ctx.clock.now()).await? {
                     info!(%current, "{why}: this one runs");
+                    if matches!(died, Ended::Not) {
+                        leave_to_the_reaper(ctx, current).await;
+                    }
                     return Ok(Holder::Gone(Box::new(lease)));
                 }
             }
@@ -149,6 +153,31 @@ pub(super) async fn holder_alive(
     Ok(Holder::Alive)
 }
 
+/// How long the lease left to the reaper for a dead holder lives: the shortest TTL.
+const REAPER_LEASE_TTL: Duration = Duration::from_secs(1);
+
+/// The run `run_key` held its job's overlap lease, which a run waiting for it has just
+/// taken: if its record says it is `running`, it let the lease run out, dead with its
+/// runner (a run that ends writes its end first; one that gave the lease back unstarted,
+/// a later fire's look, has no such record). Its own run lease is then set to expire at
+/// once, so that the reaper records it `lost` and retries it per policy: the overlap
+/// lease's expiry, its lease as it ran, may have been seen by no reaper (the agent
+/// leading the reaper's shard died too), and the take leaves no trace of it, where a run
+/// lease's expiry marker stays until the next reaper's watch begins. A run that holds a
+/// run lease of its own already is left as it is.
+pub(super) async fn leave_to_the_reaper(ctx: &RunnerCtx, run_key: &str) {
+    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return };
+    match ctx.store.get_run(job, run_id).await {
+        Ok(stored) if stored.record.status == crate::record::Status::Running => {}
+        _ => return,
+    }
+    info!(%run_key, "the run ahead died with its runner: left to the reaper");
+    let key = crate::names::lease_keys::run(job, run_id);
+    if let Err(e) = Lease::try_acquire(&ctx.store.leases, &key, &ctx.host, REAPER_LEASE_TTL).await {
+        info!(%run_key, "the dead run is left to the sweep: {e}");
+    }
+}
+
 /// Whether a run of `span` (unknown: taken as going before `fire`) that ended `at` did not
 /// overlap `fire`.
 pub(super) fn ended_before(span: Option<Span>, at: DateTime<Utc>, fire: DateTime<Utc>) -> bool {
@@ -162,14 +191,19 @@ enum Ended {
     /// As runs end, at a time unknown (its record unreadable, or without `finished_at`):
     /// taken as past the fire, so that a doubt skips rather than runs beside it.
     Unknown,
-    /// Not: `lost`, or still `running` with its lease gone. It died with its runner.
+    /// Not: `lost`, still `running` with its lease gone, or never recorded. It died with its
+    /// runner.
     Not,
 }
 
 async fn ended(ctx: &RunnerCtx, run_key: &str) -> Ended {
     let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return Ended::Unknown };
-    let Ok(stored) = ctx.store.get_run(job, run_id).await else { return Ended::Unknown };
-    let record = stored.record;
+    let record = match ctx.store.get_run(job, run_id).await {
+        Ok(stored) => stored.record,
+        // No record: a run dispatched with none, whose start was never written.
+        Err(e) if e.is_not_found() => return Ended::Not,
+        Err(_) => return Ended::Unknown,
+    };
     match record.finished_at {
         _ if !record.status.is_final() || record.status == crate::record::Status::Lost => Ended::Not,
         Some(at) => Ended::At(at),
