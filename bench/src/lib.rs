@@ -110,7 +110,7 @@ pub enum BenchKind {
     Nats {
         #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
         runs: usize,
-        /// Store all a run stores under the NATS layout (8 messages, not 4): its lease,
+        /// Store all a run stores under the NATS layout (7 messages, not 4): its lease,
         /// events and output too, with their readers
         #[arg(long)]
         layout: bool,

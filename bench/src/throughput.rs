@@ -14,12 +14,13 @@ use super::deployment::{CpuWindow, StoredWindow};
 use super::raw_nats;
 use super::{every_second_job, open_with, run_plugin, store_plugin};
 use cronrun::cli::Ctx;
-use cronrun::dispatch::{DispatchMsg, dispatch};
+use cronrun::dispatch::{DispatchMsg, dispatch_unrecorded};
 use cronrun::record::{Trigger, fire_run_id};
 use cronrun::store::LayoutOptions;
 
-/// N runs of one job dispatched at once to an agent with production settings; the rate
-/// is runs recorded as finished per second, from the first dispatch to the last record.
+/// N runs of one job dispatched at once to an agent with production settings, as fires
+/// due now (a scheduler's dispatch of a fire on time: no record until its runner's); the
+/// rate is runs recorded as finished per second, from the first dispatch to the last record.
 pub(super) async fn run(
     ctx: &Ctx,
     (url, layout): (&str, &LayoutOptions),
@@ -73,14 +74,14 @@ pub(super) async fn run(
             job: format!("thru-{:03}", i / PER_JOB),
             run_id: format!("{}-b{i:06}", fire_run_id(base)),
             attempt: 1,
-            trigger: Trigger::Manual,
+            trigger: Trigger::Schedule,
             scheduled_at: base,
             spec_revision: revisions[i / PER_JOB],
             queued: None,
             overlap: None,
         };
         let store = store.clone();
-        in_flight.push(async move { dispatch(&store, "default", &msg, Utc::now()).await });
+        in_flight.push(async move { dispatch_unrecorded(&store, "default", &msg, Utc::now()).await });
         if in_flight.len() >= 256 {
             in_flight.next().await.transpose()?;
         }
@@ -104,7 +105,7 @@ pub(super) async fn run(
     let _ = agent.await;
     let rate = runs as f64 / finished.as_secs_f64();
     // The anchor, on the same servers once the agent has stopped: the NATS work these runs
-    // store (`bench nats --layout`: 8 messages a run, as a manual run with `overlap = "allow"`).
+    // store (`bench nats --layout`: 7 messages a run, as a fire with `overlap = "allow"`).
     let anchor = raw_nats::measure(url, runs, raw_nats::Work::Layout, (layout.replicas, server_pids)).await?;
     let of_anchor = rate / anchor.runs_per_second;
     let kind = if wasm.is_some() { "wasm" } else { "shell" };
