@@ -40,6 +40,12 @@ pub struct DispatchMsg {
 }
 
 impl DispatchMsg {
+    /// Its `Nats-Msg-Id`: one per attempt of a run, so that the stream keeps one dispatch
+    /// of each within its deduplication window.
+    fn msg_id(&self) -> String {
+        format!("{}.{}.{}", self.job, self.run_id, self.attempt)
+    }
+
     /// The first attempt of run `run_id` of `job` (spec `spec_revision`) that `trigger`
     /// starts for `scheduled_at`: what every trigger hands dispatch (see the scheduler's
     /// `trigger`).
@@ -78,8 +84,7 @@ pub async fn dispatch_unrecorded(
     now: DateTime<Utc>,
 ) -> Result<(), Error> {
     let began = std::time::SystemTime::now();
-    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
-    publish(store, pool, &DispatchMsg { queued: None, ..msg.clone() }, &msg_id, began).await?;
+    publish(store, pool, &DispatchMsg { queued: None, ..msg.clone() }, &msg.msg_id(), began).await?;
     crate::telemetry::fire_span(store.names.namespace(), msg.traced(), now, std::time::SystemTime::now());
     if store.lifecycle.every_run {
         publish_dispatched(store, msg, now).await;
@@ -87,10 +92,10 @@ pub async fn dispatch_unrecorded(
     Ok(())
 }
 
-/// The record of a run dispatched with no record (see [`dispatch_unrecorded`]), as its
-/// runner starts from: `queued`, dispatched at `dispatched_at` (when the server stored
-/// the message).
-pub fn unrecorded(msg: &DispatchMsg, dispatched_at: Option<DateTime<Utc>>) -> RunRecord {
+/// The `queued` record of `msg`'s attempt, dispatched at `dispatched_at`: what `dispatch`
+/// creates, and what the runner of a run dispatched with no record (see
+/// [`dispatch_unrecorded`]) starts from, dispatched when the server stored its message.
+pub fn queued_record(msg: &DispatchMsg, dispatched_at: Option<DateTime<Utc>>) -> RunRecord {
     let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
     record.attempt = msg.attempt;
     record.dispatched_at = dispatched_at;
@@ -126,9 +131,7 @@ pub async fn dispatch_with_input(
     now: DateTime<Utc>,
 ) -> Result<Outcome, Error> {
     let began = std::time::SystemTime::now();
-    let mut record = RunRecord::queued(&msg.job, &msg.run_id, msg.trigger, msg.scheduled_at, msg.spec_revision);
-    record.attempt = msg.attempt;
-    record.dispatched_at = Some(now);
+    let mut record = queued_record(msg, Some(now));
     record.input = input;
     let (queued, created) = match store.create_run(&record).await {
         Ok(revision) => (Queued { revision, record }, true),
@@ -141,8 +144,7 @@ pub async fn dispatch_with_input(
         }
         Err(e) => return Err(e),
     };
-    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
-    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }, &msg_id, began).await?;
+    publish(store, pool, &DispatchMsg { queued: Some(queued), ..msg.clone() }, &msg.msg_id(), began).await?;
     // The fire span once, by whoever created the record (a dispatch published again after
     // a dispatcher's crash, or a race between two, would repeat its fixed id).
     if created {
@@ -244,8 +246,7 @@ fn next_attempt(record: &mut RunRecord, now: DateTime<Utc>) {
 /// `Nats-Msg-Id`.
 pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
     let msg = queued_msg(queued, start_at);
-    let msg_id = format!("{}.{}.{}", msg.job, msg.run_id, msg.attempt);
-    publish(store, pool, &msg, &msg_id, std::time::SystemTime::now()).await
+    publish(store, pool, &msg, &msg.msg_id(), std::time::SystemTime::now()).await
 }
 
 /// `publish_queued` for an attempt dispatched before whose runner let it go unstarted
@@ -255,7 +256,7 @@ pub async fn publish_queued(store: &Store, pool: &str, queued: Queued, start_at:
 pub async fn publish_again(store: &Store, pool: &str, queued: Queued, start_at: DateTime<Utc>) -> Result<(), Error> {
     let revision = queued.revision;
     let msg = queued_msg(queued, start_at);
-    let msg_id = format!("{}.{}.{}.r{revision}", msg.job, msg.run_id, msg.attempt);
+    let msg_id = format!("{}.r{revision}", msg.msg_id());
     publish(store, pool, &msg, &msg_id, std::time::SystemTime::now()).await
 }
 

@@ -87,7 +87,7 @@ async fn claim(
     let unrecorded = || {
         let stored_at = info.as_ref().map(|i| i.published);
         let dispatched_at = stored_at.and_then(|t| DateTime::from_timestamp(t.unix_timestamp(), t.nanosecond()));
-        StoredRun { record: crate::dispatch::unrecorded(d, dispatched_at), revision: 0 }
+        StoredRun { record: crate::dispatch::queued_record(d, dispatched_at), revision: 0 }
     };
     if d.queued.is_none() && (d.trigger != Trigger::Schedule || d.attempt != 1) {
         warn!(job = %d.job, run = %d.run_id, "a dispatch with no record that is not a fire's first attempt: dropped");
