@@ -9,6 +9,7 @@
 //! - `read.rs`: reads of every key matching a filter (`keys`, `scan`), through a watch.
 //! - `last.rs`: the latest values of a few keys in one direct get, without a consumer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
@@ -64,7 +65,9 @@ impl Removal {
 /// A KV bucket with the JetStream context its writes go through.
 #[derive(Clone, Debug)]
 pub struct Bucket {
-    pub kv: Kv,
+    /// Shared: every lease and every fire holds a handle, and async-nats's holds the
+    /// stream's whole info (a clone of it was a tenth of an agent's allocations a run).
+    pub kv: Arc<Kv>,
     js: jetstream::Context,
     /// The API `js` addresses: the subjects this bucket publishes to itself (writes and
     /// direct gets) take its form, as async-nats's own requests through `js` do.
@@ -118,13 +121,13 @@ impl Fenced {
 impl Bucket {
     /// `kv` written through `js`, a context opened for `api` (see `Store::open`).
     pub fn new(kv: Kv, js: jetstream::Context, api: &JsApi) -> Self {
-        Self { kv, js, api: api.clone(), by: None, sourced: false }
+        Self { kv: Arc::new(kv), js, api: api.clone(), by: None, sourced: false }
     }
 
     /// A bucket the server copies from another one: read only, with the revisions of the
     /// original (see `sourced`).
     pub fn sourced(kv: Kv, js: jetstream::Context, api: &JsApi) -> Self {
-        Self { kv, js, api: api.clone(), by: None, sourced: true }
+        Self { kv: Arc::new(kv), js, api: api.clone(), by: None, sourced: true }
     }
 
     /// This bucket with every write marked as made by `by`.
