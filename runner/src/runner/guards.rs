@@ -148,8 +148,8 @@ pub(super) async fn acquire(
     let mut waited = false;
     if spec.overlap != Overlap::Allow {
         let late = ctx.clock.now() - fire > LATE_START;
-        // The run before it likely left the lease to it, as a run ending at this fire would.
-        let expect_left = leaves_overlap_lease(spec, fire, ttl);
+        // The run before it likely left the lease to it when they come as often.
+        let expect_left = period(spec, fire).is_some_and(|period| period <= ttl / 2);
         let mut line = Line::new(&ctx.store, &spec.name, (run_key, fire, late), (ttl, expect_left));
         let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease, shutdown, &mut line).await;
         // Out of line however it ended, an error included: the next need not wait for

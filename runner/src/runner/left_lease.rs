@@ -20,7 +20,7 @@ pub(super) async fn left(store: &Store, run_key: &str) -> bool {
 }
 
 /// A final status no retry follows (see [`left`]).
-pub(super) fn ended_for_good(status: Status) -> bool {
+fn ended_for_good(status: Status) -> bool {
     status.is_final() && status != Status::Lost
 }
 

@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::RunnerCtx;
-use super::left_lease::ended_for_good;
 use super::waiting::Line;
 use crate::error::Error;
 use crate::store::lease::{Lease, holder};
@@ -211,7 +210,7 @@ async fn ended(ctx: &RunnerCtx, run_key: &str) -> Ended {
         Err(_) => return Ended::Unknown,
     };
     match record.finished_at {
-        _ if !ended_for_good(record.status) => Ended::Not,
+        _ if !record.status.is_final() || record.status == crate::record::Status::Lost => Ended::Not,
         Some(at) => Ended::At(at),
         None => Ended::Unknown,
     }
