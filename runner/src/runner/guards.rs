@@ -383,7 +383,7 @@ fn time_in_line(backlog: Option<Backlog>, period: Option<Duration>, deadline: Du
 
 /// Whether a run of `spec` that ends `at`, holding its job's overlap lease for `ttl`, leaves
 /// it to the job's next run rather than release it: that run is due within half the TTL,
-/// and takes the lease over (see `left_lease::left`), one write a run fewer. Further off, the
+/// and takes the lease over (see `waiting::left`), one write a run fewer. Further off, the
 /// lease would expire first, which stores a marker as a release does and has the reaper
 /// look at the job's runs.
 pub(super) fn leaves_overlap_lease(spec: &JobSpec, at: DateTime<Utc>, ttl: Duration) -> bool {

@@ -12,7 +12,6 @@
 //! - `claimed_run.rs`: what the runner holds of a run: record and fence, leases, keepalive.
 //! - `guards.rs`: overlap policies and locks, as leases held while a run lives.
 //! - `run_ahead.rs`: the run ahead of a fire: when it ran, and whether it still lives.
-//! - `left_lease.rs`: an overlap lease left by a run that ended to its job's next run.
 //! - `starter.rs`: releases every run of one instant with a single write.
 //! - `logs.rs`: the run's live log on NATS and the tail kept for its record.
 //! - `supervisor` (crate `cronrun-supervisor`): a shell run's first process; the run dies
@@ -29,7 +28,6 @@ pub mod exec;
 mod finish;
 mod guards;
 mod kills;
-mod left_lease;
 mod lifecycle;
 mod logs;
 mod presence;

@@ -116,7 +116,7 @@ pub(super) async fn holder_alive(
             Some(h) if h.holder == current => match h.ended_at {
                 Some(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
                 Some(_) => return Ok(Holder::Alive),
-                // Its end recorded, the lease left to the job's next run (`left_lease::left`).
+                // Its end recorded, the lease left to the job's next run (`waiting::left`).
                 None => match ended(ctx, current).await {
                     Ended::At(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
                     Ended::At(_) => return Ok(Holder::Alive),
