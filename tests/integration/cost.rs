@@ -44,11 +44,9 @@ async fn tap(store: &cronrun::store::Store, stream: &str, subjects: Vec<String>,
 /// With the defaults (`overlap = "skip"`, no `[events] lifecycle`), each run of an
 /// every-second job printing three lines publishes one log message (its lines and its
 /// end), one event (its end) and one dispatch; all it stores, leases and record writes
-/// included (places in line apart), stays within 7 messages a run (6 each but the first
-/// and the last): its record is written twice, created `running` by its runner and made
-/// final (9 while the scheduler created it `queued` first), its overlap lease is its
-/// lease, and it leaves that lease to the next run, which takes it over (8 while each run
-/// released it: the last one's release or expiry stays), (10-11 while each run took a
+/// included (places in line apart), stays within 8 messages a run: its record is written
+/// twice, created `running` by its runner and made final (9 while the scheduler created
+/// it `queued` first), and its overlap lease is its lease (10-11 while each run took a
 /// lease of its own besides, 12 while a runner
 /// wrote its claim into the record, 13 while the overlap lease was marked ended at every
 /// run's end, 17 before the events became opt-in and the lines batched; docs/nats.md,
@@ -104,8 +102,8 @@ async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output
         records.iter().all(|r| r.status.is_final()).then_some(records)
     })
     .await;
-    // Each run's last messages: its end event, and the last run's overlap lease released
-    // or expired (each run that started took it, or took it over from the run before).
+    // Each run's last messages: its end event and its lease released (the job's overlap
+    // lease, taken and purged by each run that started).
     let leases = leases_stream.clone();
     let events_stream = store.names.events_stream();
     let started = records.iter().filter(|r| r.started_at.is_some()).count();
@@ -114,7 +112,7 @@ async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output
         let ends: usize = stored
             .get(&events_stream)
             .map_or(0, |e| e.iter().filter(|(s, _)| !s.ends_with(".changed")).map(|(_, n)| n).sum());
-        let released = stored.get(&leases).and_then(|l| l.get(&active)).is_some_and(|n| *n > started);
+        let released = stored.get(&leases).and_then(|l| l.get(&active)).is_some_and(|n| *n >= 2 * started);
         ends == records.len() && released
     };
     eventually(Duration::from_secs(20), "each run's end event and released lease", || async {
@@ -127,24 +125,13 @@ async fn a_run_with_the_defaults_stores_one_log_message_one_event_and_its_output
     // removed): a matter of the machine's load, not of what a run costs. Counted apart.
     let in_line: usize =
         stored.values().flat_map(|s| s.iter()).filter(|(s, _)| s.contains(".wait.")).map(|(_, n)| n).sum();
-    // The job's `changed` events (the apply and the pause) are no run's.
-    let changed: usize =
-        stored.values().flat_map(|s| s.iter()).filter(|(s, _)| s.ends_with(".changed")).map(|(_, n)| n).sum();
-    let per_run = (total - in_line - changed) as f64 / records.len() as f64;
+    let per_run = (total - in_line) as f64 / records.len() as f64;
     println!(
-        "{} runs stored {total} messages ({in_line} places in line, {changed} job changes), {per_run:.2} a run: {stored:#?}",
+        "{} runs stored {total} messages ({in_line} places in line), {per_run:.2} a run: {stored:#?}",
         records.len()
     );
     assert!(records.iter().filter(|r| r.status == Status::Succeeded).count() >= 6, "{records:?}");
-    assert!(per_run <= 7.0, "{per_run:.2} stored messages a run: {stored:#?}");
-    // The overlap lease, left by each run to the next: one write a run that started (taken,
-    // or taken over), and the last run's release or expiry; a run come late after the
-    // apply may take it and give it back to an earlier one in line (2 more).
-    let overlap_writes = stored.get(&leases_stream).and_then(|l| l.get(&active)).copied().unwrap_or_default();
-    assert!(overlap_writes <= started + 3, "{overlap_writes} writes of active.cost for {started} runs: {stored:#?}");
-    // A run's own lease (one claimed late takes it) is taken and released.
-    let own_leases = stored.get(&leases_stream).cloned().unwrap_or_default();
-    assert!(own_leases.iter().filter(|(key, _)| key.contains(".run.")).all(|(_, n)| *n <= 2), "{own_leases:?}");
+    assert!(per_run <= 8.0, "{per_run:.2} stored messages a run: {stored:#?}");
     let of = |stream: String| stored.get(&stream).cloned().unwrap_or_default();
     // Each record written at most twice: by its runner only, created at its start (or its
     // skip), then final.

@@ -164,15 +164,6 @@ impl ClaimedRun {
         }
     }
 
-    /// Leaves the job's overlap lease, unreleased, to the job's next run if `leaves` says
-    /// so for its TTL (see `guards::leaves_overlap_lease`): the run's end is recorded, and
-    /// that run takes it over (`waiting::left`). Its lock leases are released as ever.
-    pub(super) fn leave_overlap_lease(&mut self, leaves: impl Fn(Duration) -> bool) {
-        if let Some(at) = self.guards.iter().position(|lease| is_overlap(lease) && leaves(lease.ttl())) {
-            drop(self.guards.swap_remove(at));
-        }
-    }
-
     /// Leaves the run's lease to expire on its TTL, unrenewed and unreleased: the
     /// scheduler then finds the run's record as it is (see `claim::LeaseEnd::Expire`).
     pub(super) fn leave_lease_to_expire(&mut self) {

@@ -8,7 +8,6 @@ use tracing::{info, warn};
 
 use super::RunnerCtx;
 use super::claimed_run::ClaimedRun;
-use super::guards::leaves_overlap_lease;
 use super::logs::publish_end;
 use crate::dispatch::queue_retry;
 use crate::error::Error;
@@ -87,8 +86,6 @@ async fn record_end(
         return Ok(());
     }
     write_final(ctx, held, unmarked).await?;
-    let now = ctx.clock.now();
-    held.leave_overlap_lease(|ttl| leaves_overlap_lease(spec, now, ttl));
     publish_event(&ctx.store, &event).await;
     info!(status = status.as_str(), duration_ms = held.record.duration_ms, "run finished");
     ctx.prune(&job, &spec.history);

@@ -148,9 +148,7 @@ pub(super) async fn acquire(
     let mut waited = false;
     if spec.overlap != Overlap::Allow {
         let late = ctx.clock.now() - fire > LATE_START;
-        // The run before it likely left the lease to it when they come as often.
-        let expect_left = period(spec, fire).is_some_and(|period| period <= ttl / 2);
-        let mut line = Line::new(&ctx.store, &spec.name, (run_key, fire, late), (ttl, expect_left));
+        let mut line = Line::new(leases, &spec.name, (run_key, fire, late), ttl);
         let taken = take_active(ctx, (spec, ttl), (run_key, fire), run_lease, shutdown, &mut line).await;
         // Out of line however it ended, an error included: the next need not wait for
         // its place to expire.
@@ -381,15 +379,6 @@ fn time_in_line(backlog: Option<Backlog>, period: Option<Duration>, deadline: Du
     period.min(deadline)
 }
 
-/// Whether a run of `spec` that ends `at`, holding its job's overlap lease for `ttl`, leaves
-/// it to the job's next run rather than release it: that run is due within half the TTL,
-/// and takes the lease over (see `waiting::left`), one write a run fewer. Further off, the
-/// lease would expire first, which stores a marker as a release does and has the reaper
-/// look at the job's runs.
-pub(super) fn leaves_overlap_lease(spec: &JobSpec, at: DateTime<Utc>, ttl: Duration) -> bool {
-    spec.overlap != Overlap::Allow && !spec.paused && period(spec, at).is_some_and(|period| period <= ttl / 2)
-}
-
 /// The time from `fire` to the job's next fire, if it has a schedule.
 fn period(spec: &JobSpec, fire: DateTime<Utc>) -> Option<Duration> {
     let (schedule, tz) = spec.parsed_schedule().ok()?;
@@ -452,39 +441,6 @@ mod tests {
         for (came_late, started_late, in_line, expected) in ahead {
             let what = format!("came late {came_late}, run ahead started late {started_late}, in line {in_line}");
             assert_eq!(backlog_ahead(came_late, started_late, in_line), expected, "{what}");
-        }
-    }
-
-    #[test]
-    fn a_run_leaves_its_overlap_lease_only_to_a_next_fire_due_within_half_its_ttl() {
-        let at = DateTime::parse_from_rfc3339("2026-12-07T10:00:00.300Z").unwrap().to_utc();
-        let s = Duration::from_secs;
-        let shell = crate::spec::ShellSpec { command: Some("true".into()), ..Default::default() };
-        let job = |schedule: &str, overlap: Overlap, paused: bool| {
-            let mut spec = JobSpec::shell("j", schedule, shell.clone());
-            (spec.overlap, spec.paused) = (overlap, paused);
-            spec
-        };
-        let cases = [
-            // (schedule, overlap, paused, the lease's TTL, left)
-            ("* * * * * *", Overlap::Skip, false, s(15), true),
-            ("*/5 * * * * *", Overlap::Skip, false, s(15), true),
-            ("*/5 * * * * *", Overlap::Queue, false, s(15), true),
-            ("*/2 * * * * *", Overlap::Replace, false, s(3), false),
-            ("* * * * * *", Overlap::Skip, false, s(3), true),
-            ("*/10 * * * * *", Overlap::Skip, false, s(15), false),
-            ("* * * * *", Overlap::Skip, false, s(15), false),
-            // No overlap lease to leave; nobody to take it.
-            ("* * * * * *", Overlap::Allow, false, s(15), false),
-            ("* * * * * *", Overlap::Skip, true, s(15), false),
-        ];
-        for (schedule, overlap, paused, ttl, left) in cases {
-            let spec = job(schedule, overlap, paused);
-            assert_eq!(
-                leaves_overlap_lease(&spec, at, ttl),
-                left,
-                "{schedule} {overlap:?} paused {paused}, TTL {ttl:?}"
-            );
         }
     }
 

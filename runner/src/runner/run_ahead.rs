@@ -116,12 +116,7 @@ pub(super) async fn holder_alive(
             Some(h) if h.holder == current => match h.ended_at {
                 Some(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
                 Some(_) => return Ok(Holder::Alive),
-                // Its end recorded, the lease left to the job's next run (`waiting::left`).
-                None => match ended(ctx, current).await {
-                    Ended::At(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
-                    Ended::At(_) => return Ok(Holder::Alive),
-                    Ended::Unknown | Ended::Not => {}
-                },
+                None => {}
             },
             // A later fire's look: it takes the lease, then looks at the line, and gives
             // it back to this one standing in line (`Line::take_now`). Looked at again.

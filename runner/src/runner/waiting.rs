@@ -41,9 +41,8 @@ use tracing::{debug, info, warn};
 use super::RunnerCtx;
 use crate::error::Error;
 use crate::names::lease_keys;
-use crate::store::Store;
-use crate::store::kv::{Fenced, Listing};
-use crate::store::lease::{Lease, holder_at};
+use crate::store::kv::{Bucket, Fenced, Listing};
+use crate::store::lease::{Lease, holder};
 
 /// How long a run that finds its job's overlap lease free defers to an earlier run of the
 /// job that a runner holds but that does not stand in line: long enough for a run claimed
@@ -143,7 +142,7 @@ impl Pace {
 
 /// One run's dealings with its job's line.
 pub(super) struct Line<'a> {
-    store: &'a Store,
+    leases: &'a Bucket,
     job: &'a str,
     key: String,
     me: Place,
@@ -157,9 +156,6 @@ pub(super) struct Line<'a> {
     seen: u64,
     /// A write of its place failed: the next one that lands says so in the log.
     unwritten: bool,
-    /// The job's runs come often enough to leave the lease to the next (see [`left`]):
-    /// it is read before it is taken.
-    expect_left: bool,
 }
 
 /// How often a listing answered from a replica behind [`Line::seen`] is asked again, and
@@ -182,19 +178,17 @@ struct Standing {
 
 impl<'a> Line<'a> {
     /// The line of `job` as seen by its run `run_key`, fired at `fire` and come to its
-    /// guards `late` or not, whose place lives `ttl` unless renewed (the run's TTL). With
-    /// `expect_left`, the job's last run likely left its lease to this one ([`left`]).
+    /// guards `late` or not, whose place lives `ttl` unless renewed (the run's TTL).
     pub fn new(
-        store: &'a Store,
+        leases: &'a Bucket,
         job: &'a str,
         (run_key, fire, late): (&str, DateTime<Utc>, bool),
-        (ttl, expect_left): (Duration, bool),
+        ttl: Duration,
     ) -> Self {
         let run_id = crate::record::parse_run_key(run_key).map_or(run_key, |(_, id)| id);
         let me = Place { run: run_key.to_string(), fire, late };
         let key = lease_keys::waiting(job, run_id);
-        let arriving = HashMap::new();
-        Line { store, job, key, me, ttl, standing: None, arriving, seen: 0, unwritten: false, expect_left }
+        Line { leases, job, key, me, ttl, standing: None, arriving: HashMap::new(), seen: 0, unwritten: false }
     }
 
     /// Stands in line, if it does not yet. Written whatever the key holds: a place left
@@ -209,7 +203,7 @@ impl<'a> Line<'a> {
             Err(e) => return warn!("standing in line for the job's overlap lease: {e}"),
         };
         let written = Instant::now();
-        match self.store.leases.put(&self.key, value, Some(self.ttl)).await {
+        match self.leases.put(&self.key, value, Some(self.ttl)).await {
             Ok(revision) => {
                 self.saw(revision);
                 self.standing = Some(Standing { fence: Fenced::at(revision), written });
@@ -241,7 +235,7 @@ impl<'a> Line<'a> {
             return;
         }
         let written = Instant::now();
-        match self.store.leases.update_fenced(&self.key, value, &mut standing.fence, Some(ttl)).await {
+        match self.leases.update_fenced(&self.key, value, &mut standing.fence, Some(ttl)).await {
             Ok(revision) => {
                 standing.written = written;
                 self.seen = self.seen.max(revision);
@@ -257,7 +251,7 @@ impl<'a> Line<'a> {
     /// Leaves the line (at once, rather than in a TTL: the next in line need not wait).
     pub async fn leave(&mut self) {
         if let Some(standing) = self.standing.take()
-            && let Err(e) = self.store.leases.release_at(&self.key, standing.fence.revision).await
+            && let Err(e) = self.leases.release_at(&self.key, standing.fence.revision).await
         {
             debug!("leaving the line for the job's overlap lease (its place expires in its TTL): {e}");
         }
@@ -326,7 +320,7 @@ impl<'a> Line<'a> {
                 return Ok(None);
             }
         }
-        let Some(lease) = self.try_take(key).await? else {
+        let Some(lease) = Lease::try_acquire(self.leases, key, &self.me.run, self.ttl).await? else {
             return Ok(None);
         };
         self.saw(lease.revision());
@@ -339,40 +333,13 @@ impl<'a> Line<'a> {
         Ok(None)
     }
 
-    /// Takes the lease `key` if it is free (or left by a run that ended, see [`left`]) and
-    /// this run's turn: two reads while it is held, the listings of `my_turn` when it is
-    /// free.
+    /// Takes the lease `key` if it is free and this run's turn: one read while it is held,
+    /// the listings of `my_turn` when it is free.
     pub async fn look(&mut self, key: &str, now: DateTime<Utc>) -> Result<Look, Error> {
-        if let Some((held, revision)) = holder_at(&self.store.leases, key).await? {
-            self.saw(revision);
-            if !left(self.store, &held.holder).await {
-                return Ok(Look::ClaimedRun(held.holder));
-            }
+        if let Some(held) = holder(self.leases, key).await? {
+            return Ok(Look::ClaimedRun(held.holder));
         }
         Ok(self.take_now(key, now).await?.map_or(Look::Free, |lease| Look::Took(Box::new(lease))))
-    }
-
-    /// Takes the lease `key` if it is free, or takes it over from a run that ended and
-    /// left it ([`left`]): read first when that is likely, else tried first. None: held.
-    async fn try_take(&mut self, key: &str) -> Result<Option<Lease>, Error> {
-        let (leases, me) = (&self.store.leases, self.me.run.as_str());
-        if !self.expect_left
-            && let Some(lease) = Lease::try_acquire(leases, key, me, self.ttl).await?
-        {
-            return Ok(Some(lease));
-        }
-        let Some((held, revision)) = holder_at(leases, key).await? else {
-            // Free after all (released, expired), or, tried first, released since.
-            return match self.expect_left {
-                true => Lease::try_acquire(leases, key, me, self.ttl).await,
-                false => Ok(None),
-            };
-        };
-        self.seen = self.seen.max(revision);
-        if !left(self.store, &held.holder).await {
-            return Ok(None);
-        }
-        Lease::take_over(leases, key, me, self.ttl, revision).await
     }
 
     /// Whether a backlog's earlier fire stands in line ([`backlog_ahead`]), as seen after
@@ -436,12 +403,12 @@ impl<'a> Line<'a> {
         let (line, runs) = (lease_keys::waiting(self.job, "*"), lease_keys::run(self.job, "*"));
         let mut tries = 0;
         let listing = loop {
-            let listing = match self.store.leases.listing(&[&line, &runs, key]).await? {
+            let listing = match self.leases.listing(&[&line, &runs, key]).await? {
                 Some(listing) => listing,
                 // More than one answer holds: read with watches, which a leader answers.
                 None => {
-                    let mut values = self.store.leases.scan(&line).await?;
-                    values.extend(self.store.leases.scan(&runs).await?);
+                    let mut values = self.leases.scan(&line).await?;
+                    values.extend(self.leases.scan(&runs).await?);
                     break Listing { values, as_of: self.seen };
                 }
             };
@@ -476,21 +443,6 @@ impl<'a> Line<'a> {
     fn value(&self) -> Result<bytes::Bytes, Error> {
         let value = serde_json::to_vec(&self.me).map_err(|e| Error::other("encoding the run's place in line", e))?;
         Ok(value.into())
-    }
-}
-
-/// Whether the run `run_key`, named by its job's overlap lease, ended and so left the
-/// lease to the job's next run: its record, as the runs bucket's leader holds it, is
-/// final. A run that ends with its job's next fire due within half the lease's TTL leaves
-/// it so rather than release it (a write a run fewer, see `finish`); the lease was taken
-/// by the attempt that ended (a later attempt takes it anew, at a later revision, which
-/// the take-over's compare-and-set refuses). Not known (the record unreadable, not
-/// written yet): not ended.
-pub(super) async fn left(store: &Store, run_key: &str) -> bool {
-    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return false };
-    match store.get_run_from_leader(job, run_id).await {
-        Ok(Some(stored)) => stored.record.status.is_final(),
-        Ok(None) | Err(_) => false,
     }
 }
 

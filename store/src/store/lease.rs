@@ -27,19 +27,6 @@ pub struct LeaseValue {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
-impl LeaseValue {
-    fn new(holder: &str, ttl: Duration) -> Self {
-        let now = Utc::now();
-        let ttl_ms = ttl.as_millis() as u64;
-        LeaseValue { holder: holder.to_string(), acquired_at: now, renewed_at: now, ttl_ms, ended_at: None }
-    }
-
-    fn encode(&self, key: &str) -> Result<bytes::Bytes, Error> {
-        let bytes = serde_json::to_vec(self).map_err(|e| Error::other(&format!("encoding lease {key}"), e))?;
-        Ok(bytes.into())
-    }
-}
-
 #[derive(Debug)]
 pub struct Lease {
     kv: Bucket,
@@ -62,42 +49,26 @@ pub fn held_until(asked: tokio::time::Instant, ttl: Duration) -> tokio::time::In
 impl Lease {
     /// Takes the lease if nobody holds it. None: held by someone else.
     pub async fn try_acquire(kv: &Bucket, key: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>, Error> {
-        let (asked, value) = (tokio::time::Instant::now(), LeaseValue::new(holder, ttl));
-        let bytes = value.encode(key)?;
+        let asked = tokio::time::Instant::now();
+        let now = Utc::now();
+        let value = LeaseValue {
+            holder: holder.to_string(),
+            acquired_at: now,
+            renewed_at: now,
+            ttl_ms: ttl.as_millis() as u64,
+            ended_at: None,
+        };
+        let bytes = serde_json::to_vec(&value).map_err(|e| Error::other(&format!("encoding lease {key}"), e))?.into();
         match kv.create(key, bytes, Some(ttl)).await {
-            Ok(revision) => Ok(Some(Lease::held(kv, key, value, ttl, revision, asked))),
+            Ok(revision) => Ok(Some(Lease {
+                kv: kv.clone(),
+                key: key.to_string(),
+                value,
+                ttl,
+                fence: Fenced::at(revision),
+                held_until: held_until(asked, ttl),
+            })),
             Err(e) if *e.kind() == crate::error::ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn held(
-        kv: &Bucket,
-        key: &str,
-        value: LeaseValue,
-        ttl: Duration,
-        revision: u64,
-        asked: tokio::time::Instant,
-    ) -> Lease {
-        let (kv, key, fence) = (kv.clone(), key.to_string(), Fenced::at(revision));
-        Lease { kv, key, value, ttl, fence, held_until: held_until(asked, ttl) }
-    }
-
-    /// Takes over the lease `key` left at `revision` by a holder that is done with it (a
-    /// run's overlap lease, left to the job's next run: see `runner::guards`). None: it
-    /// moved on since (renewed, taken, released or expired).
-    pub async fn take_over(
-        kv: &Bucket,
-        key: &str,
-        holder: &str,
-        ttl: Duration,
-        revision: u64,
-    ) -> Result<Option<Lease>, Error> {
-        let (asked, value) = (tokio::time::Instant::now(), LeaseValue::new(holder, ttl));
-        let bytes = value.encode(key)?;
-        match kv.update(key, bytes, revision, Some(ttl)).await {
-            Ok(revision) => Ok(Some(Lease::held(kv, key, value, ttl, revision, asked))),
-            Err(e) if e.is_conflict() => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -106,7 +77,9 @@ impl Lease {
     pub async fn renew(&mut self) -> Result<(), Error> {
         let asked = tokio::time::Instant::now();
         self.value.renewed_at = Utc::now();
-        let bytes = self.value.encode(&self.key)?;
+        let bytes = serde_json::to_vec(&self.value)
+            .map_err(|e| Error::other(&format!("encoding lease {}", self.key), e))?
+            .into();
         self.kv.update_fenced(&self.key, bytes, &mut self.fence, Some(self.ttl)).await?;
         self.held_until = held_until(asked, self.ttl);
         Ok(())

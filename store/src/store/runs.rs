@@ -35,13 +35,6 @@ impl Store {
         Ok(StoredRun { record: RunRecord::from_json(&v.value)?, revision: v.revision })
     }
 
-    /// The record of a run as the bucket's leader holds it, if any: for a decision that
-    /// must not act on a replica's past (`Bucket::get_from_leader`).
-    pub async fn get_run_from_leader(&self, job: &str, run_id: &str) -> Result<Option<StoredRun>, Error> {
-        let Some(v) = self.runs.get_from_leader(&run_key(job, run_id)).await? else { return Ok(None) };
-        Ok(Some(StoredRun { record: RunRecord::from_json(&v.value)?, revision: v.revision }))
-    }
-
     /// Writes `record` if it is still at `revision`; `ErrorKind::Conflict` otherwise.
     pub async fn update_run(&self, record: &RunRecord, revision: u64) -> Result<u64, Error> {
         self.runs.update(&record.key(), record.to_json_within(self.record_budget)?, revision, None).await
