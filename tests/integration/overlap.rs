@@ -220,3 +220,111 @@ async fn a_fire_whose_time_in_line_ends_keeps_its_place_and_runs_before_the_next
     }
     assert_eq!(removed.len(), 1, "the fire's place was removed {removed:?}, once only when it ran");
 }
+
+/// A runner whose link to NATS stalls just as it writes a run's start (ahead of the
+/// instant, its job's overlap lease taken: the record says the run started at its
+/// instant) starts that run's code late, once the write lands, and it runs past the next
+/// fire's instant. That fire, on the other runner, is not skipped behind it: its record
+/// is written again with the start its code had, and the fires behind it judge it as a
+/// run started late, by its own fire and how long it lasted. Every fire runs once, as the
+/// job recorded; the stalled one started late. (Recorded at its planned start, the run
+/// was judged to have run from its instant over the next fire's, which was skipped.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_recorded_late_by_a_stalled_link_skips_no_fire_behind_it() {
+    use futures::StreamExt;
+    let nats = Nats::start().await;
+    let store = nats.store().await;
+    let scheduler = nats.agent("s", "roles = [\"scheduler\"]");
+    // Two runners, each behind a proxy: the one that claims the fire is stalled. Their
+    // runs' leases live 9 s: a 2 s stall loses none.
+    let proxies = [Proxy::start(&nats.url).await, Proxy::start(&nats.url).await];
+    let runners: Vec<Agent> = ["r1", "r2"]
+        .iter()
+        .zip(&proxies)
+        .map(|(name, proxy)| {
+            let config = test_config(name).replace("heartbeat = \"1s\"", "heartbeat = \"3s\"");
+            nats.agent_via(&proxy.url, name, &format!("roles = [\"runner\"]\n{config}"), &[])
+        })
+        .collect();
+    ready(&scheduler).await;
+    for runner in &runners {
+        ready(runner).await;
+    }
+    let runs = nats.dir.path().join("j.runs");
+    apply(
+        &nats,
+        &format!(
+            "[[job]]\nname = \"j\"\nschedule = \"*/2 * * * * *\"\n\
+             shell = 'echo \"$CRONRUN_SCHEDULED_AT $(date +%s%N)\" >> {}; sleep 0.4'\n",
+            runs.display()
+        ),
+    );
+    // (fire, when its code ran) as the job recorded them.
+    let recorded = || -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+        let text = std::fs::read_to_string(&runs).unwrap_or_default();
+        let parse = |line: &str| {
+            let (fire, nanos) = line.split_once(' ')?;
+            let fire = DateTime::parse_from_rfc3339(fire).ok()?.to_utc();
+            Some((fire, DateTime::from_timestamp_nanos(nanos.trim().parse().ok()?)))
+        };
+        text.lines().filter_map(parse).collect()
+    };
+    eventually(Duration::from_secs(15), "the job to run", || async { (!recorded().is_empty()).then_some(()) }).await;
+    // Held from the write of the start of `stalled`'s run to 200 ms before the next fire
+    // (two seconds later), so that the run goes when that fire comes.
+    let second = chrono::Duration::seconds;
+    let mut stalled = ceil_second(Utc::now()) + second(2);
+    if chrono::Timelike::second(&stalled) % 2 == 1 {
+        stalled += second(1);
+    }
+    let subject = format!("$KV.{}.j.{}", store.names.runs_bucket(), cronrun::record::fire_run_id(stalled));
+    let mut revisions = store.client.subscribe(subject.clone()).await.unwrap();
+    store.client.flush().await.unwrap();
+    let start = format!("PUB {subject} ");
+    for proxy in &proxies {
+        proxy.hold_sends_from(&start);
+    }
+    let proxy = eventually(Duration::from_secs(5), "the run's start write to be held", || async {
+        proxies.iter().find(|p| p.holding())
+    })
+    .await;
+    let next = stalled + second(2) - chrono::Duration::milliseconds(200);
+    tokio::time::sleep((next - Utc::now()).to_std().unwrap_or_default()).await;
+    proxy.hold_sends(false);
+
+    let (from, to) = (stalled - second(2), stalled + second(8));
+    eventually(Duration::from_secs(30), "the job to run past the window", || async {
+        recorded().iter().any(|(fire, _)| *fire >= to).then_some(())
+    })
+    .await;
+    let ran = recorded();
+    let late = ran.iter().find(|(fire, _)| *fire == stalled).map(|(fire, at)| *at - *fire);
+    assert!(
+        late.is_some_and(|late| late > chrono::Duration::milliseconds(1500)),
+        "the stalled fire's code ran {late:?} after it"
+    );
+    // While it ran, its record said when its code started, not its instant.
+    let mut running = Vec::new();
+    while let Ok(Some(message)) = tokio::time::timeout(Duration::from_millis(500), revisions.next()).await {
+        let record = RunRecord::from_json(&message.payload).unwrap();
+        if record.status == Status::Running {
+            running.push(record.started_at);
+        }
+    }
+    let last = running.last().copied().flatten();
+    assert!(
+        last.is_some_and(|at| at - stalled > chrono::Duration::milliseconds(1500)),
+        "the stalled run's record said it was running from {running:?}"
+    );
+    let wrong: Vec<(DateTime<Utc>, usize)> = (0..5)
+        .map(|n| from + second(2 * n))
+        .map(|at| (at, ran.iter().filter(|(fire, _)| *fire == at).count()))
+        .filter(|(_, n)| *n != 1)
+        .collect();
+    let mut why = String::new();
+    for (fire, _) in &wrong {
+        let record = store.get_run("j", &cronrun::record::fire_run_id(*fire)).await.map(|s| s.record);
+        why.push_str(&format!("{fire}: {record:?}\n"));
+    }
+    assert!(wrong.is_empty(), "fires not run once (fire, times): {wrong:?}; ran {ran:?}\n{why}");
+}

@@ -23,6 +23,7 @@ use super::claimed_run::{ClaimedRun, in_progress};
 use super::exec::{self, PrepareError, Ready, RunInfo};
 use super::finish::{finish, finish_without_start};
 use super::guards::{self, Decision};
+use super::run_ahead::LATE_START;
 use super::running::until_code_ends;
 use super::starter::{Confirms, END_GATE_BOUND, Release, Ticket, start_gate_bound};
 use super::{RunnerCtx, Stops};
@@ -343,7 +344,10 @@ async fn mark_running(
     let mut adopted = 0;
     loop {
         let error = match held.write(ctx).await {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                restamp_late_start(ctx, held, at).await;
+                return Ok(());
+            }
             Err(e) if e.is_conflict() => {
                 // Refused, but perhaps still ours (see `adopt_current`): written again from
                 // the record as it is, a few times, as a read may still be out of date.
@@ -388,6 +392,25 @@ async fn mark_running(
             held.leave_lease_to_expire();
             return Err(error);
         }
+    }
+}
+
+/// Writes the run's start again with the time its code starts if the write of its
+/// planned start was acknowledged over `LATE_START` after it (NATS away between): the
+/// fires behind the run judge it by its start (`run_ahead::Span`), and a start recorded
+/// at its instant would have them skipped behind a run that did not run then. One try:
+/// should it fail, the run's next writes (heartbeat, end) carry the start all the same.
+async fn restamp_late_start(ctx: &RunnerCtx, held: &mut ClaimedRun, planned: DateTime<Utc>) {
+    // The code starts after the acknowledgement: a backlog's start by then.
+    let now = ctx.clock.now();
+    if now - planned <= LATE_START {
+        return;
+    }
+    (held.record.started_at, held.record.heartbeat_at) = (Some(now), Some(now));
+    let late_ms = (now - planned).num_milliseconds();
+    match held.write(ctx).await {
+        Ok(()) => info!(late_ms, "the run's start was recorded late: recorded again as its code starts"),
+        Err(e) => warn!(late_ms, "the run's start was recorded late, and not again as its code starts: {e}"),
     }
 }
 

@@ -12,6 +12,7 @@ use tracing::info;
 use super::RunnerCtx;
 use super::waiting::Line;
 use crate::error::Error;
+use crate::record::{RunRecord, Status};
 use crate::store::lease::{Lease, holder};
 
 /// How often a waiting run looks whether its predecessor is gone.
@@ -58,9 +59,12 @@ impl Span {
 /// NATS) or whose record cannot be read is taken as not started: waited for, never
 /// skipped behind.
 pub(super) async fn span(ctx: &RunnerCtx, run_key: &str, ended_at: Option<DateTime<Utc>>) -> Option<Span> {
-    use crate::record::Status;
     let (job, run_id) = crate::record::parse_run_key(run_key).ok()?;
-    let record = ctx.store.get_run(job, run_id).await.ok()?.record;
+    span_of(&ctx.store.get_run(job, run_id).await.ok()?.record, ended_at)
+}
+
+/// The span of the run whose record is `record` (see [`span`]).
+fn span_of(record: &RunRecord, ended_at: Option<DateTime<Utc>>) -> Option<Span> {
     let ended = record.status.is_final();
     let started =
         record.started_at.filter(|_| record.status == Status::Running || ended && record.status != Status::Lost)?;
@@ -89,7 +93,10 @@ pub(super) enum Holder {
 
 /// Waits at most the lease's TTL (and a second) for the holder `current` of lease `key` to
 /// show whether it lives: a runner that dies holds its run's overlap lease until the TTL,
-/// and the fires meanwhile must not be skipped behind a run that no longer runs. Found not
+/// and the fires meanwhile must not be skipped behind a run that no longer runs. Its end
+/// seen, it is judged by its record as it is then, not by `span` read before: a start
+/// recorded late is written again as the code starts (`lifecycle::restamp_late_start`),
+/// and a run that started late does not overlap the fires after its own. Found not
 /// to overlap this fire, the run stands in `line` and takes the lease in its turn: the
 /// other fires behind the same run may have found the same. A run standing in line keeps
 /// its place meanwhile.
@@ -113,17 +120,19 @@ pub(super) async fn holder_alive(
         match holder(leases, key).await? {
             // Its code ended: before this fire, it is waited for (judged again); after it,
             // it overlapped.
-            Some(h) if h.holder == current => match h.ended_at {
-                Some(at) if ended_before(span, at, fire) => return Ok(Holder::EndedBefore),
-                Some(_) => return Ok(Holder::Alive),
-                None => {}
-            },
+            Some(h) if h.holder == current => {
+                if let Some(at) = h.ended_at {
+                    let span = self::span(ctx, current, Some(at)).await.or(span);
+                    return Ok(if ended_before(span, at, fire) { Holder::EndedBefore } else { Holder::Alive });
+                }
+            }
             // A later fire's look: it takes the lease, then looks at the line, and gives
             // it back to this one standing in line (`Line::take_now`). Looked at again.
             Some(h) if line.standing() && line.is_later(&h.holder) => {}
             Some(_) => return Ok(Holder::Changed),
             None => {
-                let died = ended(ctx, current).await;
+                let (died, now) = ended(ctx, current).await;
+                let span = now.or(span);
                 let why = match died {
                     Ended::At(at) if ended_before(span, at, fire) => "the run in progress had ended before this fire",
                     Ended::At(_) | Ended::Unknown => return Ok(Holder::Alive),
@@ -168,7 +177,7 @@ const REAPER_LEASE_TTL: Duration = Duration::from_secs(1);
 pub(super) async fn leave_to_the_reaper(ctx: &RunnerCtx, run_key: &str) {
     let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return };
     match ctx.store.get_run(job, run_id).await {
-        Ok(stored) if stored.record.status == crate::record::Status::Running => {}
+        Ok(stored) if stored.record.status == Status::Running => {}
         _ => return,
     }
     info!(%run_key, "the run ahead died with its runner: left to the reaper");
@@ -196,17 +205,19 @@ enum Ended {
     Not,
 }
 
-async fn ended(ctx: &RunnerCtx, run_key: &str) -> Ended {
-    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return Ended::Unknown };
+/// How the run `run_key` ended, and its span as its record says now.
+async fn ended(ctx: &RunnerCtx, run_key: &str) -> (Ended, Option<Span>) {
+    let Ok((job, run_id)) = crate::record::parse_run_key(run_key) else { return (Ended::Unknown, None) };
     let record = match ctx.store.get_run(job, run_id).await {
         Ok(stored) => stored.record,
         // No record: a run dispatched with none, whose start was never written.
-        Err(e) if e.is_not_found() => return Ended::Not,
-        Err(_) => return Ended::Unknown,
+        Err(e) if e.is_not_found() => return (Ended::Not, None),
+        Err(_) => return (Ended::Unknown, None),
     };
-    match record.finished_at {
-        _ if !record.status.is_final() || record.status == crate::record::Status::Lost => Ended::Not,
+    let ended = match record.finished_at {
+        _ if !record.status.is_final() || record.status == Status::Lost => Ended::Not,
         Some(at) => Ended::At(at),
         None => Ended::Unknown,
-    }
+    };
+    (ended, span_of(&record, None))
 }
